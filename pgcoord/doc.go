@@ -1,0 +1,38 @@
+// Package pgcoord is the shared vocabulary of the pgcoord toolkit: the DBTX handle every
+// statement-scoped call takes, the schema migrations and their checks, name validation and
+// the derivation of database-wide advisory-lock keys. It imports no feature package; the
+// feature packages (leases, fenced, singleton, dedupe, idempotency, semaphore, outbox) build
+// on it.
+//
+// # Installing the schema
+//
+// pgcoord is adopted migration-first. Its tables and functions are prefixed pgcoord_ and
+// created in the connection's current schema (the first existing schema on search_path), so
+// a team can install pgcoord into any schema and two schemas in one database never
+// interfere. Apply the migrations with [Migrate], with `pgcoord migrate up`, or by copying
+// the SQL from [MigrationsFS] (or `pgcoord migrate sql`) into your own migration tool. At
+// startup, [CheckSchema] tells whether the database has every migration this build needs.
+//
+// # Guarantees
+//
+//   - Migrations run through goose with pgcoord's own version table (pgcoord_migrations)
+//     and an advisory lock derived from the schema, so they never collide with the
+//     application's own goose migrations, and concurrent Migrate calls against one schema
+//     apply each migration once.
+//   - Each migration runs in its own transaction: a failed migration leaves the schema at
+//     the previous version.
+//   - Advisory-lock keys are derived from (install schema, name) inside the database by
+//     pgcoord_lock_key, so the Go library and plain SQL callers compute the same key, and two
+//     schemas never share one.
+//
+// # Failure modes
+//
+//   - A database whose schema is behind this build: [CheckSchema] returns
+//     [ErrSchemaOutdated] with the versions it has and needs. Feature calls against missing
+//     tables fail with the server's "relation does not exist" error.
+//   - Migrating requires a session: goose holds a session-level advisory lock while it
+//     works, which a transaction-mode pooler (PgBouncer) cannot keep. Run migrations on a
+//     direct connection.
+//   - search_path names no existing schema: [Migrate] refuses with a clear error before
+//     creating anything.
+package pgcoord

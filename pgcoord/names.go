@@ -1,0 +1,35 @@
+package pgcoord
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// MaxNameLen is the longest name, in bytes, that pgcoord accepts for a lease, job, key,
+// scope or topic.
+const MaxNameLen = 255
+
+// ErrInvalidName is returned, before any SQL runs, for a name that is empty, longer than
+// MaxNameLen bytes, not valid UTF-8, or contains a NUL byte (which Postgres text cannot
+// hold).
+var ErrInvalidName = errors.New("pgcoord: invalid name")
+
+// ValidateName checks a name given to any pgcoord primitive. kind says what the name is
+// for ("lease", "job", ...) and appears in the error, which wraps ErrInvalidName.
+func ValidateName(kind, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: %s name is empty", ErrInvalidName, kind)
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("%w: %s name is %d bytes, more than the maximum of %d", ErrInvalidName, kind, len(name), MaxNameLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: %s name is not valid UTF-8", ErrInvalidName, kind)
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] == 0 {
+			return fmt.Errorf("%w: %s name contains a NUL byte", ErrInvalidName, kind)
+		}
+	}
+	return nil
+}
