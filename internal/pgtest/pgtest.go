@@ -1,0 +1,244 @@
+// Package pgtest gives tests a real PostgreSQL server and an isolated, migrated schema.
+//
+// The server is PGCOORD_TEST_DATABASE_URL when set; otherwise testcontainers-go starts one
+// container per test binary from the image in PGCOORD_TEST_IMAGE (default DefaultImage).
+// Each test gets its own schema, so tests run in parallel without seeing each other's rows,
+// advisory locks or notifications. When no server can be had the test is skipped, except
+// with CI set, where it fails: CI must never go green by skipping everything.
+//
+// A package that uses pgtest calls pgtest.Main from its TestMain, so the container is
+// removed when the tests end.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+
+	"github.com/pgcoord/pgcoord/internal/pgconfig"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+const (
+	// EnvURL names the variable holding the test database's connection string.
+	EnvURL = "PGCOORD_TEST_DATABASE_URL"
+	// EnvImage names the variable holding the Postgres image testcontainers runs.
+	EnvImage = "PGCOORD_TEST_IMAGE"
+	// DefaultImage is the official Postgres image, used when EnvImage is unset.
+	DefaultImage = "postgres:17"
+)
+
+var shared struct {
+	mainCalled bool
+	once       sync.Once
+	url        string
+	err        error
+	container  *Server
+	admin      *pgxpool.Pool
+}
+
+// Main runs the tests of a package and then removes the server container it started, if
+// any. Call it from TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }.
+func Main(m *testing.M) {
+	shared.mainCalled = true
+	code := m.Run()
+	if shared.admin != nil {
+		shared.admin.Close()
+	}
+	if shared.container != nil {
+		shared.container.terminate()
+	}
+	os.Exit(code)
+}
+
+// URL returns the connection string of the shared test server, starting a container on
+// first use when EnvURL is unset.
+func URL(t testing.TB) string {
+	t.Helper()
+	if !shared.mainCalled {
+		t.Fatal("pgtest: call pgtest.Main from the package's TestMain")
+	}
+	shared.once.Do(func() {
+		if u := os.Getenv(EnvURL); u != "" {
+			shared.url = u
+			return
+		}
+		s, err := startServer()
+		if err != nil {
+			shared.err = fmt.Errorf("%s is unset and no container could be started: %w", EnvURL, err)
+			return
+		}
+		shared.container, shared.url = s, s.URL
+	})
+	if shared.err != nil {
+		Unavailable(t, shared.err)
+	}
+	return shared.url
+}
+
+// Unavailable skips t because a server it needs cannot be had, or fails it when CI is set.
+func Unavailable(t testing.TB, err error) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("pgtest: no database in CI: %v", err)
+	}
+	t.Skipf("pgtest: no database (set %s or run Docker): %v", EnvURL, err)
+}
+
+// Schema creates an empty schema for t, dropped when t ends, and returns a pool whose
+// connections have it as their search_path, and its name.
+func Schema(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	url := URL(t)
+	ctx := context.Background()
+	name := SchemaName(t)
+	if _, err := adminPool(t, url).Exec(ctx, "CREATE SCHEMA "+pgconfig.QuoteIdent(name)); err != nil {
+		t.Fatalf("pgtest: create schema: %v", err)
+	}
+	pool := NewPool(t, url, name)
+	return pool, name
+}
+
+// Pool returns a pool on a fresh schema for t with pgcoord's migrations applied.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, _ := Schema(t)
+	if _, err := pgcoord.Migrate(context.Background(), pool, nil); err != nil {
+		t.Fatalf("pgtest: migrate: %v", err)
+	}
+	return pool
+}
+
+// NewPool opens a pool on url with search_path set to schema (if not empty), closed when t
+// ends.
+func NewPool(t testing.TB, url, schema string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgconfig.Pool(url, pgconfig.Options{AppName: "pgcoord-test", Schema: schema})
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// SchemaName returns a new schema name unique to this call, readable as t's name, and
+// drops the schema, if anything created it, when t ends. It does not create the schema.
+func SchemaName(t testing.TB) string {
+	t.Helper()
+	name := newSchemaName(t)
+	url := URL(t)
+	t.Cleanup(func() {
+		_, err := adminPool(t, url).Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgconfig.QuoteIdent(name)+" CASCADE")
+		if err != nil {
+			t.Errorf("pgtest: drop schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+func newSchemaName(t testing.TB) string {
+	var b strings.Builder
+	b.WriteString("t_")
+	for _, r := range strings.ToLower(t.Name()) {
+		if b.Len() >= 40 {
+			break
+		}
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	b.WriteByte('_')
+	b.WriteString(hex.EncodeToString(rnd[:]))
+	return b.String()
+}
+
+var adminOnce sync.Mutex
+
+func adminPool(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	adminOnce.Lock()
+	defer adminOnce.Unlock()
+	if shared.admin == nil {
+		cfg, err := pgconfig.Pool(url, pgconfig.Options{AppName: "pgcoord-test-admin", MaxConns: 4})
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		shared.admin, err = pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+	}
+	return shared.admin
+}
+
+// Server is a Postgres server in a container that belongs to one test, for tests that stop,
+// restart or otherwise disturb the server.
+type Server struct {
+	URL       string
+	Container *tcpostgres.PostgresContainer
+}
+
+// NewServer starts a Postgres container for t, always through testcontainers (whatever
+// EnvURL says), removed when t ends.
+func NewServer(t testing.TB) *Server {
+	t.Helper()
+	s, err := startServer()
+	if err != nil {
+		Unavailable(t, err)
+	}
+	t.Cleanup(s.terminate)
+	return s
+}
+
+// Image returns the Postgres image testcontainers runs: EnvImage, or DefaultImage.
+func Image() string {
+	if img := os.Getenv(EnvImage); img != "" {
+		return img
+	}
+	return DefaultImage
+}
+
+func startServer() (*Server, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := tcpostgres.Run(ctx, Image(),
+		tcpostgres.WithDatabase("pgcoord"),
+		tcpostgres.WithUsername("pgcoord"),
+		tcpostgres.WithPassword("pgcoord"),
+		tcpostgres.BasicWaitStrategies(),
+	)
+	if err != nil {
+		if c != nil {
+			_ = testcontainers.TerminateContainer(c)
+		}
+		return nil, fmt.Errorf("start %s: %w", Image(), err)
+	}
+	url, err := c.ConnectionString(ctx, "sslmode=disable")
+	if err != nil {
+		_ = testcontainers.TerminateContainer(c)
+		return nil, err
+	}
+	return &Server{URL: url, Container: c}, nil
+}
+
+func (s *Server) terminate() {
+	_ = testcontainers.TerminateContainer(s.Container)
+}
