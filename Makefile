@@ -1,0 +1,44 @@
+# pgcoord's build. `make test` runs the tests; `make help` lists the rest.
+SHELL := bash
+.SHELLFLAGS := -o pipefail -ec
+.DEFAULT_GOAL := help
+
+SQLC_VERSION := v1.31.1
+SQLC ?= $(shell command -v sqlc || echo $(shell go env GOPATH)/bin/sqlc)
+GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+
+.PHONY: test
+test: ## run every test against real PostgreSQL (see README: Testing)
+	source scripts/test-env.sh && go test $(GO_TEST_FLAGS) -json ./... | go run ./internal/tools/testreport
+
+.PHONY: build
+build: ## build bin/pgcoord
+	go build -o bin/pgcoord ./cmd/pgcoord
+
+.PHONY: vet
+vet: ## go vet and gofmt
+	go vet ./...
+	@test -z "$$(gofmt -l .)" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
+
+.PHONY: generate
+generate: $(SQLC) ## regenerate internal/dbsqlc from sql/ with sqlc
+	$(SQLC) generate
+
+.PHONY: check-generated
+check-generated: $(SQLC) ## fail if internal/dbsqlc is not what sqlc generates from sql/
+	$(SQLC) diff || { echo "internal/dbsqlc is stale: run 'make generate' and commit the result"; exit 1; }
+
+$(SQLC):
+	@echo "installing sqlc $(SQLC_VERSION) (builds from source with cgo; about 5 minutes, once)"
+	go install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
+
+.PHONY: tools
+tools: $(SQLC) ## install the pinned code generators
+
+.PHONY: bench
+bench: ## run `pgcoord bench` against $$PGCOORD_DATABASE_URL
+	go run ./cmd/pgcoord bench

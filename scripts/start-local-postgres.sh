@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Starts this machine's PostgreSQL cluster (Debian's postgresql-common layout) for the tests
+# and prints the connection URL for PGCOORD_TEST_DATABASE_URL on stdout.
+#
+# Usage: scripts/start-local-postgres.sh [VERSION [CLUSTER [PORT]]]   (default: 15 main 5432)
+# TCP logins use the password "postgres" for the postgres role (set here), so the cluster's
+# default scram-sha-256 pg_hba rules for 127.0.0.1 work unchanged.
+set -euo pipefail
+version=${1:-15}
+cluster=${2:-main}
+port=${3:-5432}
+db=pgcoord_test
+
+if ! pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1==v && $2==c {found=1} END {exit !found}'; then
+  pg_createcluster "$version" "$cluster" --port "$port" >/dev/null
+fi
+port=$(pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1==v && $2==c {print $3}')
+status=$(pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1==v && $2==c {print $4}')
+if [[ $status != online* ]]; then
+  pg_ctlcluster "$version" "$cluster" start
+fi
+psql_as_postgres() { runuser -u postgres -- psql -X -q -p "$port" -v ON_ERROR_STOP=1 "$@"; }
+psql_as_postgres -c "ALTER ROLE postgres PASSWORD 'postgres'" >/dev/null
+if [[ $(psql_as_postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'") != 1 ]]; then
+  psql_as_postgres -c "CREATE DATABASE $db" >/dev/null
+fi
+echo "postgres://postgres:postgres@127.0.0.1:$port/$db?sslmode=disable"
