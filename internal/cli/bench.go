@@ -1,0 +1,198 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgcoord/pgcoord/internal/bench"
+)
+
+// benchJSON is one result line of `pgcoord bench --json`.
+type benchJSON struct {
+	Bench          string  `json:"bench"`
+	Concurrency    int     `json:"concurrency"`
+	OpsPerSec      float64 `json:"ops_per_sec"`
+	P50MS          float64 `json:"p50_ms"`
+	P99MS          float64 `json:"p99_ms"`
+	Floor          string  `json:"floor"`
+	FloorOpsPerSec float64 `json:"floor_ops_per_sec"`
+	Ratio          float64 `json:"ratio"`
+	Rounds         int     `json:"rounds"`
+}
+
+// scenarioJSON is one line of `pgcoord bench --list --json`.
+type scenarioJSON struct {
+	Bench       string `json:"bench"`
+	Floor       string `json:"floor"`
+	Description string `json:"description"`
+}
+
+func (a *app) benchCommand() *cobra.Command {
+	var (
+		only        string
+		duration    time.Duration
+		concurrency []int
+		list        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure coordination operations against this database, each beside its raw-SQL floor",
+		Long: `Measure pgcoord's coordination operations against this database, like pgbench.
+
+Each scenario runs at each --concurrency (one connection per worker) for --duration,
+alternating in short rounds with its floor: the same work done with the fewest plain SQL
+statements (floor.select1, SELECT 1, is the round-trip floor and its own reference). The
+cost of a commit drifts a lot over time, so the result is the median of the per-round
+throughputs and the ratio of the two medians (1 = as fast as the floor). Latency
+percentiles are of the scenario's operations.
+
+--only selects the scenarios whose name starts with a prefix. A floor needed by a selected
+scenario is measured beside it but reported only when it is selected itself.
+
+The bench never touches pgcoord's tables: it creates a schema named pgcoord_bench_<hex>,
+migrates pgcoord into it, and drops it at the end, also on error or Ctrl-C (--schema is
+ignored). It needs the CREATE privilege on the database. A bench killed outright leaves
+its schema behind; any pgcoord_bench_* schema can be dropped.
+
+With --json each result is one JSON object per line: bench, concurrency, ops_per_sec,
+p50_ms, p99_ms, floor, floor_ops_per_sec, ratio, rounds.`,
+		Example: `  pgcoord bench --list
+  pgcoord bench --only floor --duration 2s --concurrency 1,8
+  pgcoord bench --json > bench.jsonl`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if duration <= 0 {
+				return usagef("--duration %v: want a positive duration", duration)
+			}
+			if len(concurrency) == 0 {
+				return usagef("--concurrency: want at least one number of workers")
+			}
+			for _, c := range concurrency {
+				if c < 1 || c > bench.MaxConcurrency {
+					return usagef("--concurrency %d: want 1 to %d workers", c, bench.MaxConcurrency)
+				}
+			}
+			scenarios := bench.Select(only)
+			if len(scenarios) == 0 {
+				return usagef("--only %q matches no scenario; 'pgcoord bench --list' shows them", only)
+			}
+			if list {
+				return a.listScenarios(scenarios)
+			}
+
+			cfg, err := a.poolConfig(int32(slices.Max(concurrency) + 1))
+			if err != nil {
+				return err
+			}
+			opts := &bench.Options{Concurrency: concurrency, Duration: duration}
+			if benchTTY(a.errOut) {
+				opts.Progress = func(p bench.Progress) {
+					against := "its own reference"
+					if p.Floor != p.Scenario {
+						against = "alternating with " + p.Floor
+					}
+					fmt.Fprintf(a.errOut, "%s c=%d: %d rounds of %v, %s\n", p.Scenario, p.Concurrency, p.Rounds, p.RoundLength.Round(time.Millisecond), against)
+				}
+			}
+			enc := json.NewEncoder(a.out) // one object per line
+			var encErr error
+			if a.json {
+				opts.OnResult = func(r bench.Result) {
+					if encErr == nil {
+						encErr = enc.Encode(toBenchJSON(r))
+					}
+				}
+			}
+			results, err := bench.Run(cmd.Context(), cfg, scenarios, opts)
+			if !a.json {
+				a.printBenchTable(results) // what was measured, also when a later scenario failed
+			}
+			if err != nil {
+				return err
+			}
+			return encErr
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&only, "only", "", "run only the scenarios whose name starts with this prefix")
+	f.DurationVar(&duration, "duration", bench.DefaultDuration, "measuring time per scenario per concurrency (its floor runs as long again, interleaved)")
+	f.IntSliceVar(&concurrency, "concurrency", slices.Clone(bench.DefaultConcurrency), "comma-separated numbers of concurrent workers")
+	f.BoolVar(&list, "list", false, "list the scenarios (with --only, the matching ones) and exit; needs no database")
+	return cmd
+}
+
+func (a *app) listScenarios(scenarios []bench.Scenario) error {
+	if a.json {
+		enc := json.NewEncoder(a.out)
+		for _, s := range scenarios {
+			if err := enc.Encode(scenarioJSON{Bench: s.Name, Floor: floorOf(s), Description: s.Description}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := a.table()
+	fmt.Fprintln(tw, "SCENARIO\tFLOOR\tDESCRIPTION")
+	for _, s := range scenarios {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, floorOf(s), s.Description)
+	}
+	return tw.Flush()
+}
+
+// floorOf names s's reference: its floor, or itself.
+func floorOf(s bench.Scenario) string {
+	if s.Floor == "" {
+		return s.Name
+	}
+	return s.Floor
+}
+
+func (a *app) printBenchTable(results []bench.Result) {
+	if len(results) == 0 {
+		return
+	}
+	tw := a.table()
+	fmt.Fprintln(tw, "SCENARIO\tWORKERS\tOPS/S\tP50 MS\tP99 MS\tFLOOR\tFLOOR OPS/S\tRATIO")
+	for _, r := range results {
+		j := toBenchJSON(r)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.3f\t%.3f\t%s\t%.1f\t%.3f\n",
+			j.Bench, j.Concurrency, j.OpsPerSec, j.P50MS, j.P99MS, j.Floor, j.FloorOpsPerSec, j.Ratio)
+	}
+	tw.Flush()
+}
+
+func toBenchJSON(r bench.Result) benchJSON {
+	return benchJSON{
+		Bench:          r.Scenario,
+		Concurrency:    r.Concurrency,
+		OpsPerSec:      benchRound(r.OpsPerSec, 1),
+		P50MS:          benchRound(float64(r.P50)/float64(time.Millisecond), 4),
+		P99MS:          benchRound(float64(r.P99)/float64(time.Millisecond), 4),
+		Floor:          r.Floor,
+		FloorOpsPerSec: benchRound(r.FloorOpsPerSec, 1),
+		Ratio:          benchRound(r.Ratio, 4),
+		Rounds:         r.Rounds,
+	}
+}
+
+// benchRound rounds x to the given number of decimals.
+func benchRound(x float64, decimals int) float64 {
+	p := math.Pow10(decimals)
+	return math.Round(x*p) / p
+}
+
+// benchTTY reports whether w is a terminal, where progress lines are welcome.
+func benchTTY(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

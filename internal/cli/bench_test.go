@@ -1,0 +1,129 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/pgcoord/pgcoord/internal/cli"
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+)
+
+func runBench(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = cli.Run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestBenchJSONLines(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runBench(t, "--database-url", pgtest.URL(t),
+		"bench", "--json", "--only", "floor", "--duration", "300ms", "--concurrency", "1,2")
+	if code != cli.ExitOK {
+		t.Fatalf("bench = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if errOut != "" {
+		t.Errorf("bench wrote %q to stderr, which is not a terminal", errOut)
+	}
+	wantKeys := []string{"bench", "concurrency", "floor", "floor_ops_per_sec", "ops_per_sec", "p50_ms", "p99_ms", "ratio", "rounds"}
+	seen := map[string]bool{}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	for _, line := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("line %q is not one JSON object: %v", line, err)
+		}
+		if keys := slices.Sorted(maps.Keys(m)); !slices.Equal(keys, wantKeys) {
+			t.Fatalf("line %q has keys %v, want %v", line, keys, wantKeys)
+		}
+		var r struct {
+			Bench          string  `json:"bench"`
+			Concurrency    int     `json:"concurrency"`
+			OpsPerSec      float64 `json:"ops_per_sec"`
+			P50MS          float64 `json:"p50_ms"`
+			P99MS          float64 `json:"p99_ms"`
+			Floor          string  `json:"floor"`
+			FloorOpsPerSec float64 `json:"floor_ops_per_sec"`
+			Ratio          float64 `json:"ratio"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		seen[fmt.Sprintf("%s/%d", r.Bench, r.Concurrency)] = true
+		if r.OpsPerSec <= 0 || r.FloorOpsPerSec <= 0 || r.P50MS <= 0 || r.P50MS > r.P99MS {
+			t.Errorf("implausible result %s", line)
+		}
+		if want := r.OpsPerSec / r.FloorOpsPerSec; math.Abs(r.Ratio-want) > 0.001*want+0.0001 {
+			t.Errorf("%s: ratio %v, want ops/floor = %v", line, r.Ratio, want)
+		}
+		if r.Bench == "floor.select1" && (r.Floor != "floor.select1" || r.Ratio != 1) {
+			t.Errorf("%s: floor.select1 is its own reference, want floor floor.select1 and ratio 1", line)
+		}
+		if r.Bench == "floor.lease" && r.Floor != "floor.select1" {
+			t.Errorf("%s: want floor.lease measured against floor.select1", line)
+		}
+	}
+	for _, k := range []string{"floor.select1/1", "floor.select1/2", "floor.lease/1", "floor.lease/2"} {
+		if !seen[k] {
+			t.Errorf("no result line for %s in %q", k, out)
+		}
+	}
+	if len(lines) != 4 {
+		t.Errorf("%d lines, want 4: %q", len(lines), out)
+	}
+}
+
+func TestBenchTable(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runBench(t, "--database-url", pgtest.URL(t),
+		"bench", "--only", "floor.select1", "--duration", "100ms", "--concurrency", "1")
+	if code != cli.ExitOK {
+		t.Fatalf("bench = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "SCENARIO") || !strings.HasPrefix(lines[1], "floor.select1 ") ||
+		!strings.HasSuffix(lines[1], " 1.000") {
+		t.Errorf("bench printed %q, want a header and one floor.select1 row with ratio 1.000", out)
+	}
+}
+
+func TestBenchList(t *testing.T) {
+	t.Parallel()
+	// --list needs no database: the URL points nowhere.
+	code, out, errOut := runBench(t, "--database-url", "postgres://nobody@127.0.0.1:1/none", "bench", "--list")
+	if code != cli.ExitOK || !strings.Contains(out, "floor.select1") || !strings.Contains(out, "floor.lease") {
+		t.Fatalf("bench --list = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, errOut = runBench(t, "--json", "bench", "--list", "--only", "floor.lease")
+	var s struct{ Bench, Floor, Description string }
+	if code != cli.ExitOK || json.Unmarshal([]byte(out), &s) != nil || s.Bench != "floor.lease" || s.Floor != "floor.select1" || s.Description == "" {
+		t.Fatalf("bench --list --json --only floor.lease = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestBenchUsageErrors(t *testing.T) {
+	t.Parallel()
+	// Usage is checked before connecting: the URL points nowhere.
+	for _, args := range [][]string{
+		{"--duration", "0"},
+		{"--duration", "-1s"},
+		{"--only", "nomatch"},
+		{"--concurrency", "0"},
+		{"--concurrency", "1,x"},
+		{"--concurrency", ""},
+		{"extra"},
+	} {
+		all := append([]string{"--database-url", "postgres://nobody@127.0.0.1:1/none", "bench"}, args...)
+		code, out, errOut := runBench(t, all...)
+		if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, "pgcoord: ") {
+			t.Errorf("bench %v = %d, stdout %q, stderr %q; want exit %d and a message", args, code, out, errOut, cli.ExitUsage)
+		}
+	}
+}
