@@ -3,6 +3,7 @@ package pgcoord
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"unicode/utf8"
 )
 
@@ -14,6 +15,22 @@ const MaxNameLen = 255
 // MaxNameLen bytes, not valid UTF-8, or contains a NUL byte (which Postgres text cannot
 // hold).
 var ErrInvalidName = errors.New("pgcoord: invalid name")
+
+// ErrInvalidArgument is returned, before any SQL runs, for an argument other than a name that
+// is out of range: a non-positive or absurdly large TTL, a nil handle, a limit below 1, ...
+var ErrInvalidArgument = errors.New("pgcoord: invalid argument")
+
+// CheckDB returns an error wrapping ErrInvalidArgument if db is nil, including a typed nil
+// such as a (*pgxpool.Pool)(nil) stored in the interface.
+func CheckDB(db DBTX) error {
+	if db == nil {
+		return fmt.Errorf("%w: nil database handle", ErrInvalidArgument)
+	}
+	if v := reflect.ValueOf(db); v.Kind() == reflect.Pointer && v.IsNil() {
+		return fmt.Errorf("%w: nil %T", ErrInvalidArgument, db)
+	}
+	return nil
+}
 
 // ValidateName checks a name given to any pgcoord primitive. kind says what the name is
 // for ("lease", "job", ...) and appears in the error, which wraps ErrInvalidName.

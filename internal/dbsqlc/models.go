@@ -3,3 +3,28 @@
 //   sqlc v1.31.1
 
 package dbsqlc
+
+import (
+	"time"
+)
+
+// pgcoord: the highest fence token accepted per resource
+type PgcoordFence struct {
+	Resource   string
+	FenceToken int64
+	UpdatedAt  time.Time
+}
+
+// pgcoord: one row per lease name, kept so fence tokens never repeat; a free lease has holder NULL
+type PgcoordLease struct {
+	Name        string
+	FenceToken  int64
+	Holder      *string
+	Metadata    []byte
+	AcquiredAt  time.Time
+	RenewedAt   *time.Time
+	ExpiresAt   *time.Time
+	ReleasedAt  *time.Time
+	ExpiredBy   *string
+	WantedUntil *time.Time
+}

@@ -1,0 +1,189 @@
+package fenced
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+	"github.com/pgcoord/pgcoord/leases"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// ErrStale means a write carried a fence token lower than one the data has already seen: a
+// newer holder wrote first. The caller's transaction must roll back.
+var ErrStale = errors.New("fenced: stale fence token")
+
+// GuardSQLState is the SQLSTATE the guard trigger raises for a lowering update. Calls of
+// this package turn it into ErrStale; the *pgconn.PgError stays reachable with errors.As.
+const GuardSQLState = "PGC01"
+
+// Check records token for resource in the fence register, inside the caller's
+// transaction, if it is not lower than the highest token seen for resource, and returns
+// ErrStale otherwise. The register row stays locked until tx ends, so concurrent writers of
+// one resource are ordered: a writer with a lower token that arrives while a higher one is
+// in flight waits, then gets ErrStale. Call it before the writes it protects, and roll tx
+// back on ErrStale. One round trip.
+func Check(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
+	if err := pgcoord.ValidateName("resource", resource); err != nil {
+		return err
+	}
+	if tx == nil {
+		return fmt.Errorf("%w: fenced: nil transaction", pgcoord.ErrInvalidArgument)
+	}
+	_, err := queries.FenceCheck(ctx, tx, dbsqlc.FenceCheckParams{Resource: resource, FenceToken: token})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %q token %d", ErrStale, resource, token)
+	}
+	if err != nil {
+		return fmt.Errorf("fenced: check %q: %w", resource, err)
+	}
+	return nil
+}
+
+// Exec runs a conditional write on the caller's own table — an UPDATE (or DELETE, or
+// INSERT ... ON CONFLICT ... WHERE) whose WHERE clause compares the row's fence column
+// with the caller's token, such as
+//
+//	UPDATE payments SET status = 'charged', fence_token = $2
+//	 WHERE order_id = $1 AND fence_token <= $2
+//
+// — and turns "no row affected" into ErrStale. It returns the command tag otherwise. The
+// statement must include the fence comparison: Exec cannot check that it does. A violation
+// of the guard trigger (InstallGuard) is returned as ErrStale too.
+func Exec(ctx context.Context, db pgcoord.DBTX, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := pgcoord.CheckDB(db); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := db.Exec(ctx, sql, args...)
+	if err != nil {
+		return tag, translate(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return tag, fmt.Errorf("%w: the conditional write matched no row", ErrStale)
+	}
+	return tag, nil
+}
+
+// translate maps the guard trigger's error to ErrStale, keeping the driver error reachable.
+func translate(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == GuardSQLState {
+		return fmt.Errorf("%w: %w", ErrStale, err)
+	}
+	return fmt.Errorf("fenced: %w", err)
+}
+
+// IsStale reports whether err is ErrStale or the guard trigger's violation, for errors
+// that come from your own driver calls rather than from this package.
+func IsStale(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.Is(err, ErrStale) || errors.As(err, &pgErr) && pgErr.Code == GuardSQLState
+}
+
+// CheckLease verifies, inside the caller's transaction, that the grant l is still current
+// by the database clock (not released, expired, taken over or expired by an operator), and
+// holds a share lock on it until tx ends, so that a takeover, a forced expiry or the
+// lease's own release waits until then. Writes made in tx after a successful CheckLease
+// therefore happen while l is held: mutual exclusion for data in the same database. It
+// returns an error wrapping leases.ErrLost otherwise. One round trip.
+func CheckLease(ctx context.Context, tx pgx.Tx, l leases.Lease) error {
+	if err := pgcoord.ValidateName("lease", l.Name); err != nil {
+		return err
+	}
+	if tx == nil {
+		return fmt.Errorf("%w: fenced: nil transaction", pgcoord.ErrInvalidArgument)
+	}
+	_, err := queries.CheckLease(ctx, tx, dbsqlc.CheckLeaseParams{Name: l.Name, Holder: l.Holder, FenceToken: l.Token})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %q token %d is not current", leases.ErrLost, l.Name, l.Token)
+	}
+	if err != nil {
+		return fmt.Errorf("fenced: check lease %q: %w", l.Name, err)
+	}
+	return nil
+}
+
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+
+// InstallGuard installs the guard trigger on table (optionally schema-qualified,
+// "schema.table") for its integer fence column: from then on the database refuses, with
+// SQLSTATE GuardSQLState, any UPDATE that would lower the column or set it to NULL,
+// whichever code path sends it. It is idempotent. The trigger is named
+// pgcoord_fence_guard_<column>. It does not catch an UPDATE that leaves the column as it
+// is: writes that skip fencing altogether must still be prevented by code review.
+func InstallGuard(ctx context.Context, db pgcoord.DBTX, table, column string) error {
+	tbl, trigger, err := guardNames(table, column)
+	if err != nil {
+		return err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return err
+	}
+	var dataType string
+	err = db.QueryRow(ctx, `SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+		WHERE a.attrelid = $1::regclass AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped`,
+		tbl, column).Scan(&dataType)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: fenced: table %s has no column %q", pgcoord.ErrInvalidArgument, table, column)
+	}
+	if err != nil {
+		return fmt.Errorf("fenced: install guard on %s: %w", table, err)
+	}
+	switch dataType {
+	case "bigint", "integer", "smallint":
+	default:
+		return fmt.Errorf("%w: fenced: column %s.%s is %s; a fence column must be bigint, integer or smallint", pgcoord.ErrInvalidArgument, table, column, dataType)
+	}
+	_, err = db.Exec(ctx, fmt.Sprintf(`CREATE OR REPLACE TRIGGER %s BEFORE UPDATE ON %s
+		FOR EACH ROW EXECUTE FUNCTION pgcoord_fence_guard(%s)`,
+		pgx.Identifier{trigger}.Sanitize(), tbl, quoteLiteral(column)))
+	if err != nil {
+		return fmt.Errorf("fenced: install guard on %s: %w", table, err)
+	}
+	return nil
+}
+
+// RemoveGuard removes the guard trigger InstallGuard put on table for column. Removing a
+// guard that is not there is not an error.
+func RemoveGuard(ctx context.Context, db pgcoord.DBTX, table, column string) error {
+	tbl, trigger, err := guardNames(table, column)
+	if err != nil {
+		return err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return err
+	}
+	if _, err := db.Exec(ctx, fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", pgx.Identifier{trigger}.Sanitize(), tbl)); err != nil {
+		return fmt.Errorf("fenced: remove guard from %s: %w", table, err)
+	}
+	return nil
+}
+
+// guardNames validates table and column (plain identifiers) and returns the quoted table
+// name and the trigger's name.
+func guardNames(table, column string) (string, string, error) {
+	var parts []string
+	for _, p := range strings.Split(table, ".") {
+		if !identifier.MatchString(p) {
+			return "", "", fmt.Errorf("%w: fenced: %q is not a table name (letters, digits, _; optionally schema.table)", pgcoord.ErrInvalidArgument, table)
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 || len(parts) > 2 {
+		return "", "", fmt.Errorf("%w: fenced: %q is not a table name", pgcoord.ErrInvalidArgument, table)
+	}
+	if !identifier.MatchString(column) {
+		return "", "", fmt.Errorf("%w: fenced: %q is not a column name", pgcoord.ErrInvalidArgument, column)
+	}
+	return pgx.Identifier(parts).Sanitize(), "pgcoord_fence_guard_" + column, nil
+}
+
+func quoteLiteral(s string) string { return "'" + s + "'" } // s is a validated identifier
+
+var queries dbsqlc.Queries

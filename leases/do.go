@@ -1,0 +1,169 @@
+package leases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// Metrics counts what keep-alive loops (Do) saw. Read the fields with Load.
+type Metrics struct {
+	// Renewals counts successful renewals.
+	Renewals atomic.Int64
+	// RenewErrors counts renewals that failed for a reason other than the lease being
+	// lost (a connection error, a timeout); the loop retries until the trust deadline.
+	RenewErrors atomic.Int64
+	// NearMisses counts renewals that succeeded with less than a quarter of the TTL left
+	// before the holder would have stopped trusting the lease: a sign that TTLs are too
+	// short for this database or that the process stalls.
+	NearMisses atomic.Int64
+	// Lost counts leases lost while their function ran: taken over, expired by an operator,
+	// or past the trust deadline without a successful renewal.
+	Lost atomic.Int64
+}
+
+// DefaultMetrics is where Do counts when DoOpts.Metrics is nil.
+var DefaultMetrics = &Metrics{}
+
+// DoOpts are the options of Do. A nil *DoOpts means the defaults.
+type DoOpts struct {
+	// AcquireOpts are used to acquire the lease (Now is ignored: Do always runs by the
+	// database clock).
+	AcquireOpts
+	// RenewEvery is the interval between renewals. Default: a third of the TTL.
+	RenewEvery time.Duration
+	// Logger receives warnings about failed renewals, near misses and lost leases.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// Metrics receives the counts. Default DefaultMetrics.
+	Metrics *Metrics
+}
+
+// Do acquires the lease name (waiting like Acquire), runs fn while holding it and releases
+// it when fn returns. In the background it renews the lease every RenewEvery, with an
+// asynchronous commit (losing a renewal only shortens the lease). fn's context is
+// cancelled, with a cause wrapping ErrLost, as soon as the lease is lost — a renewal finds
+// it taken over or expired by an operator — or its trust deadline passes without a
+// successful renewal, whichever comes first. fn should pass lease.Token with every write
+// it makes (see package fenced): a cancelled context stops fn only at its next check.
+//
+// Do returns fn's error if fn failed; otherwise an error wrapping ErrLost if the lease was
+// lost before fn returned or before it could be released; otherwise the error of acquiring
+// or releasing, or nil.
+func Do(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Duration, fn func(ctx context.Context, lease Lease) error, opts *DoOpts) error {
+	var o DoOpts
+	if opts != nil {
+		o = *opts
+	}
+	o.Now = time.Time{}
+	if fn == nil {
+		return fmt.Errorf("%w: leases: nil function", pgcoord.ErrInvalidArgument)
+	}
+	if err := validate(name, ttl); err != nil {
+		return err
+	}
+	if o.RenewEvery == 0 {
+		o.RenewEvery = ttl / 3
+	}
+	if o.RenewEvery <= 0 || o.RenewEvery >= ttl {
+		return fmt.Errorf("%w: leases: renew interval %v must be between 0 and the TTL %v", pgcoord.ErrInvalidArgument, o.RenewEvery, ttl)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = DefaultMetrics
+	}
+	lease, err := Acquire(ctx, pool, name, ttl, &o.AcquireOpts)
+	if err != nil {
+		return err
+	}
+
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	k := keeper{pool: pool, ttl: ttl, opts: &o, cancel: cancel, stop: make(chan struct{}), done: make(chan Lease)}
+	go k.run(lease)
+	fnErr := fn(fnCtx, lease)
+	close(k.stop)
+	current := <-k.done
+	lost := context.Cause(fnCtx)
+	cancel(nil)
+
+	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer relCancel()
+	relErr := Release(relCtx, pool, current, nil)
+	switch {
+	case fnErr != nil:
+		return fnErr
+	case errors.Is(lost, ErrLost):
+		return lost
+	case errors.Is(relErr, ErrLost):
+		o.Metrics.Lost.Add(1)
+		return fmt.Errorf("%w: %q was no longer held when fn returned", ErrLost, name)
+	default:
+		return relErr
+	}
+}
+
+// keeper renews one lease until stopped, and cancels the function's context when the
+// lease is lost or its trust deadline passes.
+type keeper struct {
+	pool   *pgxpool.Pool
+	ttl    time.Duration
+	opts   *DoOpts
+	cancel context.CancelCauseFunc
+	stop   chan struct{}
+	done   chan Lease // receives the last grant when run returns
+}
+
+func (k *keeper) run(l Lease) {
+	defer func() { k.done <- l }()
+	log := k.opts.Logger.With("lease", l.Name, "token", l.Token)
+	renew := time.NewTimer(k.opts.RenewEvery)
+	defer renew.Stop()
+	trust := time.NewTimer(time.Until(l.TrustUntil))
+	defer trust.Stop()
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-trust.C:
+			k.lose(log, fmt.Errorf("%w: %q: trust deadline passed without a successful renewal", ErrLost, l.Name))
+			return
+		case <-renew.C:
+		}
+		rctx, cancel := context.WithDeadline(context.Background(), l.TrustUntil)
+		next, err := Renew(rctx, k.pool, l, k.ttl, &RenewOpts{AsyncCommit: true, SafetyMargin: k.opts.SafetyMargin})
+		cancel()
+		switch {
+		case errors.Is(err, ErrLost):
+			k.lose(log, err)
+			return
+		case err != nil:
+			k.opts.Metrics.RenewErrors.Add(1)
+			log.Warn("pgcoord: lease renewal failed; retrying until the trust deadline", "err", err, "trust_left", time.Until(l.TrustUntil))
+			renew.Reset(min(k.opts.RenewEvery, max(time.Until(l.TrustUntil)/4, time.Millisecond)))
+			continue
+		}
+		k.opts.Metrics.Renewals.Add(1)
+		if left := time.Until(l.TrustUntil); left < k.ttl/4 {
+			k.opts.Metrics.NearMisses.Add(1)
+			log.Warn("pgcoord: lease renewed with little time left (near miss)", "trust_left", left, "ttl", k.ttl)
+		}
+		l = next
+		trust.Reset(time.Until(l.TrustUntil))
+		renew.Reset(k.opts.RenewEvery)
+	}
+}
+
+func (k *keeper) lose(log *slog.Logger, cause error) {
+	k.opts.Metrics.Lost.Add(1)
+	log.Warn("pgcoord: lease lost; cancelling its function", "err", cause)
+	k.cancel(cause)
+}

@@ -1,0 +1,63 @@
+// Package leases grants named, time-limited leases with fencing tokens, judged by the
+// database clock.
+//
+// A lease is a lock with a time limit, so a dead holder cannot block everyone forever. The
+// price is that nobody can tell a dead holder from a slow one: a holder paused by GC, swap
+// or SIGSTOP past its TTL wakes up still believing it holds the lease, after another holder
+// took it. No renewal loop removes that window. What makes a lease safe is the fence token:
+// every grant of a name gets a token higher than all before it, the holder sends it with
+// every write, and the storage rejects a write whose token is lower than one it has seen
+// (package fenced does this for data in the same database, and a token can serve as part
+// of an idempotency key for systems outside it).
+//
+//	lease, err := leases.TryAcquire(ctx, pool, "order:42", 30*time.Second, nil)
+//	if errors.Is(err, leases.ErrHeld) { ... someone else is on it ... }
+//	defer leases.Release(ctx, pool, lease, nil)
+//	// ... every write carries lease.Token ...
+//
+// Do runs a function under a lease and keeps the lease alive meanwhile; Acquire waits for a
+// lease, woken by LISTEN/NOTIFY when it is released.
+//
+// Every operation is one round trip to a SQL function of pgcoord's schema
+// (pgcoord_lease_acquire, _renew, _release, ...), which plain SQL callers can use directly:
+// see docs/sql-api.md.
+//
+// # Guarantees
+//
+//   - At most one holder has an unexpired grant of a name at any instant of the database
+//     clock. Concurrent acquirers of a free lease get exactly one winner.
+//   - Fence tokens of a name strictly increase with each grant and are never reused: not
+//     after release, expiry, operator expiry, restart or crash recovery. Rows of the lease
+//     table are kept and cannot be deleted or truncated.
+//   - Expiry is judged by the database clock only. A holder stops trusting its grant at
+//     Lease.TrustUntil, computed from its own monotonic clock as the instant it sent the
+//     request plus the TTL the database reported left, minus a safety margin: never later
+//     than the database would expire it.
+//   - Renew and Release act on one grant (name + holder + token). On a grant that is no
+//     longer current they change nothing and return ErrLost; a late release can never free
+//     the next holder's lease.
+//   - A failed TryAcquire writes nothing and locks nothing (no WAL, no commit to wait for).
+//   - A grant whose reply was lost is recovered by retrying as the same holder: TryAcquire
+//     retries once by itself on a connection failure, and a caller that sets
+//     AcquireOpts.Holder gets its existing grant back from any later call.
+//   - Grants, releases and operator expiries are durable commits; renewals made by Do are
+//     asynchronous commits, whose loss in a crash only shortens the lease.
+//
+// # Failure modes
+//
+//   - A paused or partitioned holder keeps running past its lease until it next checks;
+//     only fencing at the data stops its writes. Do cancels the function's context when the
+//     lease is lost or the trust deadline passes, but cannot interrupt code that does not
+//     look at its context.
+//   - A holder that crashes without releasing blocks the name until its grant expires.
+//     Keep TTLs short and renew (Do does).
+//   - Behind a transaction-mode pooler (PgBouncer), notifications do not arrive: set
+//     AcquireOpts.NoListen, and Acquire polls (every PollInterval, and at the expiry of
+//     the current grant).
+//   - A waiting Acquire holds one connection of the pool until it returns.
+//   - With asynchronous replication, a grant committed on a primary that fails before the
+//     standby receives it can be granted again, with the same token, on the promoted
+//     standby. Use synchronous replication where fencing must survive failover.
+//   - Two callers that set the same AcquireOpts.Holder are one holder to pgcoord: they
+//     share the grant.
+package leases

@@ -1,0 +1,158 @@
+package leases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// Info is the state of a lease as an operator sees it: held or free, by whom, until when.
+type Info struct {
+	Name string
+	// Token is the fence token of the current or most recent grant.
+	Token int64
+	// Holder is the current holder; empty when the lease is free (released or expired by
+	// an operator). An expired but untaken grant keeps its holder: see Held.
+	Holder   string
+	Metadata map[string]string
+	// AcquiredAt, RenewedAt, ExpiresAt and ReleasedAt are by the database clock; zero when
+	// they do not apply.
+	AcquiredAt, RenewedAt, ExpiresAt, ReleasedAt time.Time
+	// ExpiredBy names who forced the last grant to expire (see Expire); empty otherwise.
+	ExpiredBy string
+	// DBNow is the database clock when the row was read.
+	DBNow time.Time
+}
+
+// Held reports whether the lease had an unexpired holder when it was read.
+func (i Info) Held() bool { return i.Holder != "" && i.ExpiresAt.After(i.DBNow) }
+
+// Remaining is how long the grant had left when it was read, by the database clock; zero
+// if it was not held.
+func (i Info) Remaining() time.Duration {
+	if !i.Held() {
+		return 0
+	}
+	return i.ExpiresAt.Sub(i.DBNow)
+}
+
+func infoFrom(r dbsqlc.GetLeaseRow) Info {
+	i := Info{
+		Name: r.Name, Token: r.FenceToken, Metadata: decodeMetadata(r.Metadata),
+		AcquiredAt: r.AcquiredAt, DBNow: r.DbNow,
+	}
+	i.Holder = deref(r.Holder)
+	i.ExpiredBy = deref(r.ExpiredBy)
+	i.RenewedAt = deref(r.RenewedAt)
+	i.ExpiresAt = deref(r.ExpiresAt)
+	i.ReleasedAt = deref(r.ReleasedAt)
+	return i
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// Get returns the state of the lease name, or ErrNotFound if it was never granted.
+func Get(ctx context.Context, db pgcoord.DBTX, name string) (Info, error) {
+	if err := pgcoord.ValidateName("lease", name); err != nil {
+		return Info{}, err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return Info{}, err
+	}
+	row, err := queries.GetLease(ctx, db, dbsqlc.GetLeaseParams{Name: name})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Info{}, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	if err != nil {
+		return Info{}, fmt.Errorf("leases: get %q: %w", name, err)
+	}
+	return infoFrom(row), nil
+}
+
+// ListOpts are the options of List. A nil *ListOpts lists the first DefaultListLimit
+// leases in name order.
+type ListOpts struct {
+	// Held lists only leases with an unexpired holder; Expired only grants that expired
+	// without being released. They are mutually exclusive.
+	Held, Expired bool
+	// After lists leases whose name sorts after it: pass the last name of one page to get
+	// the next.
+	After string
+	// Limit caps the number of leases returned. Default DefaultListLimit; at most
+	// MaxListLimit.
+	Limit int
+}
+
+// DefaultListLimit and MaxListLimit bound one page of List.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 10000
+)
+
+// List returns leases in name order, one page at a time (see ListOpts.After), never nil.
+func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]Info, error) {
+	if err := pgcoord.CheckDB(db); err != nil {
+		return nil, err
+	}
+	var o ListOpts
+	if opts != nil {
+		o = *opts
+	}
+	if o.Held && o.Expired {
+		return nil, fmt.Errorf("%w: leases: list: Held and Expired are mutually exclusive", pgcoord.ErrInvalidArgument)
+	}
+	if o.Limit == 0 {
+		o.Limit = DefaultListLimit
+	}
+	if o.Limit < 0 || o.Limit > MaxListLimit {
+		return nil, fmt.Errorf("%w: leases: list limit %d is outside 1..%d", pgcoord.ErrInvalidArgument, o.Limit, MaxListLimit)
+	}
+	rows, err := queries.ListLeases(ctx, db, dbsqlc.ListLeasesParams{
+		After: o.After, HeldOnly: o.Held, ExpiredOnly: o.Expired, MaxRows: int32(o.Limit),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("leases: list: %w", err)
+	}
+	out := make([]Info, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, infoFrom(dbsqlc.GetLeaseRow(r)))
+	}
+	return out, nil
+}
+
+// Expire is the operator's forced expiry of the lease name: it becomes free at once and a
+// waiting Acquire is woken; the old holder's Renew, Release and in-database checks
+// (fenced.CheckLease) fail with ErrLost from then on, and the next grant gets a higher
+// token, so fenced writes reject the old holder. by names the operator, for the record.
+// It returns the lease as it was, or ErrNotFound if it was not held.
+func Expire(ctx context.Context, db pgcoord.DBTX, name, by string) (Info, error) {
+	if err := pgcoord.ValidateName("lease", name); err != nil {
+		return Info{}, err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return Info{}, err
+	}
+	if by == "" {
+		by = "operator"
+	}
+	r, err := queries.ExpireLease(ctx, db, dbsqlc.ExpireLeaseParams{Name: name, ExpiredBy: by})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Info{}, fmt.Errorf("%w: %q is not held", ErrNotFound, name)
+	}
+	if err != nil {
+		return Info{}, fmt.Errorf("leases: expire %q: %w", name, err)
+	}
+	return infoFrom(dbsqlc.GetLeaseRow(r)), nil
+}

@@ -1,0 +1,340 @@
+package leases
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// Errors returned by this package. Driver errors are wrapped, so a *pgconn.PgError stays
+// reachable with errors.As.
+var (
+	// ErrHeld means another holder has the lease and it has not expired.
+	ErrHeld = errors.New("leases: held by another holder")
+	// ErrLost means the grant a call names (name + holder + token) is no longer current:
+	// the lease was released, expired, taken over or expired by an operator. A Renew or
+	// Release that returns it changed nothing.
+	ErrLost = errors.New("leases: lease lost")
+	// ErrNotFound means no lease of that name was ever granted.
+	ErrNotFound = errors.New("leases: no such lease")
+)
+
+// MaxTTL is the longest lease pgcoord grants. A lease is meant to be renewed; a TTL of hours
+// usually means a crashed holder would block everyone for that long.
+const MaxTTL = 24 * time.Hour
+
+// MinTTL is the shortest lease pgcoord grants.
+const MinTTL = time.Millisecond
+
+// Lease is one grant of a named lease to one holder. It is a plain value: pass it to Renew,
+// Release and fenced.CheckLease, and send Token with every write the lease protects.
+type Lease struct {
+	// Name is the lease's name.
+	Name string
+	// Holder identifies the holder of this grant.
+	Holder string
+	// Token is the fence token of this grant: higher than every earlier grant of Name.
+	Token int64
+	// Metadata describes the holder for operators (host, pid, app, and any keys given in
+	// AcquireOpts.Metadata).
+	Metadata map[string]string
+	// AcquiredAt is when the lease was granted, by the database clock.
+	AcquiredAt time.Time
+	// ExpiresAt is when the grant expires unless renewed, by the database clock.
+	ExpiresAt time.Time
+	// TrustUntil is the local instant (with Go's monotonic clock reading) after which the
+	// holder must stop trusting the lease even if it has heard nothing: the start of the
+	// request that granted or renewed it, plus the TTL the database reported left, minus
+	// the safety margin. It never trusts the lease longer than the database does.
+	TrustUntil time.Time
+}
+
+// Trusted reports whether the holder may still rely on the lease by its own clock
+// (time.Now() before TrustUntil). It is a local judgement only: fence every write anyway.
+func (l Lease) Trusted() bool { return time.Now().Before(l.TrustUntil) }
+
+// AcquireOpts are the options of TryAcquire, Acquire and Do. A nil *AcquireOpts means the
+// defaults.
+type AcquireOpts struct {
+	// Holder identifies the holder. Default: a new identity per call ("host/pid/random"),
+	// so two calls never share a grant. Set it to a stable identity (a worker's name) to
+	// make acquisition re-entrant: a holder that calls again while it holds the lease gets
+	// its existing grant back, with the same token, instead of ErrHeld.
+	Holder string
+	// Metadata is stored with the grant for operators, on top of host, pid and app.
+	Metadata map[string]string
+	// SafetyMargin is subtracted from the TTL to give the local trust deadline. Default:
+	// a tenth of the TTL. It must be less than the TTL.
+	SafetyMargin time.Duration
+	// PollInterval bounds how long Acquire waits between attempts when no notification
+	// arrives (behind a transaction-mode pooler, or when a holder dies without releasing).
+	// Default 1s, with ±20% jitter.
+	PollInterval time.Duration
+	// NoListen makes Acquire poll only, without LISTEN: for connections through a
+	// transaction-mode pooler, where notifications are not delivered.
+	NoListen bool
+	// Now, if set, judges expiry at this instant instead of the database clock. For tests
+	// only: production code never sets it.
+	Now time.Time
+}
+
+func (o *AcquireOpts) withDefaults(ttl time.Duration) (AcquireOpts, error) {
+	var v AcquireOpts
+	if o != nil {
+		v = *o
+	}
+	if v.Holder == "" {
+		v.Holder = NewHolderID()
+	} else if err := pgcoord.ValidateName("holder", v.Holder); err != nil {
+		return v, err
+	}
+	if v.SafetyMargin == 0 {
+		v.SafetyMargin = ttl / 10
+	}
+	if v.SafetyMargin < 0 || v.SafetyMargin >= ttl {
+		return v, fmt.Errorf("%w: leases: safety margin %v must be between 0 and the TTL %v", pgcoord.ErrInvalidArgument, v.SafetyMargin, ttl)
+	}
+	if v.PollInterval == 0 {
+		v.PollInterval = time.Second
+	}
+	if v.PollInterval < 0 {
+		return v, fmt.Errorf("%w: leases: negative poll interval %v", pgcoord.ErrInvalidArgument, v.PollInterval)
+	}
+	return v, nil
+}
+
+// NewHolderID returns a new holder identity, "host/pid/random", unique per call.
+func NewHolderID() string {
+	return fmt.Sprintf("%s/%d/%s", hostname, os.Getpid(), randomHex(6))
+}
+
+var (
+	hostname, _ = os.Hostname()
+	appName     = filepath.Base(os.Args[0])
+)
+
+func validate(name string, ttl time.Duration) error {
+	if err := pgcoord.ValidateName("lease", name); err != nil {
+		return err
+	}
+	if ttl < MinTTL || ttl > MaxTTL {
+		return fmt.Errorf("%w: leases: TTL %v is outside %v..%v", pgcoord.ErrInvalidArgument, ttl, MinTTL, MaxTTL)
+	}
+	return nil
+}
+
+// TryAcquire grants the lease name to the caller for ttl if it is free or expired, in one
+// round trip, and returns the grant with a fence token higher than any before. If another
+// holder has it, it returns ErrHeld; that failed attempt writes nothing and locks nothing.
+//
+// If the reply is lost after the grant committed (a connection cut), TryAcquire retries
+// once with the same holder identity and gets its own grant back instead of ErrHeld.
+// Expiry is judged by the database clock.
+func TryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Duration, opts *AcquireOpts) (Lease, error) {
+	if err := validate(name, ttl); err != nil {
+		return Lease{}, err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return Lease{}, err
+	}
+	o, err := opts.withDefaults(ttl)
+	if err != nil {
+		return Lease{}, err
+	}
+	return tryAcquire(ctx, db, name, ttl, o)
+}
+
+func tryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Duration, o AcquireOpts) (Lease, error) {
+	meta, err := encodeMetadata(o.Metadata)
+	if err != nil {
+		return Lease{}, err
+	}
+	for attempt := 0; ; attempt++ {
+		start := time.Now()
+		row, err := queries.AcquireLease(ctx, db, dbsqlc.AcquireLeaseParams{
+			Name: name, Holder: o.Holder, Ttl: interval(ttl), Metadata: meta, Now: nowArg(o.Now),
+		})
+		switch {
+		case err == nil:
+			return leaseFrom(dbsqlc.GetLeaseRow(row), start, o.SafetyMargin), nil
+		case errors.Is(err, pgx.ErrNoRows):
+			return Lease{}, fmt.Errorf("%w: %q", ErrHeld, name)
+		case attempt == 0 && ambiguous(ctx, err):
+			continue // the grant may have committed: ask again as the same holder
+		default:
+			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, err)
+		}
+	}
+}
+
+// ambiguous reports whether err leaves unknown whether the statement committed: the
+// connection failed after the statement may have been sent.
+func ambiguous(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr) && !pgconn.SafeToRetry(err)
+}
+
+// RenewOpts are the options of Renew. A nil *RenewOpts means the defaults.
+type RenewOpts struct {
+	// AsyncCommit commits the renewal without waiting for the WAL flush
+	// (synchronous_commit = off for that transaction), for about twice the throughput.
+	// Losing the renewal in a crash only shortens the lease. Never set it when db is a
+	// transaction that also carries other writes: they would lose durability too.
+	AsyncCommit bool
+	// SafetyMargin as in AcquireOpts. Default: a tenth of the TTL.
+	SafetyMargin time.Duration
+	// Now as in AcquireOpts: for tests only.
+	Now time.Time
+}
+
+// Renew extends the grant l to ttl from now (by the database clock), in one round trip,
+// and returns the renewed grant with a new ExpiresAt and TrustUntil. It returns ErrLost,
+// having changed nothing, if l is no longer current — including when it has expired, even
+// if nobody took it since: a holder that let its lease expire must acquire it again.
+func Renew(ctx context.Context, db pgcoord.DBTX, l Lease, ttl time.Duration, opts *RenewOpts) (Lease, error) {
+	if err := validate(l.Name, ttl); err != nil {
+		return Lease{}, err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return Lease{}, err
+	}
+	var o RenewOpts
+	if opts != nil {
+		o = *opts
+	}
+	if o.SafetyMargin == 0 {
+		o.SafetyMargin = ttl / 10
+	}
+	if o.SafetyMargin < 0 || o.SafetyMargin >= ttl {
+		return Lease{}, fmt.Errorf("%w: leases: safety margin %v must be between 0 and the TTL %v", pgcoord.ErrInvalidArgument, o.SafetyMargin, ttl)
+	}
+	start := time.Now()
+	row, err := queries.RenewLease(ctx, db, dbsqlc.RenewLeaseParams{
+		Name: l.Name, Holder: l.Holder, FenceToken: l.Token, Ttl: interval(ttl),
+		Durable: !o.AsyncCommit, Now: nowArg(o.Now),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, fmt.Errorf("%w: %q token %d", ErrLost, l.Name, l.Token)
+	}
+	if err != nil {
+		return Lease{}, fmt.Errorf("leases: renew %q: %w", l.Name, err)
+	}
+	return leaseFrom(dbsqlc.GetLeaseRow(row), start, o.SafetyMargin), nil
+}
+
+// ReleaseOpts are the options of Release. A nil *ReleaseOpts means the defaults.
+type ReleaseOpts struct {
+	// Now as in AcquireOpts: for tests only.
+	Now time.Time
+}
+
+// Release frees the grant l in one round trip, waking a waiting Acquire. It is scoped to
+// the grant (name + holder + token): if l is no longer current it changes nothing and
+// returns ErrLost, so a late release never frees the next holder's lease. Meant for defer.
+func Release(ctx context.Context, db pgcoord.DBTX, l Lease, opts *ReleaseOpts) error {
+	if err := pgcoord.ValidateName("lease", l.Name); err != nil {
+		return err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return err
+	}
+	var now time.Time
+	if opts != nil {
+		now = opts.Now
+	}
+	n, err := queries.ReleaseLease(ctx, db, dbsqlc.ReleaseLeaseParams{
+		Name: l.Name, Holder: l.Holder, FenceToken: l.Token, Now: nowArg(now),
+	})
+	if err != nil {
+		return fmt.Errorf("leases: release %q: %w", l.Name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %q token %d was not current at release", ErrLost, l.Name, l.Token)
+	}
+	return nil
+}
+
+// leaseFrom turns a lease row into a Lease. start is the local instant the request was
+// sent: the trust deadline counts the TTL left by the database clock from there.
+func leaseFrom(r dbsqlc.GetLeaseRow, start time.Time, margin time.Duration) Lease {
+	l := Lease{
+		Name:       r.Name,
+		Token:      r.FenceToken,
+		Metadata:   decodeMetadata(r.Metadata),
+		AcquiredAt: r.AcquiredAt,
+	}
+	if r.Holder != nil {
+		l.Holder = *r.Holder
+	}
+	if r.ExpiresAt != nil {
+		l.ExpiresAt = *r.ExpiresAt
+		l.TrustUntil = start.Add(r.ExpiresAt.Sub(r.DbNow) - margin)
+	}
+	return l
+}
+
+func encodeMetadata(extra map[string]string) ([]byte, error) {
+	m := map[string]string{"host": hostname, "pid": fmt.Sprint(os.Getpid()), "app": appName}
+	for k, v := range extra {
+		m[k] = v
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("leases: metadata: %w", err)
+	}
+	return b, nil
+}
+
+// decodeMetadata reads the metadata column, which SQL callers may have filled with any
+// JSON object; non-string values are shown as JSON.
+func decodeMetadata(b []byte) map[string]string {
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(b, &raw) != nil {
+		return map[string]string{}
+	}
+	m := make(map[string]string, len(raw))
+	for k, v := range raw {
+		var s string
+		if json.Unmarshal(v, &s) == nil {
+			m[k] = s
+		} else {
+			m[k] = string(v)
+		}
+	}
+	return m
+}
+
+func interval(d time.Duration) pgtype.Interval {
+	return pgtype.Interval{Microseconds: d.Microseconds(), Valid: true}
+}
+
+func nowArg(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+var queries dbsqlc.Queries

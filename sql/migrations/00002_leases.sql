@@ -1,0 +1,289 @@
+-- Leases with fencing tokens, and the fence register.
+--
+-- One row per lease name, kept forever: fence_token counts the grants of that name, so a
+-- token is never issued twice — not after release, expiry, operator expiry, a restart or
+-- crash recovery (the table is logged, the counter lives in the row, and rows cannot be
+-- deleted or truncated). Expiry is judged by the database clock only; every function takes
+-- an optional p_now so tests can judge at another instant instead of sleeping.
+
+-- +goose Up
+CREATE TABLE pgcoord_leases (
+    name         text        PRIMARY KEY CHECK (octet_length(name) BETWEEN 1 AND 255),
+    fence_token  bigint      NOT NULL CHECK (fence_token > 0),
+    holder       text        CHECK (octet_length(holder) BETWEEN 1 AND 255),
+    metadata     jsonb       NOT NULL DEFAULT '{}',
+    acquired_at  timestamptz NOT NULL,
+    renewed_at   timestamptz,
+    expires_at   timestamptz,
+    released_at  timestamptz,
+    -- Set when an operator forced the lease to expire (pgcoord leases expire).
+    expired_by   text,
+    -- Until when a blocked acquirer waits for this lease: a release notifies only while
+    -- someone waits, because NOTIFY serializes committing transactions database-wide.
+    wanted_until timestamptz,
+    CHECK ((holder IS NULL) = (expires_at IS NULL))
+);
+
+COMMENT ON TABLE pgcoord_leases IS
+    'pgcoord: one row per lease name, kept so fence tokens never repeat; a free lease has holder NULL';
+
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_leases_keep_rows() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'pgcoord: lease rows are never deleted, so that fence tokens never repeat'
+        USING HINT = 'Expire a lease with pgcoord_lease_expire or `pgcoord leases expire`.';
+END
+$$;
+-- +goose StatementEnd
+
+CREATE TRIGGER pgcoord_leases_keep_rows BEFORE DELETE ON pgcoord_leases
+    FOR EACH ROW EXECUTE FUNCTION pgcoord_leases_keep_rows();
+CREATE TRIGGER pgcoord_leases_keep_rows_truncate BEFORE TRUNCATE ON pgcoord_leases
+    FOR EACH STATEMENT EXECUTE FUNCTION pgcoord_leases_keep_rows();
+
+-- pgcoord_channel(topic) is the NOTIFY channel pgcoord uses for topic ('leases', ...),
+-- namespaced by the install schema like pgcoord_lock_key, and short enough for any schema.
+CREATE FUNCTION pgcoord_channel(topic text) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$ SELECT 'pgcoord_' || lpad(to_hex(pgcoord_lock_key('channel:' || topic)), 16, '0') $$;
+
+-- pgcoord_lease_acquire grants the lease to p_holder if it is free or expired, with a new
+-- fence token, and returns the granted row. If p_holder already holds it (an earlier
+-- attempt committed but its reply was lost) it returns that grant unchanged. Otherwise it
+-- returns no row, and it has written nothing and locked nothing.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_lease_acquire(
+    p_name text, p_holder text, p_ttl interval,
+    p_metadata jsonb DEFAULT '{}', p_now timestamptz DEFAULT NULL
+) RETURNS SETOF pgcoord_leases LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    r pgcoord_leases;
+BEGIN
+    IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
+        RAISE EXCEPTION 'pgcoord: lease ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    END IF;
+    -- Take a free or expired lease. A row that is held and unexpired fails the WHERE
+    -- clause before it is locked, so a failed attempt writes no WAL and needs no commit.
+    UPDATE pgcoord_leases
+       SET fence_token = fence_token + 1, holder = p_holder, metadata = coalesce(p_metadata, '{}'),
+           acquired_at = v_now, renewed_at = NULL, expires_at = v_now + p_ttl,
+           released_at = NULL, expired_by = NULL
+     WHERE name = p_name AND (holder IS NULL OR expires_at <= v_now)
+    RETURNING * INTO r;
+    IF FOUND THEN
+        RETURN NEXT r;
+        RETURN;
+    END IF;
+    -- First grant of this name.
+    INSERT INTO pgcoord_leases (name, fence_token, holder, metadata, acquired_at, expires_at)
+    VALUES (p_name, 1, p_holder, coalesce(p_metadata, '{}'), v_now, v_now + p_ttl)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING * INTO r;
+    IF FOUND THEN
+        RETURN NEXT r;
+        RETURN;
+    END IF;
+    -- Our own live grant, if a previous attempt got it.
+    RETURN QUERY SELECT * FROM pgcoord_leases
+     WHERE name = p_name AND holder = p_holder AND expires_at > v_now;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_lease_wait is pgcoord_lease_acquire for a caller that will wait: if the lease is
+-- not granted, it records that someone waits for it until p_now + p_want (so its release
+-- sends a notification on pgcoord_channel('leases')) and returns the current holder's row,
+-- whose expires_at tells the caller when to try again. Granted iff the returned row's holder
+-- is p_holder. Listen on the channel before calling it, so no release is missed. The wait
+-- registration commits without waiting for the WAL flush: losing it only delays a wake-up.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_lease_wait(
+    p_name text, p_holder text, p_ttl interval, p_want interval,
+    p_metadata jsonb DEFAULT '{}', p_now timestamptz DEFAULT NULL
+) RETURNS SETOF pgcoord_leases LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    r pgcoord_leases;
+BEGIN
+    IF p_want IS NULL OR p_want <= interval '0' THEN
+        RAISE EXCEPTION 'pgcoord: wait interval must be positive, got %', p_want USING ERRCODE = '22023';
+    END IF;
+    -- Two rounds: the lease may be released between a failed attempt and the registration,
+    -- in which case the registration matches nothing and the second attempt takes it.
+    FOR i IN 1..2 LOOP
+        SELECT * INTO r FROM pgcoord_lease_acquire(p_name, p_holder, p_ttl, p_metadata, p_now);
+        IF FOUND THEN
+            RETURN NEXT r;
+            RETURN;
+        END IF;
+        UPDATE pgcoord_leases
+           SET wanted_until = greatest(wanted_until, v_now + p_want)
+         WHERE name = p_name AND holder IS NOT NULL AND expires_at > v_now
+        RETURNING * INTO r;
+        IF FOUND THEN
+            PERFORM set_config('synchronous_commit', 'off', true);
+            RETURN NEXT r;
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_lease_renew extends one grant (name + holder + token) to p_now + p_ttl and returns
+-- it; no row if that grant is no longer current (released, expired, taken over). With
+-- p_durable false the renewal commits without waiting for the WAL flush: losing it in a
+-- crash only shortens the lease. Never pass false inside a transaction that has other writes.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_lease_renew(
+    p_name text, p_holder text, p_fence_token bigint, p_ttl interval,
+    p_durable boolean DEFAULT true, p_now timestamptz DEFAULT NULL
+) RETURNS SETOF pgcoord_leases LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+BEGIN
+    IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
+        RAISE EXCEPTION 'pgcoord: lease ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    END IF;
+    IF NOT p_durable THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    RETURN QUERY
+    UPDATE pgcoord_leases
+       SET expires_at = v_now + p_ttl, renewed_at = v_now
+     WHERE name = p_name AND holder = p_holder AND fence_token = p_fence_token AND expires_at > v_now
+    RETURNING *;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_lease_release frees one grant (name + holder + token) and returns the freed row;
+-- no row if that grant is no longer current, in which case nothing changed. Waiters
+-- registered by pgcoord_lease_wait are woken by a notification on
+-- pgcoord_channel('leases') carrying the lease name.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_lease_release(
+    p_name text, p_holder text, p_fence_token bigint, p_now timestamptz DEFAULT NULL
+) RETURNS SETOF pgcoord_leases LANGUAGE plpgsql AS $$
+DECLARE
+    r pgcoord_leases;
+BEGIN
+    UPDATE pgcoord_leases
+       SET holder = NULL, expires_at = NULL, released_at = coalesce(p_now, now())
+     WHERE name = p_name AND holder = p_holder AND fence_token = p_fence_token
+    RETURNING * INTO r;
+    IF FOUND THEN
+        IF r.wanted_until > coalesce(p_now, now()) THEN
+            PERFORM pg_notify(pgcoord_channel('leases'), p_name);
+        END IF;
+        RETURN NEXT r;
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_lease_expire is the operator's forced expiry: the lease becomes free at once, its
+-- holder's renewals, releases and in-database checks fail, and the next grant gets a higher
+-- token. Returns the row as it was before, or nothing if the lease was not held.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_lease_expire(p_name text, p_by text, p_now timestamptz DEFAULT NULL)
+RETURNS SETOF pgcoord_leases LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    r pgcoord_leases;
+BEGIN
+    SELECT * INTO r FROM pgcoord_leases WHERE name = p_name AND holder IS NOT NULL FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    UPDATE pgcoord_leases
+       SET holder = NULL, expires_at = NULL, released_at = v_now, expired_by = coalesce(p_by, 'operator')
+     WHERE name = p_name;
+    PERFORM pg_notify(pgcoord_channel('leases'), p_name);
+    RETURN NEXT r;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_lease_check verifies, inside the caller's transaction, that one grant is still
+-- current, and holds a share lock on it until that transaction ends: a takeover, release or
+-- forced expiry waits until then. Returns the row, or nothing if the grant is not current.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_lease_check(
+    p_name text, p_holder text, p_fence_token bigint, p_now timestamptz DEFAULT NULL
+) RETURNS SETOF pgcoord_leases LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM pgcoord_leases
+     WHERE name = p_name AND holder = p_holder AND fence_token = p_fence_token
+       AND expires_at > coalesce(p_now, now())
+       FOR SHARE;
+END
+$$;
+-- +goose StatementEnd
+
+-- The fence register: the highest token seen per resource.
+CREATE TABLE pgcoord_fences (
+    resource    text        PRIMARY KEY CHECK (octet_length(resource) BETWEEN 1 AND 255),
+    fence_token bigint      NOT NULL,
+    updated_at  timestamptz NOT NULL
+);
+
+COMMENT ON TABLE pgcoord_fences IS 'pgcoord: the highest fence token accepted per resource';
+
+-- pgcoord_fence_check records p_fence_token for p_resource if it is not lower than the
+-- highest seen, and returns the row; no row means the token is stale and the caller's
+-- transaction must not write. The row stays locked until the caller's transaction ends,
+-- so concurrent writers to one resource are ordered by token.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_fence_check(p_resource text, p_fence_token bigint, p_now timestamptz DEFAULT NULL)
+RETURNS SETOF pgcoord_fences LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_fence_token IS NULL THEN
+        RAISE EXCEPTION 'pgcoord: fence token is null' USING ERRCODE = '22004';
+    END IF;
+    RETURN QUERY
+    INSERT INTO pgcoord_fences AS f (resource, fence_token, updated_at)
+    VALUES (p_resource, p_fence_token, coalesce(p_now, now()))
+    ON CONFLICT (resource) DO UPDATE
+       SET fence_token = excluded.fence_token, updated_at = excluded.updated_at
+     WHERE f.fence_token <= excluded.fence_token
+    RETURNING *;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_fence_guard is a trigger for the user's own tables: installed with
+-- `pgcoord fence guard TABLE COLUMN` (or fenced.InstallGuard) it refuses, with SQLSTATE
+-- PGC01, any UPDATE that would lower the fence column or set it to NULL, whichever code path
+-- sent it.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_fence_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_col text := TG_ARGV[0];
+    v_old bigint := (to_jsonb(OLD) ->> v_col)::bigint;
+    v_new bigint := (to_jsonb(NEW) ->> v_col)::bigint;
+BEGIN
+    IF v_old IS NOT NULL AND (v_new IS NULL OR v_new < v_old) THEN
+        RAISE EXCEPTION 'pgcoord: stale fence token % for %.% (the row already has %)',
+            coalesce(v_new::text, 'NULL'), TG_TABLE_NAME, v_col, v_old
+            USING ERRCODE = 'PGC01';
+    END IF;
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose Down
+DROP FUNCTION pgcoord_fence_guard();
+DROP FUNCTION pgcoord_fence_check(text, bigint, timestamptz);
+DROP TABLE pgcoord_fences;
+DROP FUNCTION pgcoord_lease_check(text, text, bigint, timestamptz);
+DROP FUNCTION pgcoord_lease_expire(text, text, timestamptz);
+DROP FUNCTION pgcoord_lease_release(text, text, bigint, timestamptz);
+DROP FUNCTION pgcoord_lease_renew(text, text, bigint, interval, boolean, timestamptz);
+DROP FUNCTION pgcoord_lease_wait(text, text, interval, interval, jsonb, timestamptz);
+DROP FUNCTION pgcoord_lease_acquire(text, text, interval, jsonb, timestamptz);
+DROP FUNCTION pgcoord_channel(text);
+DROP TABLE pgcoord_leases;
+DROP FUNCTION pgcoord_leases_keep_rows();

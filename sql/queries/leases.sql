@@ -1,0 +1,41 @@
+-- Every lease operation goes through the SQL API functions of 00002_leases.sql, so Go and
+-- plain SQL callers share one implementation. Each query also returns the database clock
+-- (db_now) so the caller can tell how much of the TTL remains without trusting its own clock.
+
+-- name: AcquireLease :one
+SELECT l.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+FROM pgcoord_lease_acquire(@name::text, @holder::text, @ttl::interval, @metadata::jsonb, sqlc.narg('now')::timestamptz) l;
+
+-- name: WaitLease :one
+SELECT l.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+FROM pgcoord_lease_wait(@name::text, @holder::text, @ttl::interval, @want::interval, @metadata::jsonb, sqlc.narg('now')::timestamptz) l;
+
+-- name: RenewLease :one
+SELECT l.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+FROM pgcoord_lease_renew(@name::text, @holder::text, @fence_token::bigint, @ttl::interval, @durable::boolean, sqlc.narg('now')::timestamptz) l;
+
+-- name: ReleaseLease :execrows
+SELECT 1 FROM pgcoord_lease_release(@name::text, @holder::text, @fence_token::bigint, sqlc.narg('now')::timestamptz);
+
+-- name: ExpireLease :one
+SELECT l.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+FROM pgcoord_lease_expire(@name::text, @expired_by::text, sqlc.narg('now')::timestamptz) l;
+
+-- name: CheckLease :one
+SELECT l.* FROM pgcoord_lease_check(@name::text, @holder::text, @fence_token::bigint, sqlc.narg('now')::timestamptz) l;
+
+-- name: GetLease :one
+SELECT l.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+FROM pgcoord_leases l WHERE l.name = @name::text;
+
+-- name: ListLeases :many
+SELECT l.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+FROM pgcoord_leases l
+WHERE l.name > @after::text
+  AND (NOT @held_only::boolean OR l.expires_at > coalesce(sqlc.narg('now')::timestamptz, now()))
+  AND (NOT @expired_only::boolean OR l.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+ORDER BY l.name
+LIMIT @max_rows::int;
+
+-- name: LeaseChannel :one
+SELECT pgcoord_channel('leases')::text AS channel;
