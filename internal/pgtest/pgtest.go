@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -45,13 +46,25 @@ var shared struct {
 	err        error
 	container  *Server
 	admin      *pgxpool.Pool
+	// examplePools are the pools ExamplePool handed out, closed by Main.
+	examplePools []*pgxpool.Pool
 }
 
 // Main runs the tests of a package and then removes the server container it started, if
 // any. Call it from TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }.
+//
+// Runnable examples (see ExamplePool) cannot be skipped, so when no database can be had and
+// CI is unset, Main skips them with -test.skip; with CI set they run and fail loudly.
 func Main(m *testing.M) {
 	shared.mainCalled = true
+	flag.Parse()
+	if os.Getenv("CI") == "" && connect() != nil {
+		_ = flag.Set("test.skip", "^Example")
+	}
 	code := m.Run()
+	for _, pool := range shared.examplePools {
+		dropExampleSchema(pool)
+	}
 	if shared.admin != nil {
 		shared.admin.Close()
 	}
@@ -68,6 +81,14 @@ func URL(t testing.TB) string {
 	if !shared.mainCalled {
 		t.Fatal("pgtest: call pgtest.Main from the package's TestMain")
 	}
+	if err := connect(); err != nil {
+		Unavailable(t, err)
+	}
+	return shared.url
+}
+
+// connect finds the shared server once: EnvURL, or a container it starts.
+func connect() error {
 	shared.once.Do(func() {
 		if u := os.Getenv(EnvURL); u != "" {
 			shared.url = u
@@ -80,10 +101,40 @@ func URL(t testing.TB) string {
 		}
 		shared.container, shared.url = s, s.URL
 	})
-	if shared.err != nil {
-		Unavailable(t, shared.err)
+	return shared.err
+}
+
+// ExamplePool returns a pool on a fresh, migrated schema for a runnable Example function,
+// which has no *testing.T; Main drops the schema after the tests. It panics when no
+// database can be had (Main has already skipped examples then, unless CI is set).
+func ExamplePool() *pgxpool.Pool {
+	if err := connect(); err != nil {
+		panic("pgtest: no database for examples: " + err.Error())
 	}
-	return shared.url
+	ctx := context.Background()
+	name := "example_" + randomHex(6)
+	cfg, err := pgconfig.Pool(shared.url, pgconfig.Options{AppName: "pgcoord-example", Schema: name})
+	if err != nil {
+		panic(err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		_, err = pool.Exec(ctx, "CREATE SCHEMA "+pgconfig.QuoteIdent(name))
+	}
+	if err == nil {
+		_, err = pgcoord.Migrate(ctx, pool, nil)
+	}
+	if err != nil {
+		panic("pgtest: example schema: " + err.Error())
+	}
+	shared.examplePools = append(shared.examplePools, pool)
+	return pool
+}
+
+func dropExampleSchema(pool *pgxpool.Pool) {
+	schema := pool.Config().ConnConfig.RuntimeParams["search_path"]
+	_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	pool.Close()
 }
 
 // Unavailable skips t because a server it needs cannot be had, or fails it when CI is set.
@@ -163,11 +214,15 @@ func newSchemaName(t testing.TB) string {
 			b.WriteByte('_')
 		}
 	}
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
 	b.WriteByte('_')
-	b.WriteString(hex.EncodeToString(rnd[:]))
+	b.WriteString(randomHex(4))
 	return b.String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 var adminOnce sync.Mutex

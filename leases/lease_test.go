@@ -1,0 +1,336 @@
+package leases_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/leases"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+var ctx = context.Background()
+
+func mustAcquire(t *testing.T, db pgcoord.DBTX, name string, ttl time.Duration, opts *leases.AcquireOpts) leases.Lease {
+	t.Helper()
+	l, err := leases.TryAcquire(ctx, db, name, ttl, opts)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q): %v", name, err)
+	}
+	return l
+}
+
+func TestExactlyOneWinnerAmongConcurrentAcquirers(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	for round := range 5 {
+		name := fmt.Sprintf("contended-%d", round)
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			winners []leases.Lease
+			errs    []error
+		)
+		start := make(chan struct{})
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				l, err := leases.TryAcquire(ctx, pool, name, time.Minute, nil)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					winners = append(winners, l)
+				case !errors.Is(err, leases.ErrHeld):
+					errs = append(errs, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if len(errs) > 0 || len(winners) != 1 {
+			t.Fatalf("round %d: %d winners among 16 acquirers of a free lease (errors %v)", round, len(winners), errs)
+		}
+		if winners[0].Token != 1 {
+			t.Fatalf("round %d: first grant has token %d, want 1", round, winners[0].Token)
+		}
+	}
+}
+
+// Takeover after expiry, with many contenders at once, also has exactly one winner, and
+// its token is the next one.
+func TestExactlyOneWinnerOfAnExpiredLease(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	old := mustAcquire(t, pool, "job", time.Second, &leases.AcquireOpts{Now: time.Now().Add(-time.Hour)})
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		winners []leases.Lease
+	)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := leases.TryAcquire(ctx, pool, "job", time.Minute, nil)
+			if err == nil {
+				mu.Lock()
+				winners = append(winners, l)
+				mu.Unlock()
+			} else if !errors.Is(err, leases.ErrHeld) {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(winners) != 1 || winners[0].Token != old.Token+1 {
+		t.Fatalf("winners of the expired lease: %+v; want one, with token %d", winners, old.Token+1)
+	}
+}
+
+// Tokens strictly increase over every way a grant can end: release, expiry, operator
+// expiry.
+func TestTokensStrictlyIncreaseAcrossTakeovers(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	var last int64
+	next := func(opts *leases.AcquireOpts) leases.Lease {
+		t.Helper()
+		l := mustAcquire(t, pool, "orders", time.Minute, opts)
+		if l.Token <= last {
+			t.Fatalf("token %d after %d", l.Token, last)
+		}
+		last = l.Token
+		return l
+	}
+	for range 3 {
+		l := next(nil)
+		if err := leases.Release(ctx, pool, l, nil); err != nil {
+			t.Fatal(err)
+		}
+		// Expired by the database clock: granted an hour ago for a minute.
+		next(&leases.AcquireOpts{Now: time.Now().Add(-time.Hour)})
+		l = next(nil)
+		if _, err := leases.Expire(ctx, pool, "orders", "test"); err != nil {
+			t.Fatal(err)
+		}
+		info, err := leases.Get(ctx, pool, "orders")
+		if err != nil || info.Held() || info.ExpiredBy != "test" || info.Token != l.Token {
+			t.Fatalf("after operator expiry: %+v, %v", info, err)
+		}
+	}
+	if last != 9 {
+		t.Fatalf("9 grants ended at token %d", last)
+	}
+}
+
+// Rows are kept, so tokens can never restart: deleting or truncating is refused.
+func TestLeaseRowsCannotBeDeleted(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	mustAcquire(t, pool, "kept", time.Minute, nil)
+	for _, stmt := range []string{`DELETE FROM pgcoord_leases`, `TRUNCATE pgcoord_leases`} {
+		_, err := pool.Exec(ctx, stmt)
+		if err == nil || !strings.Contains(err.Error(), "never deleted") {
+			t.Errorf("%s: err = %v, want refusal", stmt, err)
+		}
+	}
+	if info, err := leases.Get(ctx, pool, "kept"); err != nil || info.Token != 1 {
+		t.Fatalf("the row did not survive: %+v, %v", info, err)
+	}
+}
+
+func TestReleaseAndRenewAreScopedToOneGrant(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	a := mustAcquire(t, pool, "shared", time.Second, &leases.AcquireOpts{Now: time.Now().Add(-time.Hour)})
+	b := mustAcquire(t, pool, "shared", time.Minute, nil) // takes over the expired grant
+	if b.Token <= a.Token {
+		t.Fatalf("takeover token %d <= %d", b.Token, a.Token)
+	}
+	// A wakes up and releases or renews "its" lease: nothing changes.
+	if err := leases.Release(ctx, pool, a, nil); !errors.Is(err, leases.ErrLost) {
+		t.Fatalf("stale Release: %v, want ErrLost", err)
+	}
+	if _, err := leases.Renew(ctx, pool, a, time.Minute, nil); !errors.Is(err, leases.ErrLost) {
+		t.Fatalf("stale Renew: %v, want ErrLost", err)
+	}
+	forged := b
+	forged.Holder = "someone-else"
+	if err := leases.Release(ctx, pool, forged, nil); !errors.Is(err, leases.ErrLost) {
+		t.Fatalf("Release with the right token but another holder: %v, want ErrLost", err)
+	}
+	info, err := leases.Get(ctx, pool, "shared")
+	if err != nil || !info.Held() || info.Holder != b.Holder || info.Token != b.Token || !info.ExpiresAt.Equal(b.ExpiresAt) {
+		t.Fatalf("stale calls changed B's grant: %+v (B %+v), %v", info, b, err)
+	}
+	// B's own calls work, and Release then frees the lease.
+	renewed, err := leases.Renew(ctx, pool, b, 2*time.Minute, nil)
+	if err != nil || renewed.Token != b.Token || !renewed.ExpiresAt.After(b.ExpiresAt) {
+		t.Fatalf("Renew: %+v, %v", renewed, err)
+	}
+	if err := leases.Release(ctx, pool, renewed, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := leases.Release(ctx, pool, renewed, nil); !errors.Is(err, leases.ErrLost) {
+		t.Fatalf("second Release: %v, want ErrLost", err)
+	}
+}
+
+// Expiry is judged by the database clock at the instant the query names.
+func TestExpiryByTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	t0 := time.Now()
+	l := mustAcquire(t, pool, "clock", time.Minute, &leases.AcquireOpts{Now: t0})
+	if d := l.ExpiresAt.Sub(l.AcquiredAt); d != time.Minute {
+		t.Fatalf("granted for %v, want 1m", d)
+	}
+	// A second before expiry it is held; at expiry it can be taken.
+	if _, err := leases.TryAcquire(ctx, pool, "clock", time.Minute, &leases.AcquireOpts{Now: t0.Add(59 * time.Second)}); !errors.Is(err, leases.ErrHeld) {
+		t.Fatalf("before expiry: %v, want ErrHeld", err)
+	}
+	if _, err := leases.Renew(ctx, pool, l, time.Minute, &leases.RenewOpts{Now: t0.Add(time.Minute)}); !errors.Is(err, leases.ErrLost) {
+		t.Fatalf("renew at expiry: %v, want ErrLost (an expired grant is not revived)", err)
+	}
+	next, err := leases.TryAcquire(ctx, pool, "clock", time.Minute, &leases.AcquireOpts{Now: t0.Add(time.Minute)})
+	if err != nil || next.Token != 2 {
+		t.Fatalf("at expiry: %+v, %v", next, err)
+	}
+}
+
+// The trust deadline counts from the local send time, by the TTL the database reported
+// left, minus the margin: never later than the database's expiry.
+func TestTrustDeadline(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	before := time.Now()
+	l := mustAcquire(t, pool, "trust", 10*time.Second, &leases.AcquireOpts{SafetyMargin: 2 * time.Second})
+	after := time.Now()
+	lo, hi := before.Add(8*time.Second), after.Add(8*time.Second)
+	if l.TrustUntil.Before(lo) || l.TrustUntil.After(hi) || !l.Trusted() {
+		t.Fatalf("TrustUntil %v outside [%v, %v]", l.TrustUntil, lo, hi)
+	}
+	// A grant recovered late (the same holder asking again, as after a lost reply) is
+	// trusted only for what the database says is left of it, not for a fresh TTL.
+	opts := &leases.AcquireOpts{Holder: "late", SafetyMargin: time.Second}
+	mustAcquire(t, pool, "trust-old", 10*time.Second, &leases.AcquireOpts{Holder: "late", Now: time.Now().Add(-9500 * time.Millisecond)})
+	recovered := mustAcquire(t, pool, "trust-old", 10*time.Second, opts)
+	if recovered.Token != 1 || recovered.Trusted() {
+		t.Fatalf("a recovered grant with 0.5s left and a 1s margin: %+v, trusted until %v", recovered, recovered.TrustUntil)
+	}
+}
+
+// A holder with a stable identity that asks again gets its own grant back — the recovery
+// path for a grant whose reply was lost.
+func TestSameHolderGetsItsGrantBack(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	opts := &leases.AcquireOpts{Holder: "worker-7"}
+	first := mustAcquire(t, pool, "reentrant", time.Minute, opts)
+	again := mustAcquire(t, pool, "reentrant", time.Minute, opts)
+	if again.Token != first.Token || again.Holder != "worker-7" || !again.ExpiresAt.Equal(first.ExpiresAt) {
+		t.Fatalf("retry by the same holder: %+v, first %+v", again, first)
+	}
+	if _, err := leases.TryAcquire(ctx, pool, "reentrant", time.Minute, &leases.AcquireOpts{Holder: "worker-8"}); !errors.Is(err, leases.ErrHeld) {
+		t.Fatalf("another holder: %v, want ErrHeld", err)
+	}
+}
+
+func TestGetListAndMetadata(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	if _, err := leases.Get(ctx, pool, "nope"); !errors.Is(err, leases.ErrNotFound) {
+		t.Fatalf("Get of an unknown lease: %v", err)
+	}
+	held := mustAcquire(t, pool, "a-held", time.Minute, &leases.AcquireOpts{Metadata: map[string]string{"job": "billing"}})
+	mustAcquire(t, pool, "b-expired", time.Second, &leases.AcquireOpts{Now: time.Now().Add(-time.Hour)})
+	free := mustAcquire(t, pool, "c-free", time.Minute, nil)
+	if err := leases.Release(ctx, pool, free, nil); err != nil {
+		t.Fatal(err)
+	}
+	info, err := leases.Get(ctx, pool, "a-held")
+	if err != nil || info.Holder != held.Holder || info.Metadata["job"] != "billing" || info.Metadata["host"] == "" ||
+		info.Metadata["pid"] == "" || info.Metadata["app"] == "" || info.Remaining() <= 0 {
+		t.Fatalf("Get: %+v, %v", info, err)
+	}
+	names := func(opts *leases.ListOpts) string {
+		t.Helper()
+		infos, err := leases.List(ctx, pool, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ns []string
+		for _, i := range infos {
+			ns = append(ns, i.Name)
+		}
+		return strings.Join(ns, ",")
+	}
+	for _, c := range []struct {
+		opts *leases.ListOpts
+		want string
+	}{
+		{nil, "a-held,b-expired,c-free"},
+		{&leases.ListOpts{Held: true}, "a-held"},
+		{&leases.ListOpts{Expired: true}, "b-expired"},
+		{&leases.ListOpts{Limit: 2}, "a-held,b-expired"},
+		{&leases.ListOpts{After: "b-expired"}, "c-free"},
+	} {
+		if got := names(c.opts); got != c.want {
+			t.Errorf("List(%+v) = %s, want %s", c.opts, got, c.want)
+		}
+	}
+	if _, err := leases.List(ctx, pool, &leases.ListOpts{Held: true, Expired: true}); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+		t.Errorf("List Held+Expired: %v", err)
+	}
+	if _, err := leases.Expire(ctx, pool, "c-free", ""); !errors.Is(err, leases.ErrNotFound) {
+		t.Errorf("Expire of a free lease: %v", err)
+	}
+}
+
+func TestBadInputFailsBeforeSQL(t *testing.T) {
+	t.Parallel()
+	// Every call gets a nil or typed-nil handle or bad argument: an error must come
+	// before any SQL could run (a nil handle would panic otherwise).
+	var nilPool *pgxpool.Pool
+	pool := pgtest.Pool(t)
+	l := leases.Lease{Name: "x", Holder: "h", Token: 1}
+	cases := map[string]error{
+		"empty name":      errOf(leases.TryAcquire(ctx, pool, "", time.Second, nil)),
+		"long name":       errOf(leases.TryAcquire(ctx, pool, strings.Repeat("n", 256), time.Second, nil)),
+		"zero ttl":        errOf(leases.TryAcquire(ctx, pool, "x", 0, nil)),
+		"negative ttl":    errOf(leases.TryAcquire(ctx, pool, "x", -time.Second, nil)),
+		"huge ttl":        errOf(leases.TryAcquire(ctx, pool, "x", 48*time.Hour, nil)),
+		"nil db":          errOf(leases.TryAcquire(ctx, nil, "x", time.Second, nil)),
+		"typed nil pool":  errOf(leases.TryAcquire(ctx, nilPool, "x", time.Second, nil)),
+		"margin >= ttl":   errOf(leases.TryAcquire(ctx, pool, "x", time.Second, &leases.AcquireOpts{SafetyMargin: time.Second})),
+		"bad holder":      errOf(leases.TryAcquire(ctx, pool, "x", time.Second, &leases.AcquireOpts{Holder: strings.Repeat("h", 300)})),
+		"acquire nil":     errOf(leases.Acquire(ctx, nil, "x", time.Second, nil)),
+		"renew zero ttl":  errOf(leases.Renew(ctx, pool, l, 0, nil)),
+		"release nil db":  leases.Release(ctx, nil, l, nil),
+		"release no name": leases.Release(ctx, pool, leases.Lease{}, nil),
+		"do nil fn":       leases.Do(ctx, pool, "x", time.Second, nil, nil),
+		"do bad renew":    leases.Do(ctx, pool, "x", time.Second, func(context.Context, leases.Lease) error { return nil }, &leases.DoOpts{RenewEvery: 2 * time.Second}),
+		"list limit":      errOf(leases.List(ctx, pool, &leases.ListOpts{Limit: -1})),
+	}
+	for name, err := range cases {
+		if !errors.Is(err, pgcoord.ErrInvalidArgument) && !errors.Is(err, pgcoord.ErrInvalidName) {
+			t.Errorf("%s: err = %v, want an invalid-argument or invalid-name error", name, err)
+		}
+	}
+	// None of them created a lease.
+	if infos, err := leases.List(ctx, pool, nil); err != nil || len(infos) != 0 {
+		t.Fatalf("bad calls left leases: %+v, %v", infos, err)
+	}
+}
+
+func errOf[T any](_ T, err error) error { return err }
