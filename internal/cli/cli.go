@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -70,8 +71,14 @@ func Run(ctx context.Context, args []string, out, errOut io.Writer) int {
 		return ExitOK
 	case errors.Is(err, errCheckFailed):
 		return ExitCheck
+	case errors.As(err, new(exitCode)): // the command chose its exit status and said why
+		return exitCodeOf(err)
 	}
-	fmt.Fprintf(errOut, "pgcoord: %v\n", err)
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "pgcoord: ") { // errors of package pgcoord name it already
+		msg = "pgcoord: " + msg
+	}
+	fmt.Fprintln(errOut, msg)
 	var ue usageError
 	if !a.started || errors.As(err, &ue) {
 		fmt.Fprintln(errOut, "Run 'pgcoord --help' for usage.")
@@ -104,7 +111,7 @@ Exit codes: 0 ok, 1 failure, 2 usage error, 3 a check ran and answered "no".`,
 	pf.StringVar(&a.schema, "schema", "", "schema pgcoord is installed in (default: the connection's search_path)")
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of a table (read commands)")
 	pf.DurationVar(&a.statementTimeout, "statement-timeout", 30*time.Second, "server-side timeout of each statement")
-	root.AddCommand(a.versionCommand(), a.migrateCommand(), a.benchCommand())
+	root.AddCommand(a.versionCommand(), a.migrateCommand(), a.benchCommand(), a.leasesCommand(), a.fenceCommand())
 	return root
 }
 
