@@ -2,6 +2,8 @@ package fenced
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -111,77 +113,98 @@ func CheckLease(ctx context.Context, tx pgx.Tx, l leases.Lease) error {
 
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
 
-// InstallGuard installs the guard trigger on table (optionally schema-qualified,
-// "schema.table") for its integer fence column: from then on the database refuses, with
-// SQLSTATE GuardSQLState, any UPDATE that would lower the column or set it to NULL,
-// whichever code path sends it. It is idempotent. The trigger is named
-// pgcoord_fence_guard_<column>. It does not catch an UPDATE that leaves the column as it
-// is: writes that skip fencing altogether must still be prevented by code review.
+// InstallGuard installs the guard trigger on table for its integer fence column: from then
+// on the database refuses, with SQLSTATE GuardSQLState, any UPDATE that would lower the
+// column or set it to NULL, whichever code path sends it. table is resolved as SQL would
+// resolve it (optionally "schema.table"; unquoted names fold to lower case, through
+// search_path); column is the column's name as stored. It is idempotent. The trigger is
+// named pgcoord_fence_guard_<column> (shortened with a hash when that exceeds Postgres's
+// 63-byte limit). It does not catch an UPDATE that leaves the column as it is: writes that
+// skip fencing altogether must still be prevented by code review. Needs PostgreSQL 14+.
+// Bad names, a missing table or column, or a column that is not an integer return an error
+// wrapping pgcoord.ErrInvalidArgument.
 func InstallGuard(ctx context.Context, db pgcoord.DBTX, table, column string) error {
-	tbl, trigger, err := guardNames(table, column)
+	tbl, trigger, err := resolveGuard(ctx, db, table, column)
 	if err != nil {
 		return err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
-		return err
-	}
-	var dataType string
+	var dataType *string
 	err = db.QueryRow(ctx, `SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
 		WHERE a.attrelid = $1::regclass AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped`,
 		tbl, column).Scan(&dataType)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: fenced: table %s has no column %q", pgcoord.ErrInvalidArgument, table, column)
+		return fmt.Errorf("%w: fenced: table %s has no column %q", pgcoord.ErrInvalidArgument, tbl, column)
 	}
 	if err != nil {
-		return fmt.Errorf("fenced: install guard on %s: %w", table, err)
+		return fmt.Errorf("fenced: install guard on %s: %w", tbl, err)
 	}
-	switch dataType {
+	switch *dataType {
 	case "bigint", "integer", "smallint":
 	default:
-		return fmt.Errorf("%w: fenced: column %s.%s is %s; a fence column must be bigint, integer or smallint", pgcoord.ErrInvalidArgument, table, column, dataType)
+		return fmt.Errorf("%w: fenced: column %s.%s is %s; a fence column must be bigint, integer or smallint", pgcoord.ErrInvalidArgument, tbl, column, *dataType)
 	}
 	_, err = db.Exec(ctx, fmt.Sprintf(`CREATE OR REPLACE TRIGGER %s BEFORE UPDATE ON %s
 		FOR EACH ROW EXECUTE FUNCTION pgcoord_fence_guard(%s)`,
 		pgx.Identifier{trigger}.Sanitize(), tbl, quoteLiteral(column)))
 	if err != nil {
-		return fmt.Errorf("fenced: install guard on %s: %w", table, err)
+		return fmt.Errorf("fenced: install guard on %s: %w", tbl, err)
 	}
 	return nil
 }
 
 // RemoveGuard removes the guard trigger InstallGuard put on table for column. Removing a
-// guard that is not there is not an error.
+// guard that is not there is not an error; naming a table that does not exist is (it
+// wraps pgcoord.ErrInvalidArgument).
 func RemoveGuard(ctx context.Context, db pgcoord.DBTX, table, column string) error {
-	tbl, trigger, err := guardNames(table, column)
+	tbl, trigger, err := resolveGuard(ctx, db, table, column)
 	if err != nil {
 		return err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
-		return err
-	}
 	if _, err := db.Exec(ctx, fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", pgx.Identifier{trigger}.Sanitize(), tbl)); err != nil {
-		return fmt.Errorf("fenced: remove guard from %s: %w", table, err)
+		return fmt.Errorf("fenced: remove guard from %s: %w", tbl, err)
 	}
 	return nil
 }
 
-// guardNames validates table and column (plain identifiers) and returns the quoted table
-// name and the trigger's name.
-func guardNames(table, column string) (string, string, error) {
-	var parts []string
-	for _, p := range strings.Split(table, ".") {
+// resolveGuard validates table and column, resolves table in the database and returns its
+// quoted, schema-qualified name and the guard trigger's name.
+func resolveGuard(ctx context.Context, db pgcoord.DBTX, table, column string) (string, string, error) {
+	parts := strings.Split(table, ".")
+	if len(parts) > 2 {
+		return "", "", fmt.Errorf("%w: fenced: %q is not a table name (letters, digits, _; optionally schema.table)", pgcoord.ErrInvalidArgument, table)
+	}
+	for _, p := range parts {
 		if !identifier.MatchString(p) {
 			return "", "", fmt.Errorf("%w: fenced: %q is not a table name (letters, digits, _; optionally schema.table)", pgcoord.ErrInvalidArgument, table)
 		}
-		parts = append(parts, p)
-	}
-	if len(parts) == 0 || len(parts) > 2 {
-		return "", "", fmt.Errorf("%w: fenced: %q is not a table name", pgcoord.ErrInvalidArgument, table)
 	}
 	if !identifier.MatchString(column) {
 		return "", "", fmt.Errorf("%w: fenced: %q is not a column name", pgcoord.ErrInvalidArgument, column)
 	}
-	return pgx.Identifier(parts).Sanitize(), "pgcoord_fence_guard_" + column, nil
+	if err := pgcoord.CheckDB(db); err != nil {
+		return "", "", err
+	}
+	var resolved *string
+	err := db.QueryRow(ctx, `SELECT c.oid::regclass::text FROM pg_class c WHERE c.oid = to_regclass($1) AND c.relkind IN ('r', 'p')`, table).Scan(&resolved)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", fmt.Errorf("%w: fenced: no table %s", pgcoord.ErrInvalidArgument, table)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("fenced: resolve table %s: %w", table, err)
+	}
+	return *resolved, guardTriggerName(column), nil
+}
+
+// guardTriggerName is pgcoord_fence_guard_<column>, or, when that is longer than an
+// identifier may be, a prefix of it with a hash of the column, so two long column names
+// never share a trigger.
+func guardTriggerName(column string) string {
+	name := "pgcoord_fence_guard_" + column
+	if len(name) <= 63 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(column))
+	return name[:50] + "_" + hex.EncodeToString(sum[:6])
 }
 
 func quoteLiteral(s string) string { return "'" + s + "'" } // s is a validated identifier

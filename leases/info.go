@@ -136,7 +136,9 @@ func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]Info, error) 
 // waiting Acquire is woken; the old holder's Renew, Release and in-database checks
 // (fenced.CheckLease) fail with ErrLost from then on, and the next grant gets a higher
 // token, so fenced writes reject the old holder. by names the operator, for the record.
-// It returns the lease as it was, or ErrNotFound if it was not held.
+// It returns the lease as it was, or ErrNotFound if the lease was never granted or has no
+// holder (released, or already expired by an operator). A grant that expired by time but
+// was not taken since still has its holder: Expire frees it and records who did.
 func Expire(ctx context.Context, db pgcoord.DBTX, name, by string) (Info, error) {
 	if err := pgcoord.ValidateName("lease", name); err != nil {
 		return Info{}, err
