@@ -8,7 +8,8 @@
 // database, from the most general to the strongest:
 //
 //   - Check: a fence register (pgcoord_fences) consulted inside the write's transaction —
-//     any resource name, any writes.
+//     any resource name, any writes. Write does the check and one write in a single round
+//     trip.
 //   - Exec: the conditional update on your own table (UPDATE ... WHERE fence_token <= $n),
 //     with "no row affected" turned into ErrStale.
 //   - InstallGuard: a trigger on your table that refuses any UPDATE lowering its fence

@@ -35,8 +35,8 @@ func Check(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
 	if err := pgcoord.ValidateName("resource", resource); err != nil {
 		return err
 	}
-	if tx == nil {
-		return fmt.Errorf("%w: fenced: nil transaction", pgcoord.ErrInvalidArgument)
+	if err := pgcoord.CheckDB(tx); err != nil {
+		return err
 	}
 	_, err := queries.FenceCheck(ctx, tx, dbsqlc.FenceCheckParams{Resource: resource, FenceToken: token})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -47,6 +47,44 @@ func Check(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
 	}
 	return nil
 }
+
+// Write is Check and one write in a single round trip: inside the caller's transaction it
+// sends the fence check of resource and the statement sql together, and the statement runs
+// only if token is not lower than the highest recorded for resource. It returns the
+// statement's command tag, or ErrStale — in which case nothing was written and tx is
+// aborted and must be rolled back. Ordering and locking are those of Check. Use it when
+// the write does not need the check's answer first: it saves the round trip Check costs.
+func Write(ctx context.Context, tx pgx.Tx, resource string, token int64, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := pgcoord.ValidateName("resource", resource); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	if err := pgcoord.CheckDB(tx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	var b pgx.Batch
+	b.Queue(fenceAssertSQL, resource, token)
+	b.Queue(sql, args...)
+	br := tx.SendBatch(ctx, &b)
+	_, err := br.Exec()
+	if err != nil {
+		br.Close()
+		if IsStale(err) {
+			return pgconn.CommandTag{}, fmt.Errorf("%w: %q token %d", ErrStale, resource, token)
+		}
+		return pgconn.CommandTag{}, fmt.Errorf("fenced: check %q: %w", resource, err)
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return tag, translate(err)
+	}
+	return tag, nil
+}
+
+// fenceAssertSQL calls the SQL API's raising check; see pgcoord_fence_assert.
+const fenceAssertSQL = `SELECT 1 FROM pgcoord_fence_assert($1, $2)`
 
 // Exec runs a conditional write on the caller's own table — an UPDATE (or DELETE, or
 // INSERT ... ON CONFLICT ... WHERE) whose WHERE clause compares the row's fence column
@@ -98,8 +136,8 @@ func CheckLease(ctx context.Context, tx pgx.Tx, l leases.Lease) error {
 	if err := pgcoord.ValidateName("lease", l.Name); err != nil {
 		return err
 	}
-	if tx == nil {
-		return fmt.Errorf("%w: fenced: nil transaction", pgcoord.ErrInvalidArgument)
+	if err := pgcoord.CheckDB(tx); err != nil {
+		return err
 	}
 	_, err := queries.CheckLease(ctx, tx, dbsqlc.CheckLeaseParams{Name: l.Name, Holder: l.Holder, FenceToken: l.Token})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -111,13 +149,18 @@ func CheckLease(ctx context.Context, tx pgx.Tx, l leases.Lease) error {
 	return nil
 }
 
-var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+// tableIdent matches a plain identifier, or a double-quoted one (which keeps its case);
+// columnIdent a column's name as stored in the catalog.
+var (
+	tableIdent  = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_$]{0,62}|"([^"\x00]|""){1,63}")$`)
+	columnIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+)
 
 // InstallGuard installs the guard trigger on table for its integer fence column: from then
 // on the database refuses, with SQLSTATE GuardSQLState, any UPDATE that would lower the
 // column or set it to NULL, whichever code path sends it. table is resolved as SQL would
 // resolve it (optionally "schema.table"; unquoted names fold to lower case, through
-// search_path); column is the column's name as stored. It is idempotent. The trigger is
+// search_path; a double-quoted name keeps its case); column is the column's name as stored. It is idempotent. The trigger is
 // named pgcoord_fence_guard_<column> (shortened with a hash when that exceeds Postgres's
 // 63-byte limit). It does not catch an UPDATE that leaves the column as it is: writes that
 // skip fencing altogether must still be prevented by code review. Needs PostgreSQL 14+.
@@ -174,11 +217,11 @@ func resolveGuard(ctx context.Context, db pgcoord.DBTX, table, column string) (s
 		return "", "", fmt.Errorf("%w: fenced: %q is not a table name (letters, digits, _; optionally schema.table)", pgcoord.ErrInvalidArgument, table)
 	}
 	for _, p := range parts {
-		if !identifier.MatchString(p) {
+		if !tableIdent.MatchString(p) {
 			return "", "", fmt.Errorf("%w: fenced: %q is not a table name (letters, digits, _; optionally schema.table)", pgcoord.ErrInvalidArgument, table)
 		}
 	}
-	if !identifier.MatchString(column) {
+	if !columnIdent.MatchString(column) {
 		return "", "", fmt.Errorf("%w: fenced: %q is not a column name", pgcoord.ErrInvalidArgument, column)
 	}
 	if err := pgcoord.CheckDB(db); err != nil {

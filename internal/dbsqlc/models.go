@@ -6,13 +6,52 @@ package dbsqlc
 
 import (
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
+
+// pgcoord: dedupe claims; a row means (scope, key) was done
+type PgcoordDedupe struct {
+	Scope     string
+	Key       string
+	ClaimedAt time.Time
+	ExpiresAt *time.Time
+}
 
 // pgcoord: the highest fence token accepted per resource
 type PgcoordFence struct {
 	Resource   string
 	FenceToken int64
 	UpdatedAt  time.Time
+}
+
+// pgcoord: scheduled jobs, their schedule and last outcomes
+type PgcoordJob struct {
+	Name                string
+	Every               pgtype.Interval
+	Origin              time.Time
+	Overlap             string
+	FenceToken          int64
+	LastStartedAt       *time.Time
+	LastSuccessAt       *time.Time
+	LastFailureAt       *time.Time
+	LastError           *string
+	ConsecutiveFailures int32
+	CreatedAt           time.Time
+}
+
+// pgcoord: one row per claimed tick of a job
+type PgcoordJobRun struct {
+	Job          string
+	ScheduledFor time.Time
+	State        string
+	FenceToken   int64
+	Attempt      int32
+	Holder       string
+	StartedAt    time.Time
+	ExpiresAt    *time.Time
+	FinishedAt   *time.Time
+	Error        *string
 }
 
 // pgcoord: one row per lease name, kept so fence tokens never repeat; a free lease has holder NULL

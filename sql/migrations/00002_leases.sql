@@ -27,19 +27,21 @@ CREATE TABLE pgcoord_leases (
 COMMENT ON TABLE pgcoord_leases IS
     'pgcoord: one row per lease name, kept so fence tokens never repeat; a free lease has holder NULL';
 
+-- pgcoord_keep_rows refuses DELETE and TRUNCATE on tables whose rows carry fence tokens: a
+-- deleted row would forget its highest token, and tokens would repeat.
 -- +goose StatementBegin
-CREATE FUNCTION pgcoord_leases_keep_rows() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION pgcoord_keep_rows() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION 'pgcoord: lease rows are never deleted, so that fence tokens never repeat'
+    RAISE EXCEPTION 'pgcoord: rows of % are never deleted, so that fence tokens never repeat', TG_TABLE_NAME
         USING HINT = 'Expire a lease with pgcoord_lease_expire or `pgcoord leases expire`.';
 END
 $$;
 -- +goose StatementEnd
 
-CREATE TRIGGER pgcoord_leases_keep_rows BEFORE DELETE ON pgcoord_leases
-    FOR EACH ROW EXECUTE FUNCTION pgcoord_leases_keep_rows();
-CREATE TRIGGER pgcoord_leases_keep_rows_truncate BEFORE TRUNCATE ON pgcoord_leases
-    FOR EACH STATEMENT EXECUTE FUNCTION pgcoord_leases_keep_rows();
+CREATE TRIGGER pgcoord_keep_rows BEFORE DELETE ON pgcoord_leases
+    FOR EACH ROW EXECUTE FUNCTION pgcoord_keep_rows();
+CREATE TRIGGER pgcoord_keep_rows_truncate BEFORE TRUNCATE ON pgcoord_leases
+    FOR EACH STATEMENT EXECUTE FUNCTION pgcoord_keep_rows();
 
 -- pgcoord_channel(topic) is the NOTIFY channel pgcoord uses for topic ('leases', ...),
 -- namespaced by the install schema like pgcoord_lock_key, and short enough for any schema.
@@ -231,6 +233,11 @@ CREATE TABLE pgcoord_fences (
 
 COMMENT ON TABLE pgcoord_fences IS 'pgcoord: the highest fence token accepted per resource';
 
+CREATE TRIGGER pgcoord_keep_rows BEFORE DELETE ON pgcoord_fences
+    FOR EACH ROW EXECUTE FUNCTION pgcoord_keep_rows();
+CREATE TRIGGER pgcoord_keep_rows_truncate BEFORE TRUNCATE ON pgcoord_fences
+    FOR EACH STATEMENT EXECUTE FUNCTION pgcoord_keep_rows();
+
 -- pgcoord_fence_check records p_fence_token for p_resource if it is not lower than the
 -- highest seen, and returns the row; no row means the token is stale and the caller's
 -- transaction must not write. The row stays locked until the caller's transaction ends,
@@ -249,6 +256,25 @@ BEGIN
        SET fence_token = excluded.fence_token, updated_at = excluded.updated_at
      WHERE f.fence_token <= excluded.fence_token
     RETURNING *;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_fence_assert is pgcoord_fence_check that raises SQLSTATE PGC01 for a stale token
+-- instead of returning no row, aborting the caller's transaction. Send it in the same
+-- round trip as the write it protects (a pipeline or batch): the write then never runs.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_fence_assert(p_resource text, p_fence_token bigint, p_now timestamptz DEFAULT NULL)
+RETURNS SETOF pgcoord_fences LANGUAGE plpgsql AS $$
+DECLARE
+    r pgcoord_fences;
+BEGIN
+    SELECT * INTO r FROM pgcoord_fence_check(p_resource, p_fence_token, p_now);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgcoord: stale fence token % for %', p_fence_token, p_resource
+            USING ERRCODE = 'PGC01';
+    END IF;
+    RETURN NEXT r;
 END
 $$;
 -- +goose StatementEnd
@@ -276,6 +302,7 @@ $$;
 
 -- +goose Down
 DROP FUNCTION pgcoord_fence_guard();
+DROP FUNCTION pgcoord_fence_assert(text, bigint, timestamptz);
 DROP FUNCTION pgcoord_fence_check(text, bigint, timestamptz);
 DROP TABLE pgcoord_fences;
 DROP FUNCTION pgcoord_lease_check(text, text, bigint, timestamptz);
@@ -286,4 +313,4 @@ DROP FUNCTION pgcoord_lease_wait(text, text, interval, interval, jsonb, timestam
 DROP FUNCTION pgcoord_lease_acquire(text, text, interval, jsonb, timestamptz);
 DROP FUNCTION pgcoord_channel(text);
 DROP TABLE pgcoord_leases;
-DROP FUNCTION pgcoord_leases_keep_rows();
+DROP FUNCTION pgcoord_keep_rows();

@@ -1,0 +1,185 @@
+-- Cron singletons: the per-tick run ledger, and dedupe claims.
+--
+-- A job runs on many replicas, each on its own timer. Each schedule slot (a "tick") is
+-- computed from the database clock — date_bin(every, now, origin) — and claimed once in
+-- pgcoord_job_runs, keyed by (job, scheduled_for): replicas whose timers fire at different
+-- moments, or whose clocks disagree, still run each tick once. A running tick is a lease: its
+-- runner heartbeats it, and a tick whose runner died (expires_at passed) is taken over by the
+-- next replica, with a higher fence token, so late writes of the stalled runner can be
+-- fenced. pgcoord_jobs keeps each job's schedule and the summary operators and probes read.
+
+-- +goose Up
+CREATE TABLE pgcoord_jobs (
+    name                 text        PRIMARY KEY CHECK (octet_length(name) BETWEEN 1 AND 255),
+    every                interval    NOT NULL CHECK (every > interval '0'),
+    origin               timestamptz NOT NULL,
+    overlap              text        NOT NULL CHECK (overlap IN ('allow', 'forbid', 'replace')),
+    fence_token          bigint      NOT NULL DEFAULT 0,
+    last_started_at      timestamptz,
+    last_success_at      timestamptz,
+    last_failure_at      timestamptz,
+    last_error           text,
+    consecutive_failures integer     NOT NULL DEFAULT 0,
+    created_at           timestamptz NOT NULL DEFAULT now()
+);
+
+COMMENT ON TABLE pgcoord_jobs IS 'pgcoord: scheduled jobs, their schedule and last outcomes';
+
+CREATE TABLE pgcoord_job_runs (
+    job           text        NOT NULL REFERENCES pgcoord_jobs (name) ON DELETE CASCADE,
+    scheduled_for timestamptz NOT NULL,
+    state         text        NOT NULL CHECK (state IN ('running', 'succeeded', 'failed', 'skipped', 'replaced')),
+    fence_token   bigint      NOT NULL,
+    attempt       integer     NOT NULL DEFAULT 1,
+    holder        text        NOT NULL,
+    started_at    timestamptz NOT NULL,
+    expires_at    timestamptz,
+    finished_at   timestamptz,
+    error         text,
+    PRIMARY KEY (job, scheduled_for)
+);
+
+CREATE INDEX pgcoord_job_runs_running ON pgcoord_job_runs (job) WHERE state = 'running';
+
+COMMENT ON TABLE pgcoord_job_runs IS 'pgcoord: one row per claimed tick of a job';
+
+-- pgcoord_job_claim claims the current tick of p_job for p_holder and returns the claimed
+-- run, whose fence_token is higher than every earlier run's of the job; no row if the tick
+-- needs no run here: it already ran or is running, or the overlap policy says to skip.
+-- It registers (or updates) the job's schedule. A tick whose runner stopped heartbeating
+-- (expires_at passed) is taken over, as attempt + 1.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_job_claim(
+    p_job text, p_every interval, p_origin timestamptz, p_overlap text,
+    p_holder text, p_ttl interval, p_now timestamptz DEFAULT NULL
+) RETURNS SETOF pgcoord_job_runs LANGUAGE plpgsql AS $$
+DECLARE
+    v_now  timestamptz := coalesce(p_now, now());
+    v_slot timestamptz;
+    v_job  pgcoord_jobs;
+    r      pgcoord_job_runs;
+BEGIN
+    IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
+        RAISE EXCEPTION 'pgcoord: job ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pgcoord_jobs (name, every, origin, overlap)
+    VALUES (p_job, p_every, coalesce(p_origin, 'epoch'), p_overlap)
+    ON CONFLICT (name) DO UPDATE
+       SET every = excluded.every, origin = excluded.origin, overlap = excluded.overlap
+     WHERE (pgcoord_jobs.every, pgcoord_jobs.origin, pgcoord_jobs.overlap)
+           IS DISTINCT FROM (excluded.every, excluded.origin, excluded.overlap);
+    -- The job row serializes claims of one job: one claimer at a time decides.
+    SELECT * INTO v_job FROM pgcoord_jobs WHERE name = p_job FOR UPDATE;
+    v_slot := date_bin(v_job.every, v_now, v_job.origin);
+
+    SELECT * INTO r FROM pgcoord_job_runs WHERE job = p_job AND scheduled_for = v_slot;
+    IF FOUND AND NOT (r.state = 'running' AND r.expires_at <= v_now) THEN
+        RETURN; -- done, failed, skipped, replaced, or running with a live runner
+    END IF;
+
+    IF NOT FOUND THEN
+        IF v_job.overlap <> 'allow' AND EXISTS (
+            SELECT 1 FROM pgcoord_job_runs
+             WHERE job = p_job AND state = 'running' AND expires_at > v_now) THEN
+            IF v_job.overlap = 'forbid' THEN
+                INSERT INTO pgcoord_job_runs (job, scheduled_for, state, fence_token, holder, started_at, finished_at, error)
+                VALUES (p_job, v_slot, 'skipped', v_job.fence_token, p_holder, v_now, v_now, 'previous run still running');
+                RETURN;
+            END IF;
+            UPDATE pgcoord_job_runs
+               SET state = 'replaced', finished_at = v_now, expires_at = NULL,
+                   error = 'replaced by the run for ' || v_slot
+             WHERE job = p_job AND state = 'running';
+        END IF;
+    END IF;
+
+    UPDATE pgcoord_jobs SET fence_token = fence_token + 1, last_started_at = v_now
+     WHERE name = p_job RETURNING fence_token INTO v_job.fence_token;
+    INSERT INTO pgcoord_job_runs AS jr (job, scheduled_for, state, fence_token, holder, started_at, expires_at)
+    VALUES (p_job, v_slot, 'running', v_job.fence_token, p_holder, v_now, v_now + p_ttl)
+    ON CONFLICT (job, scheduled_for) DO UPDATE
+       SET state = 'running', fence_token = excluded.fence_token, attempt = jr.attempt + 1,
+           holder = excluded.holder, started_at = excluded.started_at,
+           expires_at = excluded.expires_at, finished_at = NULL, error = NULL
+    RETURNING * INTO r;
+    RETURN NEXT r;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_job_heartbeat extends a running tick (job + slot + token) to p_now + p_ttl and
+-- returns it; no row if the run is no longer current (taken over, replaced, finished). It
+-- commits asynchronously: losing a heartbeat only shortens the run's lease.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_job_heartbeat(
+    p_job text, p_scheduled_for timestamptz, p_fence_token bigint, p_ttl interval,
+    p_now timestamptz DEFAULT NULL
+) RETURNS SETOF pgcoord_job_runs LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    RETURN QUERY
+    UPDATE pgcoord_job_runs SET expires_at = v_now + p_ttl
+     WHERE job = p_job AND scheduled_for = p_scheduled_for AND fence_token = p_fence_token
+       AND state = 'running' AND expires_at > v_now
+    RETURNING *;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_job_finish records the outcome of a run (p_error NULL means success) and returns
+-- the finished run; no row if the run was no longer current, in which case nothing changed.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_job_finish(
+    p_job text, p_scheduled_for timestamptz, p_fence_token bigint, p_error text,
+    p_now timestamptz DEFAULT NULL
+) RETURNS SETOF pgcoord_job_runs LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    r pgcoord_job_runs;
+BEGIN
+    UPDATE pgcoord_job_runs
+       SET state = CASE WHEN p_error IS NULL THEN 'succeeded' ELSE 'failed' END,
+           finished_at = v_now, expires_at = NULL, error = p_error
+     WHERE job = p_job AND scheduled_for = p_scheduled_for AND fence_token = p_fence_token
+       AND state = 'running'
+    RETURNING * INTO r;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF p_error IS NULL THEN
+        UPDATE pgcoord_jobs SET last_success_at = greatest(last_success_at, v_now), consecutive_failures = 0
+         WHERE name = p_job;
+    ELSE
+        UPDATE pgcoord_jobs
+           SET last_failure_at = greatest(last_failure_at, v_now), last_error = p_error,
+               consecutive_failures = consecutive_failures + 1
+         WHERE name = p_job;
+    END IF;
+    RETURN NEXT r;
+END
+$$;
+-- +goose StatementEnd
+
+-- Dedupe claims: the first claim of (scope, key) wins, permanently once its transaction
+-- commits; expires_at, if set, lets `pgcoord dedupe gc` remove it afterwards.
+CREATE TABLE pgcoord_dedupe (
+    scope      text        NOT NULL CHECK (octet_length(scope) BETWEEN 1 AND 255),
+    key        text        NOT NULL CHECK (octet_length(key) BETWEEN 1 AND 1024),
+    claimed_at timestamptz NOT NULL DEFAULT now(),
+    expires_at timestamptz,
+    PRIMARY KEY (scope, key)
+);
+
+CREATE INDEX pgcoord_dedupe_expires ON pgcoord_dedupe (expires_at) WHERE expires_at IS NOT NULL;
+
+COMMENT ON TABLE pgcoord_dedupe IS 'pgcoord: dedupe claims; a row means (scope, key) was done';
+
+-- +goose Down
+DROP TABLE pgcoord_dedupe;
+DROP FUNCTION pgcoord_job_finish(text, timestamptz, bigint, text, timestamptz);
+DROP FUNCTION pgcoord_job_heartbeat(text, timestamptz, bigint, interval, timestamptz);
+DROP FUNCTION pgcoord_job_claim(text, interval, timestamptz, text, text, interval, timestamptz);
+DROP TABLE pgcoord_job_runs;
+DROP TABLE pgcoord_jobs;

@@ -1,0 +1,44 @@
+-- name: ClaimTick :one
+SELECT r.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+FROM pgcoord_job_claim(@job::text, @every::interval, @origin::timestamptz, @overlap::text,
+                       @holder::text, @ttl::interval, sqlc.narg('now')::timestamptz) r;
+
+-- name: HeartbeatTick :one
+SELECT r.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+FROM pgcoord_job_heartbeat(@job::text, @scheduled_for::timestamptz, @fence_token::bigint,
+                           @ttl::interval, sqlc.narg('now')::timestamptz) r;
+
+-- name: FinishTick :execrows
+SELECT 1 FROM pgcoord_job_finish(@job::text, @scheduled_for::timestamptz, @fence_token::bigint,
+                                 sqlc.narg('error')::text, sqlc.narg('now')::timestamptz);
+
+-- name: TryXactLock :one
+SELECT pg_try_advisory_xact_lock(pgcoord_lock_key(@name::text)) AS locked;
+
+-- name: TrySessionLock :one
+SELECT pg_try_advisory_lock(pgcoord_lock_key(@name::text)) AS locked, pg_backend_pid()::int AS backend_pid;
+
+-- name: SessionUnlock :one
+SELECT pg_advisory_unlock(pgcoord_lock_key(@name::text)) AS unlocked;
+
+-- name: DBNow :one
+SELECT now()::timestamptz AS db_now;
+
+-- name: ListJobs :many
+SELECT j.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now,
+       (SELECT r.state FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state <> 'skipped'
+         ORDER BY r.scheduled_for DESC LIMIT 1)::text AS last_state,
+       (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state = 'running'
+           AND r.expires_at > coalesce(sqlc.narg('now')::timestamptz, now()))::bigint AS running,
+       (SELECT min(r.scheduled_for) FROM pgcoord_job_runs r WHERE r.job = j.name)::timestamptz AS first_tick,
+       (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name)::bigint AS ticks_recorded
+FROM pgcoord_jobs j
+WHERE j.name > @after::text
+ORDER BY j.name
+LIMIT @max_rows::int;
+
+-- name: ListRuns :many
+SELECT r.* FROM pgcoord_job_runs r
+WHERE r.job = @job::text AND r.scheduled_for < @before::timestamptz
+ORDER BY r.scheduled_for DESC
+LIMIT @max_rows::int;
