@@ -59,7 +59,11 @@ func Main(m *testing.M) {
 	shared.mainCalled = true
 	flag.Parse()
 	if os.Getenv("CI") == "" && connect() != nil {
-		_ = flag.Set("test.skip", "^Example")
+		skip := "^Example"
+		if f := flag.Lookup("test.skip"); f != nil && f.Value.String() != "" {
+			skip = f.Value.String() + "|" + skip // keep the caller's -skip
+		}
+		_ = flag.Set("test.skip", skip)
 	}
 	code := m.Run()
 	for _, pool := range shared.examplePools {
