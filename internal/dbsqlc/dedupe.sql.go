@@ -8,11 +8,14 @@ package dbsqlc
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const dedupeClaim = `-- name: DedupeClaim :execrows
 INSERT INTO pgcoord_dedupe (scope, key, claimed_at, expires_at)
-VALUES ($1::text, $2::text, coalesce($3::timestamptz, now()), $4::timestamptz)
+VALUES ($1::text, $2::text, coalesce($3::timestamptz, now()),
+        coalesce($3::timestamptz, now()) + $4::interval)
 ON CONFLICT (scope, key) DO NOTHING
 `
 
@@ -20,20 +23,33 @@ type DedupeClaimParams struct {
 	Scope     string
 	Key       string
 	Now       *time.Time
-	ExpiresAt *time.Time
+	Retention pgtype.Interval
 }
 
+// expires_at is claimed_at + retention, by the database clock; NULL retention keeps the claim.
 func (q *Queries) DedupeClaim(ctx context.Context, db DBTX, arg DedupeClaimParams) (int64, error) {
 	result, err := db.Exec(ctx, dedupeClaim,
 		arg.Scope,
 		arg.Key,
 		arg.Now,
-		arg.ExpiresAt,
+		arg.Retention,
 	)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const dedupeCountExpired = `-- name: DedupeCountExpired :one
+SELECT count(*) FROM pgcoord_dedupe
+WHERE expires_at <= coalesce($1::timestamptz, now())
+`
+
+func (q *Queries) DedupeCountExpired(ctx context.Context, db DBTX, now *time.Time) (int64, error) {
+	row := db.QueryRow(ctx, dedupeCountExpired, now)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
 }
 
 const dedupeGC = `-- name: DedupeGC :execrows
@@ -42,6 +58,7 @@ WHERE ctid = ANY (ARRAY(
     SELECT d.ctid FROM pgcoord_dedupe d
     WHERE d.expires_at <= coalesce($1::timestamptz, now())
     LIMIT $2::int))
+  AND expires_at <= coalesce($1::timestamptz, now())
 `
 
 type DedupeGCParams struct {

@@ -1,0 +1,273 @@
+package dedupe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// MaxKeyLen is the longest claim key, in bytes. A scope is a name: at most
+// pgcoord.MaxNameLen bytes.
+const MaxKeyLen = 1024
+
+// MaxRetention is the longest Retention a claim accepts. Claims meant to be kept longer
+// should be kept forever (Retention 0).
+const MaxRetention = 100 * 365 * 24 * time.Hour
+
+// UniqueViolation is the SQLSTATE of a unique violation (unique_violation).
+const UniqueViolation = "23505"
+
+// ErrTxAborted is returned by InsertOnce when its INSERT hit a unique violation inside a
+// transaction: the row was already there, but PostgreSQL aborted the transaction, so every
+// later statement in it fails and its COMMIT rolls back. Roll back and retry the work, or
+// write the INSERT with ON CONFLICT DO NOTHING, which never aborts. The driver's
+// *pgconn.PgError stays reachable with errors.As, and IsUniqueViolation reports true.
+var ErrTxAborted = errors.New("dedupe: unique violation aborted the transaction")
+
+// ClaimOpts are the options of Claim. A nil *ClaimOpts means the defaults.
+type ClaimOpts struct {
+	// Retention is how long the claim is kept at least: it expires Retention after the
+	// claim (by the database clock) and GC removes it after that. Until GC removes it, an
+	// expired claim still counts: a later Claim of the key returns false. Zero (the
+	// default) keeps the claim forever. At most MaxRetention.
+	Retention time.Duration
+	// Now, if set, is the claim's time instead of the database clock: claimed_at, and the
+	// start of Retention. For tests only: production code never sets it.
+	Now time.Time
+}
+
+// Claim claims (scope, key) inside the caller's transaction tx: it returns true the first
+// time the pair is claimed, and false for every later attempt. The claim becomes
+// permanent only when tx commits: if tx rolls back, it leaves nothing behind and the next
+// Claim of the pair returns true again. Do the work the claim protects in the same tx
+// (insert the email_sends row, mark the webhook processed, ...), so that the claim and the
+// effect commit or vanish together. One round trip (two when Retention is set without Now:
+// the expiry is computed from the transaction's database clock).
+//
+// A concurrent Claim of the same pair in another transaction blocks until the first
+// transaction ends (the pair is a primary key), then returns false if the first one
+// committed and true if it rolled back. Under REPEATABLE READ or SERIALIZABLE, the blocked
+// Claim fails instead with SQLSTATE 40001 (serialization_failure) when the first one
+// committed after its snapshot was taken: roll back and retry the whole transaction, whose
+// Claim then returns false. See the package documentation.
+//
+// Bad input — an empty scope or key, a scope longer than pgcoord.MaxNameLen or a key
+// longer than MaxKeyLen bytes, either not valid UTF-8 or holding a NUL byte — returns an
+// error wrapping pgcoord.ErrInvalidName; a nil tx or a Retention outside 0..MaxRetention
+// an error wrapping pgcoord.ErrInvalidArgument, before any SQL runs.
+func Claim(ctx context.Context, tx pgx.Tx, scope, key string, opts *ClaimOpts) (bool, error) {
+	if err := validate(scope, key); err != nil {
+		return false, err
+	}
+	if err := pgcoord.CheckDB(tx); err != nil {
+		return false, fmt.Errorf("%w: dedupe: nil transaction", pgcoord.ErrInvalidArgument)
+	}
+	var o ClaimOpts
+	if opts != nil {
+		o = *opts
+	}
+	if o.Retention < 0 || o.Retention > MaxRetention {
+		return false, fmt.Errorf("%w: dedupe: retention %v is outside 0..%v", pgcoord.ErrInvalidArgument, o.Retention, MaxRetention)
+	}
+	arg := dbsqlc.DedupeClaimParams{Scope: scope, Key: key, Now: timeArg(o.Now)}
+	if o.Retention > 0 {
+		arg.Retention = pgtype.Interval{Microseconds: o.Retention.Microseconds(), Valid: true}
+	}
+	n, err := queries.DedupeClaim(ctx, tx, arg)
+	if err != nil {
+		return false, fmt.Errorf("dedupe: claim %s/%s: %w", scope, key, err)
+	}
+	return n == 1, nil
+}
+
+// validate checks a claim's scope and key.
+func validate(scope, key string) error {
+	if err := pgcoord.ValidateName("dedupe scope", scope); err != nil {
+		return err
+	}
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: dedupe key is empty", pgcoord.ErrInvalidName)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: dedupe key is %d bytes, more than the maximum of %d", pgcoord.ErrInvalidName, len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: dedupe key is not valid UTF-8", pgcoord.ErrInvalidName)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] == 0 {
+			return fmt.Errorf("%w: dedupe key contains a NUL byte", pgcoord.ErrInvalidName)
+		}
+	}
+	return nil
+}
+
+// Bounds of GCOpts.Batch.
+const (
+	DefaultGCBatch = 1000
+	MaxGCBatch     = 100000
+)
+
+// GCOpts are the options of GC. A nil *GCOpts means the defaults.
+type GCOpts struct {
+	// Batch is how many expired claims one DELETE removes at most. Default
+	// DefaultGCBatch (1000); at most MaxGCBatch.
+	Batch int
+	// Now, if set, judges expiry at this instant instead of the database clock. For tests
+	// only: production code never sets it.
+	Now time.Time
+	// Progress, if set, is called after each batch with the number of claims deleted so
+	// far (or, with DryRun, once with the count).
+	Progress func(deleted int64)
+	// DryRun deletes nothing: GC returns how many claims have expired, which a GC would
+	// delete now.
+	DryRun bool
+}
+
+// GC deletes expired claims (those whose Retention has passed, by the database clock) and
+// returns how many it deleted. It deletes in batches of GCOpts.Batch, each its own
+// statement, until a batch deletes fewer than Batch rows: with a pool (or a connection
+// outside a transaction) each batch is a short transaction of its own, so GC neither holds
+// locks for long nor leaves a huge transaction's worth of dead rows at once. Passing a
+// pgx.Tx makes the whole GC one transaction. Claims kept forever (Retention 0) are never
+// deleted. It stops at the first error or when ctx is done, and returns the number deleted
+// until then with the error. Concurrent GCs are safe: each claim is deleted once, and a GC
+// whose batch came up short because another GC took rows stops, leaving the rest to it.
+//
+// A nil db, or a Batch outside 1..MaxGCBatch, returns an error wrapping
+// pgcoord.ErrInvalidArgument before any SQL runs.
+func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err error) {
+	if err := pgcoord.CheckDB(db); err != nil {
+		return 0, err
+	}
+	var o GCOpts
+	if opts != nil {
+		o = *opts
+	}
+	if o.Batch == 0 {
+		o.Batch = DefaultGCBatch
+	}
+	if o.Batch < 1 || o.Batch > MaxGCBatch {
+		return 0, fmt.Errorf("%w: dedupe: GC batch %d is outside 1..%d", pgcoord.ErrInvalidArgument, o.Batch, MaxGCBatch)
+	}
+	if o.DryRun {
+		n, err := queries.DedupeCountExpired(ctx, db, timeArg(o.Now))
+		if err != nil {
+			return 0, fmt.Errorf("dedupe: count expired claims: %w", err)
+		}
+		if o.Progress != nil {
+			o.Progress(n)
+		}
+		return n, nil
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return deleted, fmt.Errorf("dedupe: GC: %w", err)
+		}
+		n, err := queries.DedupeGC(ctx, db, dbsqlc.DedupeGCParams{Now: timeArg(o.Now), Batch: int32(o.Batch)})
+		if err != nil {
+			return deleted, fmt.Errorf("dedupe: GC: %w", err)
+		}
+		deleted += n
+		if o.Progress != nil && n > 0 {
+			o.Progress(deleted)
+		}
+		if n < int64(o.Batch) {
+			return deleted, nil
+		}
+	}
+}
+
+// IsUniqueViolation reports whether err is, or wraps, a PostgreSQL unique violation
+// (SQLSTATE 23505): an INSERT or UPDATE found the row it would create already there.
+func IsUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == UniqueViolation
+}
+
+// InsertOnce runs sql, an INSERT into the caller's own table guarded by a UNIQUE
+// constraint (email_sends(user_id, campaign_id), payments(order_id), ...), with args, and
+// reports whether it inserted a row. It returns false, nil when the row was already there,
+// which it learns in one of two ways:
+//
+//   - The INSERT has ON CONFLICT DO NOTHING and affected no row. This works everywhere,
+//     in autocommit and inside a transaction, and is the form to use in transactions.
+//   - The INSERT has no ON CONFLICT clause and failed with a unique violation (23505).
+//     That is only harmless when db runs it as its own statement (a pool, or a connection
+//     outside a transaction): inside a transaction PostgreSQL aborts the transaction, and
+//     InsertOnce returns an error wrapping ErrTxAborted instead of false, so the caller
+//     cannot carry on in a transaction that will roll back. It detects this for a pgx.Tx,
+//     a *pgx.Conn and a *pgxpool.Conn.
+//
+// Either way a second INSERT of the same row never creates a duplicate, concurrent ones
+// included: the constraint decides. A statement that is not an INSERT returns an error
+// wrapping pgcoord.ErrInvalidArgument after it ran. A nil db or an empty sql returns an
+// error wrapping pgcoord.ErrInvalidArgument before any SQL runs. Other errors are
+// returned wrapped, the *pgconn.PgError reachable with errors.As.
+func InsertOnce(ctx context.Context, db pgcoord.DBTX, sql string, args ...any) (inserted bool, err error) {
+	if err := pgcoord.CheckDB(db); err != nil {
+		return false, err
+	}
+	if sql == "" {
+		return false, fmt.Errorf("%w: dedupe: InsertOnce: empty SQL", pgcoord.ErrInvalidArgument)
+	}
+	tag, err := db.Exec(ctx, sql, args...)
+	if err != nil {
+		if !IsUniqueViolation(err) {
+			return false, fmt.Errorf("dedupe: insert once: %w", err)
+		}
+		if inFailedTx(db) {
+			return false, fmt.Errorf("%w (use INSERT ... ON CONFLICT DO NOTHING inside transactions): %w", ErrTxAborted, err)
+		}
+		return false, nil
+	}
+	if !tag.Insert() {
+		return false, fmt.Errorf("%w: dedupe: InsertOnce ran a %s statement; it is for INSERTs", pgcoord.ErrInvalidArgument, commandName(tag))
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// inFailedTx reports whether db's session is in a transaction that an error aborted. A
+// pgx.Tx is one by definition once a statement failed in it.
+func inFailedTx(db pgcoord.DBTX) bool {
+	switch c := db.(type) {
+	case pgx.Tx:
+		return true
+	case interface{ Conn() *pgx.Conn }: // *pgxpool.Conn
+		return c.Conn().PgConn().TxStatus() == 'E'
+	case interface{ PgConn() *pgconn.PgConn }: // *pgx.Conn
+		return c.PgConn().TxStatus() == 'E'
+	}
+	return false
+}
+
+// commandName is the command of a tag ("UPDATE" of "UPDATE 3").
+func commandName(tag pgconn.CommandTag) string {
+	s := tag.String()
+	for i := 0; i < len(s); i++ {
+		if s[i] == ' ' {
+			return s[:i]
+		}
+	}
+	if s == "" {
+		return "empty"
+	}
+	return s
+}
+
+func timeArg(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+var queries dbsqlc.Queries
