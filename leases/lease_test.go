@@ -334,3 +334,45 @@ func TestBadInputFailsBeforeSQL(t *testing.T) {
 }
 
 func errOf[T any](_ T, err error) error { return err }
+
+// A renewal that waited on a lock until after the grant expired must not revive it: the
+// grant ended while the renewal waited.
+func TestRenewBlockedPastExpiryDoesNotRevive(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	l := mustAcquire(t, pool, "blocked-renew", 300*time.Millisecond, nil)
+	blocker, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(ctx)
+	if _, err := blocker.Exec(ctx, `SELECT 1 FROM pgcoord_leases WHERE name = 'blocked-renew' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	renewed := make(chan error, 1)
+	go func() {
+		_, err := leases.Renew(ctx, pool, l, time.Minute, nil)
+		renewed <- err
+	}()
+	// Wait, by the database clock, until the grant has expired, then let the renewal go.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var expired bool
+		if err := pool.QueryRow(ctx, `SELECT clock_timestamp() > $1`, l.ExpiresAt).Scan(&expired); err != nil {
+			t.Fatal(err)
+		}
+		if expired {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the grant did not expire within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-renewed; !errors.Is(err, leases.ErrLost) {
+		t.Fatalf("a renewal that waited past expiry: %v, want ErrLost", err)
+	}
+}

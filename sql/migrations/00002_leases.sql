@@ -137,13 +137,15 @@ $$;
 -- it; no row if that grant is no longer current (released, expired, taken over). With
 -- p_durable false the renewal commits without waiting for the WAL flush: losing it in a
 -- crash only shortens the lease. Never pass false inside a transaction that has other writes.
+-- Expiry is judged by clock_timestamp(), not the transaction's start: a renewal that waited
+-- on a lock past the grant's expiry must not revive it.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_lease_renew(
     p_name text, p_holder text, p_fence_token bigint, p_ttl interval,
     p_durable boolean DEFAULT true, p_now timestamptz DEFAULT NULL
 ) RETURNS SETOF pgcoord_leases LANGUAGE plpgsql AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
 BEGIN
     IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
         RAISE EXCEPTION 'pgcoord: lease ttl must be positive, got %', p_ttl USING ERRCODE = '22023';

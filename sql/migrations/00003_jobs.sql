@@ -109,14 +109,16 @@ $$;
 
 -- pgcoord_job_heartbeat extends a running tick (job + slot + token) to p_now + p_ttl and
 -- returns it; no row if the run is no longer current (taken over, replaced, finished). It
--- commits asynchronously: losing a heartbeat only shortens the run's lease.
+-- commits asynchronously: losing a heartbeat only shortens the run's lease. Like lease
+-- renewals it judges expiry by clock_timestamp(), so a heartbeat that waited on a lock past
+-- the run's expiry does not revive it.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_job_heartbeat(
     p_job text, p_scheduled_for timestamptz, p_fence_token bigint, p_ttl interval,
     p_now timestamptz DEFAULT NULL
 ) RETURNS SETOF pgcoord_job_runs LANGUAGE plpgsql AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     RETURN QUERY
