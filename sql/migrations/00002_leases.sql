@@ -144,8 +144,6 @@ CREATE FUNCTION pgcoord_lease_renew(
     p_name text, p_holder text, p_fence_token bigint, p_ttl interval,
     p_durable boolean DEFAULT true, p_now timestamptz DEFAULT NULL
 ) RETURNS SETOF pgcoord_leases LANGUAGE plpgsql AS $$
-DECLARE
-    v_now timestamptz := coalesce(p_now, clock_timestamp());
 BEGIN
     IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
         RAISE EXCEPTION 'pgcoord: lease ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
@@ -153,10 +151,18 @@ BEGIN
     IF NOT p_durable THEN
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
+    -- Lock the row first, then judge expiry by clock_timestamp(): a renewal that waited
+    -- for the lock (held by a fenced write's pgcoord_lease_check, say) until after the
+    -- grant expired must fail, not revive it.
+    PERFORM FROM pgcoord_leases
+     WHERE name = p_name AND holder = p_holder AND fence_token = p_fence_token
+       FOR NO KEY UPDATE;
     RETURN QUERY
     UPDATE pgcoord_leases
-       SET expires_at = v_now + p_ttl, renewed_at = v_now
-     WHERE name = p_name AND holder = p_holder AND fence_token = p_fence_token AND expires_at > v_now
+       SET expires_at = coalesce(p_now, clock_timestamp()) + p_ttl,
+           renewed_at = coalesce(p_now, clock_timestamp())
+     WHERE name = p_name AND holder = p_holder AND fence_token = p_fence_token
+       AND expires_at > coalesce(p_now, clock_timestamp())
     RETURNING *;
 END
 $$;

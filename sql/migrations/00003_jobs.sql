@@ -117,14 +117,16 @@ CREATE FUNCTION pgcoord_job_heartbeat(
     p_job text, p_scheduled_for timestamptz, p_fence_token bigint, p_ttl interval,
     p_now timestamptz DEFAULT NULL
 ) RETURNS SETOF pgcoord_job_runs LANGUAGE plpgsql AS $$
-DECLARE
-    v_now timestamptz := coalesce(p_now, clock_timestamp());
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
-    RETURN QUERY
-    UPDATE pgcoord_job_runs SET expires_at = v_now + p_ttl
+    -- Lock first, then judge expiry: see pgcoord_lease_renew.
+    PERFORM FROM pgcoord_job_runs
      WHERE job = p_job AND scheduled_for = p_scheduled_for AND fence_token = p_fence_token
-       AND state = 'running' AND expires_at > v_now
+       FOR NO KEY UPDATE;
+    RETURN QUERY
+    UPDATE pgcoord_job_runs SET expires_at = coalesce(p_now, clock_timestamp()) + p_ttl
+     WHERE job = p_job AND scheduled_for = p_scheduled_for AND fence_token = p_fence_token
+       AND state = 'running' AND expires_at > coalesce(p_now, clock_timestamp())
     RETURNING *;
 END
 $$;
