@@ -106,6 +106,8 @@ func (w *waiter) wait(ctx context.Context, name string, d time.Duration) error {
 	for {
 		n, err := w.conn.Conn().WaitForNotification(wctx)
 		switch {
+		case err == nil && n == nil:
+			return nil // the pool's OnNotification handler took it: try again to be safe
 		case err == nil && n.Payload == name:
 			return nil
 		case err == nil:

@@ -376,3 +376,24 @@ func TestRenewBlockedPastExpiryDoesNotRevive(t *testing.T) {
 		t.Fatalf("a renewal that waited past expiry: %v, want ErrLost", err)
 	}
 }
+
+// A refused TryAcquire answers at once, even while the holder renews inside a transaction
+// of its own that has not committed: refusals read, and reads never wait.
+func TestTryAcquireDoesNotWaitForTheHoldersTransaction(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	l := mustAcquire(t, pool, "busy-holder", time.Minute, nil)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := leases.Renew(ctx, tx, l, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := leases.TryAcquire(short, pool, "busy-holder", time.Minute, nil); !errors.Is(err, leases.ErrHeld) {
+		t.Fatalf("TryAcquire while the holder's renewal is uncommitted: %v, want ErrHeld at once", err)
+	}
+}

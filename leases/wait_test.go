@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/internal/pgconfig"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/leases"
 )
@@ -181,5 +184,39 @@ func TestReleaseNotifiesOnlyWhenSomeoneWaits(t *testing.T) {
 	}
 	if !notified() {
 		t.Fatal("a release with a waiter sent no notification")
+	}
+}
+
+// An application pool with its own notification handler (pgx then hands notifications to
+// the handler, not to WaitForNotification) still gets woken leases.
+func TestAcquireWithTheApplicationsNotificationHandler(t *testing.T) {
+	t.Parallel()
+	_, schema := pgtest.Schema(t)
+	cfg, err := pgconfig.Pool(pgtest.URL(t), pgconfig.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.OnNotification = func(*pgconn.PgConn, *pgconn.Notification) {}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	migrate(t, pool)
+	held := mustAcquire(t, pool, "handled", time.Hour, nil)
+	got := acquireAsync(func() (leases.Lease, error) {
+		return leases.Acquire(ctx, pool, "handled", time.Minute, &leases.AcquireOpts{PollInterval: time.Minute})
+	})
+	waitForWaiter(t, pool, "handled")
+	if err := leases.Release(ctx, pool, held, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-got:
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire was not woken")
 	}
 }

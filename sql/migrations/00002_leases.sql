@@ -52,7 +52,7 @@ CREATE FUNCTION pgcoord_channel(topic text) RETURNS text
 -- pgcoord_lease_acquire grants the lease to p_holder if it is free or expired, with a new
 -- fence token, and returns the granted row. If p_holder already holds it (an earlier
 -- attempt committed but its reply was lost) it returns that grant unchanged. Otherwise it
--- returns no row, and it has written nothing and locked nothing.
+-- returns no row, and it has written nothing, locked nothing and waited for nothing.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_lease_acquire(
     p_name text, p_holder text, p_ttl interval,
@@ -65,16 +65,27 @@ BEGIN
     IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
         RAISE EXCEPTION 'pgcoord: lease ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
     END IF;
-    -- Take a free or expired lease. A row that is held and unexpired fails the WHERE
-    -- clause before it is locked, so a failed attempt writes no WAL and needs no commit.
-    UPDATE pgcoord_leases
-       SET fence_token = fence_token + 1, holder = p_holder, metadata = coalesce(p_metadata, '{}'),
-           acquired_at = v_now, renewed_at = NULL, expires_at = v_now + p_ttl,
-           released_at = NULL, expired_by = NULL
-     WHERE name = p_name AND (holder IS NULL OR expires_at <= v_now)
-    RETURNING * INTO r;
+    -- A plain read decides most refusals: reads take no lock and never wait, even while
+    -- the holder's own transaction is renewing or committing.
+    SELECT * INTO r FROM pgcoord_leases WHERE name = p_name;
     IF FOUND THEN
-        RETURN NEXT r;
+        IF r.holder IS NOT NULL AND r.expires_at > v_now THEN
+            IF r.holder = p_holder THEN
+                RETURN NEXT r; -- our own live grant, from an attempt whose reply was lost
+            END IF;
+            RETURN;
+        END IF;
+        -- Free or expired: take it. If another acquirer changed the row since the read,
+        -- the WHERE clause is checked again against its version, so one of us wins.
+        UPDATE pgcoord_leases
+           SET fence_token = fence_token + 1, holder = p_holder, metadata = coalesce(p_metadata, '{}'),
+               acquired_at = v_now, renewed_at = NULL, expires_at = v_now + p_ttl,
+               released_at = NULL, expired_by = NULL
+         WHERE name = p_name AND (holder IS NULL OR expires_at <= v_now)
+        RETURNING * INTO r;
+        IF FOUND THEN
+            RETURN NEXT r;
+        END IF;
         RETURN;
     END IF;
     -- First grant of this name.
@@ -84,11 +95,7 @@ BEGIN
     RETURNING * INTO r;
     IF FOUND THEN
         RETURN NEXT r;
-        RETURN;
     END IF;
-    -- Our own live grant, if a previous attempt got it.
-    RETURN QUERY SELECT * FROM pgcoord_leases
-     WHERE name = p_name AND holder = p_holder AND expires_at > v_now;
 END
 $$;
 -- +goose StatementEnd
@@ -115,6 +122,15 @@ BEGIN
     -- in which case the registration matches nothing and the second attempt takes it.
     FOR i IN 1..2 LOOP
         SELECT * INTO r FROM pgcoord_lease_acquire(p_name, p_holder, p_ttl, p_metadata, p_now);
+        IF FOUND THEN
+            RETURN NEXT r;
+            RETURN;
+        END IF;
+        -- Register the wait, unless a registration that lasts long enough is there already:
+        -- many waiters woken together should not each rewrite the row.
+        SELECT * INTO r FROM pgcoord_leases
+         WHERE name = p_name AND holder IS NOT NULL AND expires_at > v_now
+           AND wanted_until >= v_now + p_want / 2;
         IF FOUND THEN
             RETURN NEXT r;
             RETURN;
