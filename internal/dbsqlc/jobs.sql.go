@@ -162,11 +162,12 @@ func (q *Queries) HeartbeatTick(ctx context.Context, db DBTX, arg HeartbeatTickP
 
 const listJobs = `-- name: ListJobs :many
 SELECT j.name, j.every, j.origin, j.overlap, j.fence_token, j.last_started_at, j.last_success_at, j.last_failure_at, j.last_error, j.consecutive_failures, j.created_at, coalesce($1::timestamptz, now())::timestamptz AS db_now,
-       (SELECT r.state FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state <> 'skipped'
-         ORDER BY r.scheduled_for DESC LIMIT 1)::text AS last_state,
+       coalesce((SELECT r.state FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state <> 'skipped'
+         ORDER BY r.scheduled_for DESC LIMIT 1), '')::text AS last_state,
        (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state = 'running'
            AND r.expires_at > coalesce($1::timestamptz, now()))::bigint AS running,
-       (SELECT min(r.scheduled_for) FROM pgcoord_job_runs r WHERE r.job = j.name)::timestamptz AS first_tick,
+       coalesce((SELECT min(r.scheduled_for) FROM pgcoord_job_runs r WHERE r.job = j.name),
+                date_bin(j.every, j.created_at, j.origin))::timestamptz AS first_tick,
        (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name)::bigint AS ticks_recorded
 FROM pgcoord_jobs j
 WHERE j.name > $2::text
@@ -238,14 +239,14 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 
 const listRuns = `-- name: ListRuns :many
 SELECT r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error FROM pgcoord_job_runs r
-WHERE r.job = $1::text AND r.scheduled_for < $2::timestamptz
+WHERE r.job = $1::text AND r.scheduled_for < coalesce($2::timestamptz, 'infinity')
 ORDER BY r.scheduled_for DESC
 LIMIT $3::int
 `
 
 type ListRunsParams struct {
 	Job     string
-	Before  time.Time
+	Before  *time.Time
 	MaxRows int32
 }
 

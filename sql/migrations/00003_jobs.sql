@@ -62,6 +62,16 @@ BEGIN
     IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
         RAISE EXCEPTION 'pgcoord: job ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
     END IF;
+    -- Most claims lose: every replica asks at every tick. Decide those from plain reads, so
+    -- a losing claim writes nothing and waits for no commit.
+    SELECT * INTO v_job FROM pgcoord_jobs WHERE name = p_job;
+    IF FOUND AND (v_job.every, v_job.origin, v_job.overlap) = (p_every, coalesce(p_origin, 'epoch'), p_overlap) THEN
+        SELECT * INTO r FROM pgcoord_job_runs
+         WHERE job = p_job AND scheduled_for = date_bin(v_job.every, v_now, v_job.origin);
+        IF FOUND AND NOT (r.state = 'running' AND r.expires_at <= v_now) THEN
+            RETURN;
+        END IF;
+    END IF;
     INSERT INTO pgcoord_jobs (name, every, origin, overlap)
     VALUES (p_job, p_every, coalesce(p_origin, 'epoch'), p_overlap)
     ON CONFLICT (name) DO UPDATE
@@ -76,6 +86,20 @@ BEGIN
     IF FOUND AND NOT (r.state = 'running' AND r.expires_at <= v_now) THEN
         RETURN; -- done, failed, skipped, replaced, or running with a live runner
     END IF;
+
+    -- A run of an earlier tick whose runner stopped heartbeating is over: nobody will
+    -- finish it, and no claim takes over a past tick. Record it as failed, so the job's
+    -- status shows it and `pgcoord jobs check` alerts.
+    WITH abandoned AS (
+        UPDATE pgcoord_job_runs
+           SET state = 'failed', finished_at = v_now, expires_at = NULL,
+               error = 'abandoned: its runner stopped heartbeating'
+         WHERE job = p_job AND state = 'running' AND expires_at <= v_now AND scheduled_for < v_slot
+        RETURNING 1)
+    UPDATE pgcoord_jobs
+       SET last_failure_at = v_now, last_error = 'abandoned: its runner stopped heartbeating',
+           consecutive_failures = consecutive_failures + (SELECT count(*) FROM abandoned)
+     WHERE name = p_job AND EXISTS (SELECT FROM abandoned);
 
     IF NOT FOUND THEN
         IF v_job.overlap <> 'allow' AND EXISTS (
@@ -109,7 +133,9 @@ $$;
 
 -- pgcoord_job_heartbeat extends a running tick (job + slot + token) to p_now + p_ttl and
 -- returns it; no row if the run is no longer current (taken over, replaced, finished). It
--- commits asynchronously: losing a heartbeat only shortens the run's lease. Like lease
+-- commits asynchronously — it turns synchronous_commit off for the rest of the caller's
+-- transaction, so call it in a transaction of its own: losing a heartbeat only shortens the
+-- run's lease. Like lease
 -- renewals it judges expiry by clock_timestamp(), so a heartbeat that waited on a lock past
 -- the run's expiry does not revive it.
 -- +goose StatementBegin

@@ -26,11 +26,12 @@ SELECT now()::timestamptz AS db_now;
 
 -- name: ListJobs :many
 SELECT j.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now,
-       (SELECT r.state FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state <> 'skipped'
-         ORDER BY r.scheduled_for DESC LIMIT 1)::text AS last_state,
+       coalesce((SELECT r.state FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state <> 'skipped'
+         ORDER BY r.scheduled_for DESC LIMIT 1), '')::text AS last_state,
        (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state = 'running'
            AND r.expires_at > coalesce(sqlc.narg('now')::timestamptz, now()))::bigint AS running,
-       (SELECT min(r.scheduled_for) FROM pgcoord_job_runs r WHERE r.job = j.name)::timestamptz AS first_tick,
+       coalesce((SELECT min(r.scheduled_for) FROM pgcoord_job_runs r WHERE r.job = j.name),
+                date_bin(j.every, j.created_at, j.origin))::timestamptz AS first_tick,
        (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name)::bigint AS ticks_recorded
 FROM pgcoord_jobs j
 WHERE j.name > @after::text
@@ -39,6 +40,6 @@ LIMIT @max_rows::int;
 
 -- name: ListRuns :many
 SELECT r.* FROM pgcoord_job_runs r
-WHERE r.job = @job::text AND r.scheduled_for < @before::timestamptz
+WHERE r.job = @job::text AND r.scheduled_for < coalesce(sqlc.narg('before')::timestamptz, 'infinity')
 ORDER BY r.scheduled_for DESC
 LIMIT @max_rows::int;

@@ -1,0 +1,343 @@
+//go:build unix
+
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/singleton"
+)
+
+// The "three weekly emails" incident of the mission, with real processes: three replicas
+// of an app run the same weekly-report job with singleton.Schedule (here a "week" lasts
+// cronEvery), each started at its own moment. Each run sends the report to cronUsers
+// users, one email per user, recorded in email_sends(user_id, campaign_id) UNIQUE with
+// INSERT ... ON CONFLICT DO NOTHING — the idempotent unit of work — where the campaign is
+// the tick. One replica is killed (SIGKILL) in the middle of a tick, after half its
+// emails: another replica takes the tick over once the run's lease (cronTTL) expires and
+// sends the other half.
+
+const (
+	cronRole  = "cron.weekly"
+	cronEvery = 1200 * time.Millisecond
+	// cronTTL is the lease of a running tick: with the claim delay and the takeover's own
+	// work it must fit in the slot, since a tick is taken over only during its slot. It
+	// must also outlast the stalls of a loaded machine (the workers run under -race beside
+	// other tests): a live runner whose heartbeats are late by more than 2/3 of it is
+	// taken over like a dead one.
+	cronTTL   = 800 * time.Millisecond
+	cronUsers = 20
+	// cronStep bounds every single wait: a line from a worker, an exit.
+	cronStep = 20 * time.Second
+)
+
+func init() { workerRoles[cronRole] = cronWorker }
+
+const cronSchema = `
+CREATE TABLE email_sends (
+	user_id     int         NOT NULL,
+	campaign_id bigint      NOT NULL, -- the tick, in Unix microseconds
+	worker      text        NOT NULL,
+	token       bigint      NOT NULL,
+	sent_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+	UNIQUE (user_id, campaign_id)
+);`
+
+// cronWorker is one replica. Parameters: JOB, NAME, START_AFTER (its start offset),
+// STALL_AT (a tick, Unix microseconds: the first attempt of that tick stops after half its
+// emails, says "stalled <tick> <token>" and waits to be killed). It says "started", then
+// "ran <tick> <token> <attempt>" after each run, and stops on "stop".
+func cronWorker(ctx context.Context, w *workerEnv) error {
+	startAfter, err := time.ParseDuration(w.Param("START_AFTER"))
+	if err != nil {
+		return err
+	}
+	stallAt, err := strconv.ParseInt(w.Param("STALL_AT"), 10, 64)
+	if err != nil {
+		return err
+	}
+	name := w.Param("NAME")
+	time.Sleep(startAfter) // this replica's deploy happens to be a little later
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_ = w.Await("stop") // or stdin closed: stop either way
+		cancel()
+	}()
+	w.Say("started")
+	job := singleton.Job{Name: w.Param("JOB"), Every: cronEvery, TTL: cronTTL}
+	err = singleton.Schedule(sctx, w.Pool, job, func(ctx context.Context, run singleton.Run) error {
+		campaign := run.ScheduledFor.UnixMicro()
+		stall := campaign == stallAt && run.Attempt == 1
+		n := cronUsers
+		if stall {
+			n = cronUsers / 2
+		}
+		for user := 1; user <= n; user++ {
+			// The dedupe layer: whoever runs the tick, each user gets one email.
+			if _, err := w.Pool.Exec(ctx, `INSERT INTO email_sends (user_id, campaign_id, worker, token)
+				VALUES ($1, $2, $3, $4) ON CONFLICT (user_id, campaign_id) DO NOTHING`, user, campaign, name, run.Token); err != nil {
+				return err
+			}
+		}
+		if stall {
+			w.Say("stalled %d %d", campaign, run.Token)
+			<-ctx.Done() // the test kills this process first
+			return ctx.Err()
+		}
+		w.Say("ran %d %d %d", campaign, run.Token, run.Attempt)
+		return nil
+	}, &singleton.ScheduleOpts{Holder: name, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// workerLine is a line a worker said.
+type workerLine struct {
+	worker *workerProc
+	line   string
+	closed bool // the worker's output ended (it exited)
+}
+
+// mergeLines forwards the lines of every worker to one channel.
+func mergeLines(workers []*workerProc) <-chan workerLine {
+	out := make(chan workerLine, 64)
+	for _, w := range workers {
+		go func() {
+			for line := range w.out.lines {
+				out <- workerLine{worker: w, line: line}
+			}
+			out <- workerLine{worker: w, closed: true}
+		}()
+	}
+	return out
+}
+
+// dbSlot returns the database clock and the start of its current slot of cronEvery.
+func dbSlot(ctx context.Context, pool *pgxpool.Pool) (now, slot time.Time, err error) {
+	err = pool.QueryRow(ctx, `SELECT now(), date_bin($1 * interval '1 microsecond', now(), 'epoch')`,
+		cronEvery.Microseconds()).Scan(&now, &slot)
+	return now, slot, err
+}
+
+func TestCronThreeReplicasSendEachWeeklyEmailOnce(t *testing.T) {
+	t.Parallel()
+	ticks := 15
+	if testing.Short() {
+		ticks = 8
+	}
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	var schema string
+	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, cronSchema); err != nil {
+		t.Fatal(err)
+	}
+	const job = "weekly-report"
+	_, slot, err := dbSlot(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tick whose first runner is killed: a few ticks into the window.
+	stallAt := slot.Add(6 * cronEvery)
+
+	var workers []*workerProc
+	for i, name := range []string{"pod-a", "pod-b", "pod-c"} {
+		w, err := startWorker(t, name, cronRole, pgtest.URL(t), schema, map[string]string{
+			"JOB": job, "NAME": name, "START_AFTER": (time.Duration(i) * 70 * time.Millisecond).String(),
+			"STALL_AT": strconv.FormatInt(stallAt.UnixMicro(), 10),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		workers = append(workers, w)
+	}
+	for _, w := range workers {
+		if _, err := w.expect(cronStep, "started"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The window: from the first boundary after every replica started.
+	_, slot, err = dbSlot(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := slot.Add(cronEvery)
+	last := first.Add(time.Duration(ticks-1) * cronEvery)
+	if !stallAt.After(first) {
+		t.Fatalf("the replicas took too long to start: the first tick of the window %v is after the stalled tick %v", first, stallAt)
+	}
+
+	var (
+		victim      *workerProc
+		victimToken int64
+		killedAt    time.Time // database clock
+		ran         = map[int64][]string{}
+		lines       = mergeLines(workers)
+		deadline    = time.After(last.Sub(slot) + 2*cronStep)
+	)
+	done := func() bool {
+		for tick := first; !tick.After(last); tick = tick.Add(cronEvery) {
+			if len(ran[tick.UnixMicro()]) == 0 {
+				return false
+			}
+		}
+		return victim != nil
+	}
+	for !done() {
+		var l workerLine
+		select {
+		case l = <-lines:
+		case <-deadline:
+			t.Fatalf("the window's ticks did not all run in time; ran: %v", ran)
+		}
+		f := strings.Fields(l.line)
+		switch {
+		case l.closed && l.worker == victim:
+		case l.closed:
+			t.Fatalf("worker %s exited (%v); stderr: %s", l.worker.name, l.worker.waitErrIfDone(), l.worker.errOut.all())
+		case len(f) == 4 && f[0] == "ran":
+			ran[mustInt(t, f[1])] = append(ran[mustInt(t, f[1])], l.worker.name+"/attempt "+f[3])
+		case len(f) == 3 && f[0] == "stalled":
+			if victim != nil || mustInt(t, f[1]) != stallAt.UnixMicro() {
+				t.Fatalf("%s said %q; want one stall, of tick %v", l.worker.name, l.line, stallAt)
+			}
+			victim, victimToken = l.worker, mustInt(t, f[2])
+			// The victim is alive and heartbeating until now: no takeover can come earlier.
+			if killedAt, _, err = dbSlot(ctx, pool); err != nil {
+				t.Fatal(err)
+			}
+			if err := victim.signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			var exit *exec.ExitError
+			if err := victim.wait(cronStep); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("worker %s: exit %v, want killed by SIGKILL", victim.name, err)
+			}
+		default:
+			t.Fatalf("worker %s said %q; stderr: %s", l.worker.name, l.line, l.worker.errOut.all())
+		}
+	}
+	for _, w := range workers {
+		if w != victim {
+			if err := w.send("stop"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, w := range workers {
+		if w != victim {
+			if err := w.wait(cronStep); err != nil {
+				t.Fatalf("worker %s: %v; stderr: %s", w.name, err, w.errOut.all())
+			}
+		}
+	}
+
+	// Every tick of the window ran exactly once and succeeded, at its first attempt —
+	// except the stalled one, taken over (attempt 2, a higher token) by another replica
+	// after the kill.
+	rows, err := pool.Query(ctx, `SELECT scheduled_for, state, attempt, holder, fence_token, started_at
+		FROM pgcoord_job_runs WHERE job = $1 AND scheduled_for BETWEEN $2 AND $3 ORDER BY scheduled_for`, job, first, last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type runRow struct {
+		tick, started time.Time
+		state, holder string
+		attempt       int
+		token         int64
+	}
+	var ledger []runRow
+	for rows.Next() {
+		var r runRow
+		if err := rows.Scan(&r.tick, &r.state, &r.attempt, &r.holder, &r.token, &r.started); err != nil {
+			t.Fatal(err)
+		}
+		ledger = append(ledger, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(ledger) != ticks {
+		t.Fatalf("%d ticks in the ledger for the window, want %d: %+v", len(ledger), ticks, ledger)
+	}
+	perWorker := map[string]int{}
+	var takeover runRow
+	for i, r := range ledger {
+		want := first.Add(time.Duration(i) * cronEvery)
+		perWorker[r.holder]++
+		if !r.tick.Equal(want) || r.state != "succeeded" {
+			t.Errorf("ledger row %d: tick %v %s; want tick %v succeeded", i, r.tick, r.state, want)
+		}
+		wantAttempt := 1
+		if r.tick.Equal(stallAt) {
+			wantAttempt, takeover = 2, r
+		}
+		if r.attempt != wantAttempt {
+			t.Errorf("tick %v: attempt %d by %s (started %v after the boundary), want %d",
+				r.tick, r.attempt, r.holder, r.started.Sub(r.tick), wantAttempt)
+		}
+		if got := ran[r.tick.UnixMicro()]; len(got) != 1 {
+			t.Errorf("tick %v: completed runs %v, want exactly one", r.tick, got)
+		}
+	}
+	if takeover.holder == victim.name || takeover.token <= victimToken || !takeover.started.After(killedAt) {
+		t.Errorf("the stalled tick was finished by %s with token %d, started %v; want another replica, a token above the killed one's %d, after the kill (%v)",
+			takeover.holder, takeover.token, takeover.started, victimToken, killedAt)
+	}
+
+	// Each user got each campaign's email exactly once (the UNIQUE constraint allows at
+	// most one row; every user has one); the stalled tick's emails came half from the
+	// killed replica, half from the one that took over.
+	var campaigns, emails, missing int
+	err = pool.QueryRow(ctx, `SELECT count(DISTINCT campaign_id), count(*),
+			(SELECT count(*) FROM generate_series($1::bigint, $2::bigint, $3::bigint) c, generate_series(1, $4) u
+			  WHERE NOT EXISTS (SELECT 1 FROM email_sends e WHERE e.campaign_id = c AND e.user_id = u))
+		FROM email_sends WHERE campaign_id BETWEEN $1 AND $2`,
+		first.UnixMicro(), last.UnixMicro(), cronEvery.Microseconds(), cronUsers).Scan(&campaigns, &emails, &missing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if campaigns != ticks || emails != ticks*cronUsers || missing != 0 {
+		t.Errorf("%d campaigns, %d emails, %d (user, campaign) pairs without an email; want %d, %d, 0",
+			campaigns, emails, missing, ticks, ticks*cronUsers)
+	}
+	var byVictim, byTakeover int
+	err = pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE worker = $2 AND token = $3), count(*) FILTER (WHERE worker = $4 AND token = $5)
+		FROM email_sends WHERE campaign_id = $1`, stallAt.UnixMicro(), victim.name, victimToken, takeover.holder, takeover.token).
+		Scan(&byVictim, &byTakeover)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if byVictim != cronUsers/2 || byTakeover != cronUsers-cronUsers/2 {
+		t.Errorf("stalled tick: %d emails by the killed %s, %d by %s; want %d and %d",
+			byVictim, victim.name, byTakeover, takeover.holder, cronUsers/2, cronUsers-cronUsers/2)
+	}
+	t.Logf("%d ticks; runs per replica %v; %s killed at tick %v, taken over by %s after %v",
+		ticks, perWorker, victim.name, stallAt, takeover.holder, takeover.started.Sub(killedAt))
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("not a number: %q", s)
+	}
+	return n
+}

@@ -1,0 +1,90 @@
+package singleton
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// LockName returns the name whose advisory-lock key RunOnce and RunSession lock for job:
+// "singleton:" + job, so a job never shares a key with another pgcoord lock of the same
+// name. The key itself is pgcoord_lock_key(LockName(job)) (see pgcoord.LockKey), namespaced
+// by the schema pgcoord is installed in. Plain SQL callers that lock the same key exclude
+// RunOnce and RunSession of the job, and the reverse.
+func LockName(job string) string { return "singleton:" + job }
+
+// cleanupTimeout bounds the statements that clean up after fn (rollback, unlock), which
+// run even when the caller's context has ended.
+const cleanupTimeout = 10 * time.Second
+
+func validateFn(job string, pool *pgxpool.Pool, fnNil bool) error {
+	if err := pgcoord.ValidateName("job", job); err != nil {
+		return err
+	}
+	if pool == nil {
+		return fmt.Errorf("%w: singleton: nil pool", pgcoord.ErrInvalidArgument)
+	}
+	if fnNil {
+		return fmt.Errorf("%w: singleton: nil function", pgcoord.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// RunOnce runs fn on one replica at a time: it begins a transaction, tries the job's
+// transaction-level advisory lock (pg_try_advisory_xact_lock), and only if it got the lock
+// runs fn(ctx, tx) and commits. The lock is released at COMMIT or ROLLBACK, or by the
+// server when the connection dies: there is no TTL to guess.
+//
+// A replica that does not get the lock rolls back and returns (false, nil) at once,
+// without waiting. The winner returns (true, nil) after committing; if fn returns an
+// error, the transaction (and every write fn made in it) is rolled back and RunOnce returns
+// (true, fn's error); a failed commit returns (true, an error wrapping the driver's).
+//
+// fn's writes through tx commit atomically with the end of the lock. RunOnce works behind
+// a transaction-mode pooler (PgBouncer): it keeps no state in the session. The
+// transaction stays open while fn runs, which holds back VACUUM on a busy database: for a
+// job that runs for minutes, use RunSession or RunTick. RunOnce only excludes replicas
+// running at the same moment; it does not remember that the job ran (see RunTick), and a
+// job's unit of work must still be idempotent (see the package documentation).
+//
+// It returns an error wrapping pgcoord.ErrInvalidName or pgcoord.ErrInvalidArgument,
+// before any SQL runs, for a bad job name, a nil pool or a nil fn.
+func RunOnce(ctx context.Context, pool *pgxpool.Pool, job string, fn func(ctx context.Context, tx pgx.Tx) error) (ran bool, err error) {
+	if err := validateFn(job, pool, fn == nil); err != nil {
+		return false, err
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("singleton: run once %q: begin: %w", job, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			// Also on a panic in fn: the connection goes back to the pool clean, or is
+			// closed by pgx if the rollback fails; either way the lock is released.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			_ = tx.Rollback(rctx)
+		}
+	}()
+	locked, err := queries.TryXactLock(ctx, tx, LockName(job))
+	if err != nil {
+		return false, fmt.Errorf("singleton: run once %q: lock: %w", job, err)
+	}
+	if !locked {
+		return false, nil
+	}
+	if err := fn(ctx, tx); err != nil {
+		return true, err
+	}
+	done = true
+	if err := tx.Commit(ctx); err != nil {
+		return true, fmt.Errorf("singleton: run once %q: commit: %w", job, err)
+	}
+	return true, nil
+}

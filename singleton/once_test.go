@@ -1,0 +1,241 @@
+package singleton_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/pgcoord"
+	"github.com/pgcoord/pgcoord/singleton"
+)
+
+type outcome struct {
+	ran bool
+	err error
+}
+
+// Of many replicas calling RunOnce at once, exactly one runs fn; the others return
+// (false, nil) while the winner is still inside fn, without waiting for it.
+func TestRunOnceExactlyOneOfManyRuns(t *testing.T) {
+	t.Parallel()
+	const n = 12
+	pool, _ := migrated(t, n+2)
+	ctx := t.Context()
+	for round := range 3 {
+		var runs atomic.Int32
+		entered, release := make(chan struct{}), make(chan struct{})
+		results := make(chan outcome, n)
+		start := make(chan struct{})
+		for range n {
+			go func() {
+				<-start
+				ran, err := singleton.RunOnce(ctx, pool, "report", func(ctx context.Context, tx pgx.Tx) error {
+					if runs.Add(1) == 1 {
+						close(entered)
+					}
+					select {
+					case <-release:
+						return nil
+					case <-time.After(30 * time.Second):
+						return errors.New("never released")
+					}
+				})
+				results <- outcome{ran, err}
+			}()
+		}
+		close(start)
+		within(t, 10*time.Second, entered, "a winner entering fn")
+		for i := range n - 1 {
+			r := within(t, 10*time.Second, results, fmt.Sprintf("round %d: loser %d returning while the winner holds the lock", round, i))
+			if r.ran || r.err != nil {
+				t.Fatalf("round %d: a second replica got (%v, %v) while the winner was inside fn", round, r.ran, r.err)
+			}
+		}
+		close(release)
+		if r := within(t, 10*time.Second, results, "the winner returning"); !r.ran || r.err != nil {
+			t.Fatalf("round %d: winner got (%v, %v), want (true, nil)", round, r.ran, r.err)
+		}
+		if got := runs.Load(); got != 1 {
+			t.Fatalf("round %d: fn ran %d times, want once", round, got)
+		}
+	}
+}
+
+// The lock ends with the transaction: after a commit, after fn's error (whose writes are
+// rolled back) and after a panic in fn, the next RunOnce runs.
+func TestRunOnceReleasesAtCommitAndRollback(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `CREATE TABLE marks (n int)`); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(n int, fnErr error) func(context.Context, pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO marks VALUES ($1)`, n); err != nil {
+				return err
+			}
+			return fnErr
+		}
+	}
+	if ran, err := singleton.RunOnce(ctx, pool, "job", insert(1, nil)); !ran || err != nil {
+		t.Fatalf("first RunOnce = (%v, %v)", ran, err)
+	}
+	if pid := lockHolder(ctx, t, pool, "job"); pid != 0 {
+		t.Fatalf("backend %d still holds the lock after the commit", pid)
+	}
+	boom := errors.New("boom")
+	if ran, err := singleton.RunOnce(ctx, pool, "job", insert(2, boom)); !ran || !errors.Is(err, boom) {
+		t.Fatalf("RunOnce with a failing fn = (%v, %v), want (true, boom)", ran, err)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != "kaboom" {
+				t.Errorf("recovered %v, want fn's panic", r)
+			}
+		}()
+		_, _ = singleton.RunOnce(ctx, pool, "job", func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO marks VALUES (3)`); err != nil {
+				return err
+			}
+			panic("kaboom")
+		})
+	}()
+	if pid := lockHolder(ctx, t, pool, "job"); pid != 0 {
+		t.Fatalf("backend %d still holds the lock after fn failed", pid)
+	}
+	if ran, err := singleton.RunOnce(ctx, pool, "job", insert(4, nil)); !ran || err != nil {
+		t.Fatalf("RunOnce after a failure = (%v, %v), want it to run", ran, err)
+	}
+	rows, _ := pool.Query(ctx, `SELECT n FROM marks ORDER BY n`)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "[1 4]" {
+		t.Fatalf("marks = %v, want [1 4]: committed writes kept, failed ones rolled back", got)
+	}
+}
+
+// A lock taken with plain SQL on the same key (pgcoord_lock_key of LockName) excludes
+// RunOnce, and the key is the documented one.
+func TestRunOnceSharesItsKeyWithPlainSQL(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(pgcoord_lock_key('singleton:nightly'))`); err != nil {
+		t.Fatal(err)
+	}
+	called := false
+	ran, err := singleton.RunOnce(ctx, pool, "nightly", func(context.Context, pgx.Tx) error { called = true; return nil })
+	if ran || err != nil || called {
+		t.Fatalf("RunOnce under a plain SQL lock = (%v, %v), fn called %v; want (false, nil)", ran, err, called)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(pgcoord_lock_key('singleton:nightly'))`); err != nil {
+		t.Fatal(err)
+	}
+	// A pgcoord lease or lock named "nightly" has another key.
+	if ran, err := singleton.RunOnce(ctx, pool, "nightly", func(ctx context.Context, tx pgx.Tx) error {
+		var other bool
+		return tx.QueryRow(ctx, `SELECT pg_try_advisory_lock(pgcoord_lock_key('nightly'))`).Scan(&other)
+	}); !ran || err != nil {
+		t.Fatalf("RunOnce = (%v, %v)", ran, err)
+	}
+}
+
+// The same job name in two schemas (two applications in one database) takes two different
+// locks.
+func TestRunOnceSchemasDoNotCollide(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	poolA, _ := pgtest.Schema(t)
+	poolB, _ := pgtest.Schema(t)
+	if _, err := pgcoord.Migrate(ctx, poolA, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgcoord.Migrate(ctx, poolB, nil); err != nil {
+		t.Fatal(err)
+	}
+	ran, err := singleton.RunOnce(ctx, poolA, "report", func(ctx context.Context, _ pgx.Tx) error {
+		// While A's replica holds the lock: B's replica of the same job runs, A's other
+		// replica does not.
+		ranB, err := singleton.RunOnce(ctx, poolB, "report", func(context.Context, pgx.Tx) error { return nil })
+		if !ranB || err != nil {
+			return fmt.Errorf("schema B's RunOnce = (%v, %v), want it to run", ranB, err)
+		}
+		ranA, err := singleton.RunOnce(ctx, poolA, "report", func(context.Context, pgx.Tx) error { return nil })
+		if ranA || err != nil {
+			return fmt.Errorf("schema A's second RunOnce = (%v, %v), want (false, nil)", ranA, err)
+		}
+		return nil
+	})
+	if !ran || err != nil {
+		t.Fatalf("RunOnce = (%v, %v)", ran, err)
+	}
+}
+
+// When the winner's connection dies (here pg_terminate_backend; a crashed replica is the
+// same for the server), the server releases the lock and another replica can run; the
+// dead winner's RunOnce reports the failed commit.
+func TestRunOnceLockFreedWhenConnectionDies(t *testing.T) {
+	t.Parallel()
+	pool, _ := migrated(t, 6)
+	ctx := t.Context()
+	pids, release := make(chan int32, 1), make(chan struct{})
+	winner := make(chan outcome, 1)
+	go func() {
+		ran, err := singleton.RunOnce(ctx, pool, "job", func(ctx context.Context, tx pgx.Tx) error {
+			var pid int32
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				return err
+			}
+			pids <- pid
+			<-release
+			return nil
+		})
+		winner <- outcome{ran, err}
+	}()
+	pid := within(t, 10*time.Second, pids, "the winner's backend pid")
+	if ran, err := singleton.RunOnce(ctx, pool, "job", func(context.Context, pgx.Tx) error { return nil }); ran || err != nil {
+		t.Fatalf("RunOnce while the winner holds the lock = (%v, %v)", ran, err)
+	}
+	terminate(ctx, t, pool, pid)
+	eventually(t, 10*time.Second, func() error {
+		ran, err := singleton.RunOnce(ctx, pool, "job", func(context.Context, pgx.Tx) error { return nil })
+		if !ran || err != nil {
+			return fmt.Errorf("RunOnce after the winner's backend was terminated = (%v, %v), want it to run", ran, err)
+		}
+		return nil
+	})
+	close(release)
+	if r := within(t, 10*time.Second, winner, "the dead winner returning"); !r.ran || r.err == nil {
+		t.Fatalf("the dead winner's RunOnce = (%v, %v), want (true, the commit's error)", r.ran, r.err)
+	}
+}
+
+// Bad arguments are refused before any SQL runs (a nil pool would panic otherwise).
+func TestRunOnceValidatesFirst(t *testing.T) {
+	t.Parallel()
+	fn := func(context.Context, pgx.Tx) error { return nil }
+	if _, err := singleton.RunOnce(t.Context(), nil, "", fn); !errors.Is(err, pgcoord.ErrInvalidName) {
+		t.Errorf("empty job: %v, want ErrInvalidName", err)
+	}
+	if _, err := singleton.RunOnce(t.Context(), nil, "job", fn); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+		t.Errorf("nil pool: %v, want ErrInvalidArgument", err)
+	}
+	pool := pgtest.Pool(t)
+	if _, err := singleton.RunOnce(t.Context(), pool, "job", nil); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+		t.Errorf("nil fn: %v, want ErrInvalidArgument", err)
+	}
+}
