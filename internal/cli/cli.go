@@ -111,7 +111,7 @@ Exit codes: 0 ok, 1 failure, 2 usage error, 3 a check ran and answered "no".`,
 	pf.StringVar(&a.schema, "schema", "", "schema pgcoord is installed in (default: the connection's search_path)")
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of a table (read commands)")
 	pf.DurationVar(&a.statementTimeout, "statement-timeout", 30*time.Second, "server-side timeout of each statement")
-	root.AddCommand(a.versionCommand(), a.migrateCommand(), a.benchCommand(), a.leasesCommand(), a.fenceCommand())
+	root.AddCommand(a.versionCommand(), a.migrateCommand(), a.benchCommand(), a.leasesCommand(), a.fenceCommand(), a.dedupeCommand(), a.jobsCommand())
 	return root
 }
 
@@ -185,4 +185,13 @@ func rfc3339(t time.Time) string {
 		return ""
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// noSubcommand is the Args of a command that only groups subcommands: any argument is an
+// unknown subcommand, a usage error (exit 2), rather than a reason to print help and exit 0.
+func noSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+	}
+	return nil
 }

@@ -12,7 +12,8 @@ func (a *app) fenceCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fence",
 		Short: "Fenced writes: make the database refuse writes with a stale fence token",
-		Args:  exactArgs(0),
+		Args:  noSubcommand,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(a.fenceGuardCommand())
 	return cmd

@@ -70,7 +70,8 @@ func (a *app) leasesCommand() *cobra.Command {
 		Long: `Operate pgcoord's leases: named, time-limited grants with fence tokens, judged by the
 database clock. Every subcommand calls the same public API (package leases) a Go program
 calls; 'leases run' runs any command under a lease, renewed while it runs.`,
-		Args: exactArgs(0),
+		Args: noSubcommand,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(a.leasesListCommand(), a.leasesShowCommand(), a.leasesExpireCommand(), a.leasesRunCommand())
 	return cmd

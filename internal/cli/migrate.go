@@ -15,7 +15,8 @@ func (a *app) migrateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply, roll back, inspect or print pgcoord's schema migrations",
-		Args:  exactArgs(0),
+		Args:  noSubcommand,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(a.migrateUpCommand(), a.migrateDownCommand(), a.migrateStatusCommand(), a.migrateSQLCommand())
 	return cmd

@@ -115,6 +115,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 	t.Parallel()
 	cases := [][]string{
 		{"no-such-command"},
+		{"migrate", "bogus"},
+		{"leases", "bogus"},
+		{"fence", "bogus"},
 		{"migrate", "up", "--no-such-flag"},
 		{"migrate", "up", "--to", "999"},
 		{"migrate", "up", "extra-arg"},

@@ -1,0 +1,496 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/pgcoord/pgcoord/pgcoord"
+	"github.com/pgcoord/pgcoord/singleton"
+)
+
+// Job statuses as `jobs list` and `jobs check` print them.
+const (
+	jobOK      = "ok"      // succeeded recently enough, last run did not fail
+	jobOverdue = "overdue" // no success within Every + --max-staleness
+	jobFailing = "failing" // its last run failed
+)
+
+// defaultMaxStaleness is the default of --max-staleness.
+const defaultMaxStaleness = 5 * time.Minute
+
+func (a *app) jobsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "Inspect scheduled jobs (cron singletons): status, overdue check, run history",
+		Long: `Inspect the jobs scheduled with package singleton's ledger (Schedule, RunTick, ClaimTick):
+their schedule, last success and failure, missed ticks, and the history of their runs.
+'jobs check' is the probe for monitoring: it exits 3 when a job is overdue or failing —
+a cron that silently stopped running is a failure too.`,
+		Args: noSubcommand,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(a.jobsListCommand(), a.jobsCheckCommand(), a.jobsRunsCommand())
+	return cmd
+}
+
+// jobHealth is the verdict on one job.
+type jobHealth struct {
+	status   string   // jobOK, jobOverdue or jobFailing
+	overdue  bool     // no success within Every + max staleness
+	failing  bool     // the last run failed
+	problems []string // why, for people
+}
+
+// judgeJob applies the check of `jobs check` to s: failing when its last run failed (or
+// the runs since the last success all failed), overdue by singleton's Overdue ignoring
+// failures.
+func judgeJob(s singleton.JobStatus, maxStaleness time.Duration) jobHealth {
+	var h jobHealth
+	h.failing = s.ConsecutiveFailures > 0 || s.LastState == "failed"
+	stale := s
+	stale.ConsecutiveFailures = 0 // Overdue counts failures too; judge staleness alone
+	h.overdue = stale.Overdue(maxStaleness)
+	if h.failing {
+		msg := "last run failed"
+		if !s.LastFailureAt.IsZero() {
+			msg += fmt.Sprintf(" %s ago (%s)", age(s.LastFailureAt, s.DBNow), preciseTime(s.LastFailureAt))
+		}
+		if s.ConsecutiveFailures > 1 {
+			msg += fmt.Sprintf(", %d failures in a row", s.ConsecutiveFailures)
+		}
+		if s.LastError != "" {
+			msg += ": " + oneLine(s.LastError, 200)
+		}
+		h.problems = append(h.problems, msg)
+	}
+	if h.overdue {
+		var msg string
+		switch {
+		case !s.LastSuccessAt.IsZero():
+			msg = fmt.Sprintf("no success for %s (last at %s)", age(s.LastSuccessAt, s.DBNow), preciseTime(s.LastSuccessAt))
+		case !s.FirstTick.IsZero():
+			msg = fmt.Sprintf("never succeeded; first tick %s ago (%s)", age(s.FirstTick, s.DBNow), preciseTime(s.FirstTick))
+		default:
+			msg = "never succeeded"
+		}
+		msg += fmt.Sprintf("; runs every %s, allowed staleness %s", compactDuration(s.Every), compactDuration(maxStaleness))
+		if s.MissedTicks > 0 {
+			msg += fmt.Sprintf("; %d ticks missed", s.MissedTicks)
+		}
+		if s.Running > 0 {
+			msg += fmt.Sprintf("; %d run(s) in progress", s.Running)
+		}
+		h.problems = append(h.problems, msg)
+	}
+	switch {
+	case h.failing:
+		h.status = jobFailing
+	case h.overdue:
+		h.status = jobOverdue
+	default:
+		h.status = jobOK
+	}
+	return h
+}
+
+// listAllJobs reads every job, page by page, in name order.
+func listAllJobs(ctx context.Context, pool *pgxpool.Pool) ([]singleton.JobStatus, error) {
+	all := []singleton.JobStatus{}
+	opts := singleton.ListJobsOpts{Limit: singleton.MaxListLimit}
+	for {
+		page, err := singleton.ListJobs(ctx, pool, &opts)
+		if err != nil {
+			return nil, argError(err)
+		}
+		all = append(all, page...)
+		if len(page) < opts.Limit {
+			return all, nil
+		}
+		opts.After = page[len(page)-1].Name
+	}
+}
+
+// jobJSON is one job in `jobs list --json`. Every key is always present; a time that
+// never happened, and a text that does not apply, is null.
+type jobJSON struct {
+	Name                string   `json:"name"`
+	EveryMS             int64    `json:"every_ms"`
+	Origin              *string  `json:"origin"`
+	Overlap             string   `json:"overlap"`
+	FenceToken          int64    `json:"fence_token"`
+	Status              string   `json:"status"`
+	Overdue             bool     `json:"overdue"`
+	Failing             bool     `json:"failing"`
+	Problems            []string `json:"problems"`
+	LastStartedAt       *string  `json:"last_started_at"`
+	LastSuccessAt       *string  `json:"last_success_at"`
+	LastFailureAt       *string  `json:"last_failure_at"`
+	LastError           *string  `json:"last_error"`
+	ConsecutiveFailures int      `json:"consecutive_failures"`
+	LastState           *string  `json:"last_state"`
+	Running             int      `json:"running"`
+	MissedTicks         int64    `json:"missed_ticks"`
+	FirstTick           *string  `json:"first_tick"`
+	NextTick            *string  `json:"next_tick"`
+	DBNow               *string  `json:"db_now"`
+}
+
+func toJobJSON(s singleton.JobStatus, h jobHealth) jobJSON {
+	problems := h.problems
+	if problems == nil {
+		problems = []string{}
+	}
+	return jobJSON{
+		Name: s.Name, EveryMS: s.Every.Milliseconds(), Origin: jsonTime(s.Origin), Overlap: string(s.Overlap),
+		FenceToken: s.Token, Status: h.status, Overdue: h.overdue, Failing: h.failing, Problems: problems,
+		LastStartedAt: jsonTime(s.LastStartedAt), LastSuccessAt: jsonTime(s.LastSuccessAt),
+		LastFailureAt: jsonTime(s.LastFailureAt), LastError: nullString(s.LastError),
+		ConsecutiveFailures: s.ConsecutiveFailures, LastState: nullString(s.LastState), Running: s.Running,
+		MissedTicks: s.MissedTicks, FirstTick: jsonTime(s.FirstTick), NextTick: jsonTime(s.NextTick), DBNow: jsonTime(s.DBNow),
+	}
+}
+
+func (a *app) jobsListCommand() *cobra.Command {
+	var maxStaleness time.Duration
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List jobs in name order: schedule, last success and failure, missed ticks, status",
+		Long: `List the jobs of the ledger (every job that claimed at least one tick) in name order:
+
+  EVERY         the length of a schedule slot
+  LAST SUCCESS  how long ago the last successful run finished ("-": never)
+  LAST FAILURE  how long ago the last failed run finished ("-": never)
+  FAILS         failed runs since the last success
+  MISSED        ticks from the first one to now that no replica claimed
+  RUNNING       runs in progress with a live lease
+  NEXT TICK     the next slot boundary, by the database clock
+  STATUS        failing (the last run failed), overdue (no success within EVERY plus
+                --max-staleness), or ok
+
+With --json: an array ([] when empty) of objects with the keys name, every_ms, origin,
+overlap, fence_token, status, overdue, failing, problems, last_started_at,
+last_success_at, last_failure_at, last_error, consecutive_failures, last_state, running,
+missed_ticks, first_tick, next_tick, db_now. Times are RFC 3339 in UTC, null when never.`,
+		Example: `  pgcoord jobs list
+  pgcoord jobs list --json | jq -r '.[] | select(.status != "ok") | .name'`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if maxStaleness < 0 {
+				return usagef("--max-staleness %v: want 0 or more", maxStaleness)
+			}
+			pool, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			jobs, err := listAllJobs(ctx, pool)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				js := make([]jobJSON, 0, len(jobs))
+				for _, s := range jobs {
+					js = append(js, toJobJSON(s, judgeJob(s, maxStaleness)))
+				}
+				return a.printJSON(js)
+			}
+			tw := a.table()
+			fmt.Fprintln(tw, "JOB\tEVERY\tLAST SUCCESS\tLAST FAILURE\tFAILS\tMISSED\tRUNNING\tNEXT TICK\tSTATUS")
+			for _, s := range jobs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, compactDuration(s.Every),
+					ago(s.LastSuccessAt, s.DBNow), ago(s.LastFailureAt, s.DBNow), s.ConsecutiveFailures,
+					s.MissedTicks, s.Running, dash(rfc3339(s.NextTick)), judgeJob(s, maxStaleness).status)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().DurationVar(&maxStaleness, "max-staleness", defaultMaxStaleness, "a job is overdue when it has not succeeded for its period plus this")
+	return cmd
+}
+
+// checkJSON is one job in `jobs check --json`.
+type checkJSON struct {
+	Name     string   `json:"name"`
+	Status   string   `json:"status"` // ok, overdue, failing, or missing (--job named a job with no ticks)
+	Problems []string `json:"problems"`
+}
+
+func (a *app) jobsCheckCommand() *cobra.Command {
+	var (
+		maxStaleness time.Duration
+		only         []string
+	)
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Exit 3 if any job is overdue or its last run failed, saying which and why",
+		Long: `Check every job of the ledger (or only the --job ones) and exit 3 if any needs attention:
+
+  failing  its last run failed (the error is shown)
+  overdue  it has not succeeded for its period (EVERY) plus --max-staleness, counting
+           from its last success, or from its first tick if it never succeeded: it
+           stopped running, or runs but never finishes
+  missing  (with --job) the named job has never claimed a tick: it never ran at all
+
+Each job that needs attention is printed with why; exit 0 when all are healthy. Pick
+--max-staleness longer than a run takes. With no jobs in the ledger (and no --job) there
+is nothing to check: exit 0 with a note on stderr — name the jobs you expect with --job
+so that a job that never ran fails the check.
+
+With --json: an array of {"name", "status", "problems"} for every job checked.`,
+		Example: `  pgcoord jobs check
+  pgcoord jobs check --max-staleness 15m --job weekly-report --job nightly-export`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if maxStaleness < 0 {
+				return usagef("--max-staleness %v: want 0 or more", maxStaleness)
+			}
+			for _, name := range only {
+				if err := pgcoord.ValidateName("job", name); err != nil {
+					return usageError{err}
+				}
+			}
+			pool, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			jobs, err := listAllJobs(ctx, pool)
+			if err != nil {
+				return err
+			}
+
+			var results []checkJSON
+			if len(only) == 0 {
+				for _, s := range jobs {
+					h := judgeJob(s, maxStaleness)
+					results = append(results, checkJSON{Name: s.Name, Status: h.status, Problems: h.problems})
+				}
+			} else {
+				for _, name := range uniqueNames(only) {
+					i := slices.IndexFunc(jobs, func(s singleton.JobStatus) bool { return s.Name == name })
+					if i < 0 {
+						results = append(results, checkJSON{Name: name, Status: "missing",
+							Problems: []string{"no tick of this job was ever claimed: it never ran (or runs under another name or schema)"}})
+						continue
+					}
+					h := judgeJob(jobs[i], maxStaleness)
+					results = append(results, checkJSON{Name: name, Status: h.status, Problems: h.problems})
+				}
+			}
+
+			bad := 0
+			for i := range results {
+				if results[i].Problems == nil {
+					results[i].Problems = []string{}
+				}
+				if results[i].Status != jobOK {
+					bad++
+				}
+			}
+			if a.json {
+				if results == nil {
+					results = []checkJSON{}
+				}
+				if err := a.printJSON(results); err != nil {
+					return err
+				}
+			} else {
+				for _, r := range results {
+					if r.Status == jobOK {
+						continue
+					}
+					fmt.Fprintf(a.out, "%s %s: %s\n", strings.ToUpper(r.Status), r.Name, strings.Join(r.Problems, "; "))
+				}
+			}
+			switch {
+			case len(results) == 0:
+				fmt.Fprintln(a.errOut, "pgcoord: note: no jobs in the ledger: nothing to check (name the jobs you expect with --job)")
+				return nil
+			case bad > 0:
+				fmt.Fprintf(a.errOut, "pgcoord: %d of %d jobs need attention\n", bad, len(results))
+				return errCheckFailed
+			}
+			if !a.json {
+				fmt.Fprintf(a.out, "all %d jobs healthy (max staleness %s)\n", len(results), compactDuration(maxStaleness))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&maxStaleness, "max-staleness", defaultMaxStaleness, "a job is overdue when it has not succeeded for its period plus this")
+	f.StringArrayVar(&only, "job", nil, "check only this job, and fail if it never ran (repeatable)")
+	return cmd
+}
+
+// uniqueNames returns names without repeats, in their first order.
+func uniqueNames(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// runJSON is one run in `jobs runs --json`. Every key is always present; what does not
+// apply (no finish yet, no error, no live lease) is null.
+type runJSON struct {
+	Job          string  `json:"job"`
+	ScheduledFor *string `json:"scheduled_for"`
+	State        string  `json:"state"`
+	FenceToken   int64   `json:"fence_token"`
+	Attempt      int     `json:"attempt"`
+	Holder       string  `json:"holder"`
+	StartedAt    *string `json:"started_at"`
+	ExpiresAt    *string `json:"expires_at"`
+	FinishedAt   *string `json:"finished_at"`
+	DurationMS   *int64  `json:"duration_ms"`
+	Error        *string `json:"error"`
+}
+
+func toRunJSON(r singleton.RunInfo) runJSON {
+	j := runJSON{
+		Job: r.Job, ScheduledFor: jsonTime(r.ScheduledFor), State: r.State, FenceToken: r.Token,
+		Attempt: r.Attempt, Holder: r.Holder, StartedAt: jsonTime(r.StartedAt), ExpiresAt: jsonTime(r.ExpiresAt),
+		FinishedAt: jsonTime(r.FinishedAt), Error: nullString(r.Error),
+	}
+	if !r.FinishedAt.IsZero() && !r.StartedAt.IsZero() {
+		ms := r.FinishedAt.Sub(r.StartedAt).Milliseconds()
+		j.DurationMS = &ms
+	}
+	return j
+}
+
+// defaultRunsLimit is how many runs `jobs runs` shows unless --limit says otherwise.
+const defaultRunsLimit = 20
+
+func (a *app) jobsRunsCommand() *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "runs JOB",
+		Short: "Show the history of a job's ticks, newest first (exit 1 if the job never ran)",
+		Long: `Show the ledger of JOB, newest tick first: each tick's state (running, succeeded, failed,
+skipped by the forbid overlap policy, replaced by the replace policy), attempt (2 or more
+when a replica took over a tick whose runner stopped heartbeating), fence token, holder,
+start, duration and error. At most --limit ticks (default 20).
+
+A job with no tick in the ledger is an error (exit 1): it never ran, or the name is wrong
+('pgcoord jobs list' shows the jobs). With --json: an array of objects with the keys job,
+scheduled_for, state, fence_token, attempt, holder, started_at, expires_at, finished_at,
+duration_ms, error.`,
+		Example: `  pgcoord jobs runs weekly-report
+  pgcoord jobs runs nightly-export --limit 100 --json`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			job := args[0]
+			if limit < 1 || limit > singleton.MaxListLimit {
+				return usagef("--limit %d: want 1 to %d", limit, singleton.MaxListLimit)
+			}
+			if err := pgcoord.ValidateName("job", job); err != nil {
+				return usageError{err}
+			}
+			pool, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			runs, err := singleton.ListRuns(ctx, pool, job, &singleton.ListRunsOpts{Limit: limit})
+			if err != nil {
+				return argError(err)
+			}
+			if len(runs) == 0 {
+				return fmt.Errorf("no such job %q: no tick of it was ever claimed ('pgcoord jobs list' shows the jobs)", job)
+			}
+			if a.json {
+				js := make([]runJSON, 0, len(runs))
+				for _, r := range runs {
+					js = append(js, toRunJSON(r))
+				}
+				return a.printJSON(js)
+			}
+			tw := a.table()
+			fmt.Fprintln(tw, "SCHEDULED FOR\tSTATE\tATTEMPT\tTOKEN\tHOLDER\tSTARTED\tDURATION\tERROR")
+			for _, r := range runs {
+				dur := "-"
+				if !r.FinishedAt.IsZero() && r.State != "skipped" {
+					dur = roundDuration(r.FinishedAt.Sub(r.StartedAt)).String()
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", rfc3339(r.ScheduledFor), r.State, r.Attempt, r.Token,
+					r.Holder, preciseTime(r.StartedAt), dur, dash(oneLine(r.Error, 80)))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", defaultRunsLimit, "show at most this many ticks, newest first")
+	return cmd
+}
+
+// ago is how long before now t was, for tables: "2h3m ago"; "-" for the zero time.
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return age(t, now) + " ago"
+}
+
+// age formats now - t compactly: "45s", "5m12s", "2h3m", "3d4h".
+func age(t, now time.Time) string {
+	d := now.Sub(t)
+	if d < 0 {
+		d = 0
+	}
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(int(d/time.Second)) + "s"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%ds", d/time.Minute, d%time.Minute/time.Second)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%dm", d/time.Hour, d%time.Hour/time.Minute)
+	}
+	return fmt.Sprintf("%dd%dh", d/(24*time.Hour), d%(24*time.Hour)/time.Hour)
+}
+
+// compactDuration formats a schedule period or a threshold: "1m", "1h30m", "7d", "500ms".
+func compactDuration(d time.Duration) string {
+	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// roundDuration rounds a run's duration for a table: to the millisecond under a minute,
+// to the second above.
+func roundDuration(d time.Duration) time.Duration {
+	if d < time.Minute {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
+// oneLine makes s fit one table cell: newlines and tabs become spaces, and it is cut to
+// n runes with "…".
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

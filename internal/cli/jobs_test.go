@@ -1,0 +1,389 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/internal/cli"
+	"github.com/pgcoord/pgcoord/singleton"
+)
+
+// claimTick claims the tick of job current at now (the database clock when zero).
+func claimTick(t *testing.T, pool *pgxpool.Pool, job singleton.Job, now time.Time) singleton.Run {
+	t.Helper()
+	run, err := singleton.ClaimTick(t.Context(), pool, job, &singleton.ClaimOpts{Holder: "worker-1", Now: now})
+	if err != nil {
+		t.Fatalf("claim %s at %v: %v", job.Name, now, err)
+	}
+	return run
+}
+
+// finishTick records run's outcome now.
+func finishTick(t *testing.T, pool *pgxpool.Pool, run singleton.Run, runErr error) {
+	t.Helper()
+	if err := singleton.FinishTick(t.Context(), pool, run, runErr); err != nil {
+		t.Fatalf("finish %s: %v", run.Job, err)
+	}
+}
+
+// finishTickAt records run's success as of at, through the SQL API: FinishTick has no
+// option to set the clock.
+func finishTickAt(t *testing.T, pool *pgxpool.Pool, run singleton.Run, at time.Time) {
+	t.Helper()
+	var n int
+	err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pgcoord_job_finish($1, $2, $3, NULL, $4)`,
+		run.Job, run.ScheduledFor, run.Token, at).Scan(&n)
+	if err != nil || n != 1 {
+		t.Fatalf("finish %s at %v: %d rows, %v", run.Job, at, n, err)
+	}
+}
+
+var minutely = singleton.Job{Every: time.Minute, TTL: 10 * time.Second}
+
+// job returns minutely under another name.
+func job(name string) singleton.Job {
+	j := minutely
+	j.Name = name
+	return j
+}
+
+// fresh: succeeded just now. stale: last success two hours ago. broken: the last run failed.
+// stuck: claimed two hours ago, never finished.
+func setUpJobs(t *testing.T, pool *pgxpool.Pool, names ...string) {
+	t.Helper()
+	twoHoursAgo := time.Now().Add(-2 * time.Hour)
+	for _, name := range names {
+		switch name {
+		case "fresh":
+			finishTick(t, pool, claimTick(t, pool, job(name), time.Now()), nil)
+		case "stale":
+			finishTickAt(t, pool, claimTick(t, pool, job(name), twoHoursAgo), twoHoursAgo.Add(time.Second))
+		case "broken":
+			finishTick(t, pool, claimTick(t, pool, job(name), time.Time{}), errors.New("smtp: connection refused\nretry later"))
+		case "stuck":
+			claimTick(t, pool, job(name), twoHoursAgo)
+		default:
+			t.Fatalf("no recipe for job %q", name)
+		}
+	}
+}
+
+func TestJobsCheckHealthy(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	setUpJobs(t, d.pool, "fresh")
+	code, out, errOut := d.run(t, "jobs", "check")
+	if code != cli.ExitOK || !strings.Contains(out, "all 1 jobs healthy") || errOut != "" {
+		t.Fatalf("jobs check on a job that just succeeded = %d, %q, %q; want exit 0", code, out, errOut)
+	}
+}
+
+func TestJobsCheckOverdue(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	setUpJobs(t, d.pool, "fresh", "stale")
+	code, out, errOut := d.run(t, "jobs", "check")
+	if code != cli.ExitCheck {
+		t.Fatalf("jobs check with a job last successful 2h ago (every 1m) = %d, %q, %q; want exit 3", code, out, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "OVERDUE stale: no success for 1h59m") ||
+		!strings.Contains(lines[0], "runs every 1m, allowed staleness 5m") || !strings.Contains(lines[0], "ticks missed") {
+		t.Fatalf("jobs check printed %q; want one line for stale, saying why", out)
+	}
+	if !strings.Contains(errOut, "1 of 2 jobs need attention") {
+		t.Errorf("stderr %q", errOut)
+	}
+	// A staleness allowance of 3h makes it fine.
+	if code, out, errOut := d.run(t, "jobs", "check", "--max-staleness", "3h"); code != cli.ExitOK {
+		t.Fatalf("jobs check --max-staleness 3h = %d, %q, %q; want exit 0", code, out, errOut)
+	}
+	// Checking only the fresh job passes.
+	if code, out, errOut := d.run(t, "jobs", "check", "--job", "fresh"); code != cli.ExitOK {
+		t.Fatalf("jobs check --job fresh = %d, %q, %q; want exit 0", code, out, errOut)
+	}
+}
+
+func TestJobsCheckFailingStuckAndMissing(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	setUpJobs(t, d.pool, "broken", "fresh", "stuck")
+	code, out, errOut := d.run(t, "jobs", "check")
+	if code != cli.ExitCheck {
+		t.Fatalf("jobs check = %d, %q, %q; want exit 3", code, out, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 ||
+		!strings.HasPrefix(lines[0], "FAILING broken: last run failed") || !strings.Contains(lines[0], "smtp: connection refused retry later") ||
+		!strings.HasPrefix(lines[1], "OVERDUE stuck: never succeeded; first tick 2h0m ago") {
+		t.Fatalf("jobs check printed:\n%s", out)
+	}
+	if !strings.Contains(errOut, "2 of 3 jobs need attention") {
+		t.Errorf("stderr %q", errOut)
+	}
+
+	// --json: every job checked, with its status and problems.
+	code, out, _ = d.run(t, "--json", "jobs", "check")
+	var checked []struct {
+		Name     string   `json:"name"`
+		Status   string   `json:"status"`
+		Problems []string `json:"problems"`
+	}
+	if err := json.Unmarshal([]byte(out), &checked); err != nil || code != cli.ExitCheck || len(checked) != 3 {
+		t.Fatalf("jobs check --json = %d, %q (%v)", code, out, err)
+	}
+	for i, want := range []string{"failing", "ok", "overdue"} {
+		if checked[i].Status != want || (want == "ok") != (len(checked[i].Problems) == 0) || checked[i].Problems == nil {
+			t.Errorf("job %d: %+v, want status %s", i, checked[i], want)
+		}
+	}
+
+	// A job named with --job that never ran is a failure.
+	code, out, _ = d.run(t, "jobs", "check", "--job", "fresh", "--job", "weekly-report")
+	if code != cli.ExitCheck || !strings.HasPrefix(out, "MISSING weekly-report: ") || strings.Contains(out, "fresh") {
+		t.Fatalf("jobs check --job for a job that never ran = %d, %q; want exit 3 naming it", code, out)
+	}
+}
+
+func TestJobsCheckNoJobs(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	code, out, errOut := d.run(t, "jobs", "check")
+	if code != cli.ExitOK || out != "" || !strings.Contains(errOut, "no jobs") {
+		t.Fatalf("jobs check with no jobs = %d, %q, %q; want exit 0 with a note", code, out, errOut)
+	}
+	code, out, _ = d.run(t, "--json", "jobs", "check")
+	if code != cli.ExitOK || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("jobs check --json with no jobs = %d, %q; want []", code, out)
+	}
+	code, out, _ = d.run(t, "--json", "jobs", "list")
+	if code != cli.ExitOK || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("jobs list --json with no jobs = %d, %q; want []", code, out)
+	}
+	code, out, _ = d.run(t, "jobs", "list")
+	if code != cli.ExitOK || !strings.HasPrefix(out, "JOB") || strings.Count(out, "\n") != 1 {
+		t.Fatalf("jobs list with no jobs = %d, %q; want the header alone", code, out)
+	}
+}
+
+var jobKeys = []string{"consecutive_failures", "db_now", "every_ms", "failing", "fence_token", "first_tick",
+	"last_error", "last_failure_at", "last_started_at", "last_state", "last_success_at", "missed_ticks",
+	"name", "next_tick", "origin", "overdue", "overlap", "problems", "running", "status"}
+
+type listedJob struct {
+	Name                string   `json:"name"`
+	EveryMS             int64    `json:"every_ms"`
+	Status              string   `json:"status"`
+	Overdue             bool     `json:"overdue"`
+	Failing             bool     `json:"failing"`
+	Problems            []string `json:"problems"`
+	LastSuccessAt       *string  `json:"last_success_at"`
+	LastFailureAt       *string  `json:"last_failure_at"`
+	LastError           *string  `json:"last_error"`
+	ConsecutiveFailures int      `json:"consecutive_failures"`
+	LastState           *string  `json:"last_state"`
+	Running             int      `json:"running"`
+	MissedTicks         int64    `json:"missed_ticks"`
+	NextTick            *string  `json:"next_tick"`
+	DBNow               *string  `json:"db_now"`
+}
+
+func TestJobsList(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	setUpJobs(t, d.pool, "stale", "broken", "fresh", "stuck")
+	// A run in progress.
+	claimTick(t, d.pool, singleton.Job{Name: "running", Every: time.Hour, TTL: time.Minute}, time.Time{})
+
+	code, out, errOut := d.run(t, "--json", "jobs", "list")
+	if code != cli.ExitOK {
+		t.Fatalf("jobs list --json = %d, %s", code, errOut)
+	}
+	var raw []map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range raw {
+		if keys := slices.Sorted(maps.Keys(m)); !slices.Equal(keys, jobKeys) {
+			t.Fatalf("job object has keys %v, want %v", keys, jobKeys)
+		}
+	}
+	var jobs []listedJob
+	if err := json.Unmarshal([]byte(out), &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 5 {
+		t.Fatalf("listed %d jobs, want 5: %s", len(jobs), out)
+	}
+	byName := map[string]listedJob{}
+	for _, j := range jobs {
+		byName[j.Name] = j
+		if j.DBNow == nil || j.NextTick == nil || !strings.HasSuffix(*j.NextTick, "Z") || j.Problems == nil {
+			t.Errorf("%s: %+v", j.Name, j)
+		}
+	}
+	if names := slices.Collect(maps.Keys(byName)); len(names) != 5 || jobs[0].Name != "broken" || jobs[4].Name != "stuck" {
+		t.Errorf("jobs not in name order: %v", jobs)
+	}
+	if j := byName["fresh"]; j.Status != "ok" || j.EveryMS != 60000 || j.LastSuccessAt == nil || j.LastFailureAt != nil ||
+		j.LastError != nil || j.ConsecutiveFailures != 0 || j.LastState == nil || *j.LastState != "succeeded" || len(j.Problems) != 0 {
+		t.Errorf("fresh: %+v", j)
+	}
+	if j := byName["stale"]; j.Status != "overdue" || !j.Overdue || j.Failing || j.MissedTicks < 100 {
+		t.Errorf("stale: %+v; want overdue with about 120 ticks missed", j)
+	}
+	if j := byName["broken"]; j.Status != "failing" || !j.Failing || j.LastSuccessAt != nil || j.LastFailureAt == nil ||
+		j.LastError == nil || !strings.HasPrefix(*j.LastError, "smtp: connection refused") || j.ConsecutiveFailures != 1 {
+		t.Errorf("broken: %+v", j)
+	}
+	if j := byName["stuck"]; j.Status != "overdue" || j.LastSuccessAt != nil || j.Running != 0 || j.LastState == nil || *j.LastState != "running" {
+		t.Errorf("stuck: %+v; want overdue, its run's lease long expired", j)
+	}
+	if j := byName["running"]; j.Status != "ok" || j.Running != 1 {
+		t.Errorf("running: %+v; want ok with one run in progress", j)
+	}
+
+	code, out, _ = d.run(t, "jobs", "list")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != cli.ExitOK || len(lines) != 6 ||
+		strings.Join(strings.Fields(lines[0]), " ") != "JOB EVERY LAST SUCCESS LAST FAILURE FAILS MISSED RUNNING NEXT TICK STATUS" {
+		t.Fatalf("jobs list printed:\n%s", out)
+	}
+	rows := map[string][]string{}
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		rows[f[0]] = f
+	}
+	// JOB EVERY SUCCESS [ago] FAILURE [ago] FAILS MISSED RUNNING NEXT STATUS
+	for name, want := range map[string][]string{
+		"broken":  {"broken", "1m", "-", "0s", "ago", "1"},
+		"fresh":   {"fresh", "1m", "0s", "ago", "-", "0", "0", "0"},
+		"running": {"running", "1h", "-", "-", "0", "0", "1"},
+		"stale":   {"stale", "1m", "1h59m", "ago", "-", "0"},
+		"stuck":   {"stuck", "1m", "-", "-", "0"},
+	} {
+		f := rows[name]
+		if len(f) < len(want) || !slices.Equal(f[:len(want)], want) {
+			t.Errorf("row %v, want it to start with %v", f, want)
+		}
+	}
+	for name, status := range map[string]string{"broken": "failing", "fresh": "ok", "running": "ok", "stale": "overdue", "stuck": "overdue"} {
+		if f := rows[name]; len(f) == 0 || f[len(f)-1] != status {
+			t.Errorf("row %v, want status %s", f, status)
+		}
+	}
+}
+
+type listedRun struct {
+	Job          string  `json:"job"`
+	ScheduledFor *string `json:"scheduled_for"`
+	State        string  `json:"state"`
+	FenceToken   int64   `json:"fence_token"`
+	Attempt      int     `json:"attempt"`
+	Holder       string  `json:"holder"`
+	StartedAt    *string `json:"started_at"`
+	ExpiresAt    *string `json:"expires_at"`
+	FinishedAt   *string `json:"finished_at"`
+	DurationMS   *int64  `json:"duration_ms"`
+	Error        *string `json:"error"`
+}
+
+var runKeys = []string{"attempt", "duration_ms", "error", "expires_at", "fence_token", "finished_at", "holder",
+	"job", "scheduled_for", "started_at", "state"}
+
+func TestJobsRuns(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	base := time.Now().Add(-time.Hour).Truncate(time.Minute)
+	j := job("report")
+	finishTick(t, d.pool, claimTick(t, d.pool, j, base.Add(5*time.Second)), nil)
+	finishTick(t, d.pool, claimTick(t, d.pool, j, base.Add(time.Minute+5*time.Second)), errors.New("boom"))
+	claimTick(t, d.pool, j, base.Add(2*time.Minute+5*time.Second))
+	setUpJobs(t, d.pool, "fresh") // another job's runs are not listed
+
+	code, out, errOut := d.run(t, "--json", "jobs", "runs", "report")
+	if code != cli.ExitOK {
+		t.Fatalf("jobs runs --json = %d, %s", code, errOut)
+	}
+	var raw []map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range raw {
+		if keys := slices.Sorted(maps.Keys(m)); !slices.Equal(keys, runKeys) {
+			t.Fatalf("run object has keys %v, want %v", keys, runKeys)
+		}
+	}
+	var runs []listedRun
+	if err := json.Unmarshal([]byte(out), &runs); err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 3 {
+		t.Fatalf("%d runs, want 3: %s", len(runs), out)
+	}
+	for i, want := range []struct {
+		state string
+		token int64
+		tick  time.Time
+	}{{"running", 3, base.Add(2 * time.Minute)}, {"failed", 2, base.Add(time.Minute)}, {"succeeded", 1, base}} {
+		r := runs[i]
+		if r.Job != "report" || r.State != want.state || r.FenceToken != want.token || r.Attempt != 1 || r.Holder != "worker-1" ||
+			parseTime(t, r.ScheduledFor) != want.tick.UTC() {
+			t.Errorf("run %d = %+v, want %s with token %d for %v (newest first)", i, r, want.state, want.token, want.tick)
+		}
+	}
+	if r := runs[0]; r.FinishedAt != nil || r.DurationMS != nil || r.Error != nil || r.ExpiresAt == nil {
+		t.Errorf("running run: %+v", r)
+	}
+	if r := runs[1]; r.Error == nil || *r.Error != "boom" || r.FinishedAt == nil || r.DurationMS == nil {
+		t.Errorf("failed run: %+v", r)
+	}
+
+	code, out, _ = d.run(t, "jobs", "runs", "report", "--limit", "2")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != cli.ExitOK || len(lines) != 3 ||
+		strings.Join(strings.Fields(lines[0]), " ") != "SCHEDULED FOR STATE ATTEMPT TOKEN HOLDER STARTED DURATION ERROR" {
+		t.Fatalf("jobs runs --limit 2 printed:\n%s", out)
+	}
+	if f := strings.Fields(lines[1]); f[1] != "running" || f[6] != "-" || f[7] != "-" {
+		t.Errorf("row %v", f)
+	}
+	if f := strings.Fields(lines[2]); f[1] != "failed" || f[len(f)-1] != "boom" {
+		t.Errorf("row %v", f)
+	}
+
+	code, _, errOut = d.run(t, "jobs", "runs", "nightly")
+	if code != cli.ExitFailure || !strings.Contains(errOut, `no such job "nightly"`) {
+		t.Fatalf("jobs runs of an unknown job = %d, %q; want exit 1", code, errOut)
+	}
+}
+
+func TestJobsUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"jobs", "list", "extra"},
+		{"jobs", "list", "--max-staleness", "-1m"},
+		{"jobs", "check", "--max-staleness", "soon"},
+		{"jobs", "check", "--max-staleness", "-5s"},
+		{"jobs", "check", "--job", ""},
+		{"jobs", "check", "extra"},
+		{"jobs", "runs"},
+		{"jobs", "runs", "a", "b"},
+		{"jobs", "runs", "report", "--limit", "0"},
+		{"jobs", "runs", "report", "--limit", "10001"},
+		{"jobs", "runs", strings.Repeat("j", 256)},
+		{"jobs", "bogus"},
+	} {
+		code, _, errOut := run(t, append([]string{"--database-url", "postgres://nobody@127.0.0.1:1/none"}, args...)...)
+		if code != cli.ExitUsage {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", args, code, cli.ExitUsage, errOut)
+		}
+	}
+}
