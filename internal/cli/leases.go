@@ -728,7 +728,7 @@ func (a *app) runChild(ctx context.Context, l leases.Lease, spec runSpec, errW i
 		EnvLeaseHolder+"="+l.Holder,
 	)
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, a.out, errW
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	setProcessGroup(c)
 	// Bounds how long Wait reads the command's output after it exited, should a process it
 	// left behind keep the pipes open (only when pgcoord's output is not a file).
 	c.WaitDelay = max(spec.grace, time.Second)
@@ -770,7 +770,7 @@ func (a *app) runChild(ctx context.Context, l leases.Lease, spec runSpec, errW i
 		} else {
 			fmt.Fprintf(errW, "pgcoord: interrupted (%v); stopping the command (%s, %s)\n", res.stopped, sigName(sig), then)
 		}
-		_ = syscall.Kill(-pgid, sig)
+		_ = signalGroup(pgid, sig)
 		waitErr = stopGroup(pgid, spec.grace, done)
 	}
 
@@ -799,16 +799,16 @@ func stopGroup(pgid int, grace time.Duration, done <-chan error) error {
 	select {
 	case waitErr = <-done:
 	case <-deadline.C:
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = signalGroup(pgid, syscall.SIGKILL)
 		return <-done
 	}
 	// The leader is gone; members that outlive it get the rest of the grace period.
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for syscall.Kill(-pgid, 0) == nil {
+	for groupAlive(pgid) {
 		select {
 		case <-deadline.C:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			_ = signalGroup(pgid, syscall.SIGKILL)
 			return waitErr
 		case <-tick.C:
 		}
