@@ -65,26 +65,24 @@ BEGIN
     IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
         RAISE EXCEPTION 'pgcoord: lease ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
     END IF;
-    -- A plain read decides most refusals: reads take no lock and never wait, even while
-    -- the holder's own transaction is renewing or committing.
+    -- Take a free or expired lease. A row whose latest committed version is held and
+    -- unexpired fails the WHERE clause before it is locked: a refusal writes nothing,
+    -- locks nothing and waits for no transaction, not even one of the holder's that is
+    -- renewing or committing.
+    UPDATE pgcoord_leases
+       SET fence_token = fence_token + 1, holder = p_holder, metadata = coalesce(p_metadata, '{}'),
+           acquired_at = v_now, renewed_at = NULL, expires_at = v_now + p_ttl,
+           released_at = NULL, expired_by = NULL
+     WHERE name = p_name AND (holder IS NULL OR expires_at <= v_now)
+    RETURNING * INTO r;
+    IF FOUND THEN
+        RETURN NEXT r;
+        RETURN;
+    END IF;
     SELECT * INTO r FROM pgcoord_leases WHERE name = p_name;
     IF FOUND THEN
-        IF r.holder IS NOT NULL AND r.expires_at > v_now THEN
-            IF r.holder = p_holder THEN
-                RETURN NEXT r; -- our own live grant, from an attempt whose reply was lost
-            END IF;
-            RETURN;
-        END IF;
-        -- Free or expired: take it. If another acquirer changed the row since the read,
-        -- the WHERE clause is checked again against its version, so one of us wins.
-        UPDATE pgcoord_leases
-           SET fence_token = fence_token + 1, holder = p_holder, metadata = coalesce(p_metadata, '{}'),
-               acquired_at = v_now, renewed_at = NULL, expires_at = v_now + p_ttl,
-               released_at = NULL, expired_by = NULL
-         WHERE name = p_name AND (holder IS NULL OR expires_at <= v_now)
-        RETURNING * INTO r;
-        IF FOUND THEN
-            RETURN NEXT r;
+        IF r.holder = p_holder AND r.expires_at > v_now THEN
+            RETURN NEXT r; -- our own live grant, from an attempt whose reply was lost
         END IF;
         RETURN;
     END IF;
