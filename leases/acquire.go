@@ -31,10 +31,7 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Dura
 	if err != nil {
 		return Lease{}, err
 	}
-	meta, err := encodeMetadata(o.Metadata)
-	if err != nil {
-		return Lease{}, err
-	}
+	meta := encodeMetadata(o.Metadata)
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, err)
@@ -50,12 +47,12 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Dura
 		start := time.Now()
 		row, err := queries.WaitLease(ctx, conn, dbsqlc.WaitLeaseParams{
 			Name: name, Holder: o.Holder, Ttl: interval(ttl), Want: interval(2 * o.PollInterval),
-			Metadata: meta, Now: nowArg(o.Now),
+			Metadata: meta.json, Now: nowArg(o.Now),
 		})
 		var wait time.Duration
 		switch {
 		case err == nil && row.Holder != nil && *row.Holder == o.Holder:
-			return leaseFrom(dbsqlc.GetLeaseRow(row), start, o.SafetyMargin), nil
+			return leaseFrom(dbsqlc.AcquireLeaseRow(row), meta.values, start, o.SafetyMargin), nil
 		case err == nil && row.ExpiresAt != nil:
 			// Held by someone else: try again when the grant expires, on a notification,
 			// or after the poll interval, whichever comes first.

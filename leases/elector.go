@@ -174,9 +174,6 @@ func NewElector(pool *pgxpool.Pool, cfg *ElectorConfig) (*Elector, error) {
 	if c.Cooldown < 0 {
 		c.Cooldown = 0
 	}
-	if _, err := encodeMetadata(c.Metadata); err != nil {
-		return nil, err
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -158,18 +159,15 @@ func TryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Dura
 }
 
 func tryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Duration, o AcquireOpts) (Lease, error) {
-	meta, err := encodeMetadata(o.Metadata)
-	if err != nil {
-		return Lease{}, err
-	}
+	meta := encodeMetadata(o.Metadata)
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
 		row, err := queries.AcquireLease(ctx, db, dbsqlc.AcquireLeaseParams{
-			Name: name, Holder: o.Holder, Ttl: interval(ttl), Metadata: meta, Now: nowArg(o.Now),
+			Name: name, Holder: o.Holder, Ttl: interval(ttl), Metadata: meta.json, Now: nowArg(o.Now),
 		})
 		switch {
 		case err == nil:
-			return leaseFrom(dbsqlc.GetLeaseRow(row), start, o.SafetyMargin), nil
+			return leaseFrom(row, meta.values, start, o.SafetyMargin), nil
 		case errors.Is(err, pgx.ErrNoRows):
 			return Lease{}, fmt.Errorf("%w: %q", ErrHeld, name)
 		case attempt == 0 && ambiguous(ctx, err):
@@ -235,7 +233,7 @@ func Renew(ctx context.Context, db pgcoord.DBTX, l Lease, ttl time.Duration, opt
 	if err != nil {
 		return Lease{}, fmt.Errorf("leases: renew %q: %w", l.Name, err)
 	}
-	return leaseFrom(dbsqlc.GetLeaseRow(row), start, o.SafetyMargin), nil
+	return leaseFrom(dbsqlc.AcquireLeaseRow(row), l.Metadata, start, o.SafetyMargin), nil
 }
 
 // ReleaseOpts are the options of Release. A nil *ReleaseOpts means the defaults.
@@ -270,18 +268,11 @@ func Release(ctx context.Context, db pgcoord.DBTX, l Lease, opts *ReleaseOpts) e
 	return nil
 }
 
-// leaseFrom turns a lease row into a Lease. start is the local instant the request was
-// sent: the trust deadline counts the TTL left by the database clock from there.
-func leaseFrom(r dbsqlc.GetLeaseRow, start time.Time, margin time.Duration) Lease {
-	l := Lease{
-		Name:       r.Name,
-		Token:      r.FenceToken,
-		Metadata:   decodeMetadata(r.Metadata),
-		AcquiredAt: r.AcquiredAt,
-	}
-	if r.Holder != nil {
-		l.Holder = *r.Holder
-	}
+// leaseFrom turns a granted row into a Lease with the holder's metadata. start is the
+// local instant the request was sent: the trust deadline counts the TTL left by the
+// database clock from there.
+func leaseFrom(r dbsqlc.AcquireLeaseRow, meta map[string]string, start time.Time, margin time.Duration) Lease {
+	l := Lease{Name: r.Name, Token: r.FenceToken, Holder: deref(r.Holder), Metadata: maps.Clone(meta), AcquiredAt: r.AcquiredAt}
 	if r.ExpiresAt != nil {
 		l.ExpiresAt = *r.ExpiresAt
 		l.TrustUntil = start.Add(r.ExpiresAt.Sub(r.DbNow) - margin)
@@ -289,16 +280,30 @@ func leaseFrom(r dbsqlc.GetLeaseRow, start time.Time, margin time.Duration) Leas
 	return l
 }
 
-func encodeMetadata(extra map[string]string) ([]byte, error) {
+// metadata is a holder's metadata, both as given to Lease and as stored.
+type metadata struct {
+	values map[string]string
+	json   []byte
+}
+
+// defaultMetadata describes this process; most grants store exactly this.
+var defaultMetadata = newMetadata(nil)
+
+// encodeMetadata returns the metadata of a grant: this process's, plus extra.
+func encodeMetadata(extra map[string]string) metadata {
+	if len(extra) == 0 {
+		return defaultMetadata
+	}
+	return newMetadata(extra)
+}
+
+func newMetadata(extra map[string]string) metadata {
 	m := map[string]string{"host": hostname, "pid": fmt.Sprint(os.Getpid()), "app": appName}
 	for k, v := range extra {
 		m[k] = v
 	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("leases: metadata: %w", err)
-	}
-	return b, nil
+	b, _ := json.Marshal(m) // a map of strings always marshals
+	return metadata{values: m, json: b}
 }
 
 // decodeMetadata reads the metadata column, which SQL callers may have filled with any

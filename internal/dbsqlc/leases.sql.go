@@ -14,7 +14,7 @@ import (
 
 const acquireLease = `-- name: AcquireLease :one
 
-SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, coalesce($1::timestamptz, now())::timestamptz AS db_now
+SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce($1::timestamptz, now())::timestamptz AS db_now
 FROM pgcoord_lease_acquire($2::text, $3::text, $4::interval, $5::jsonb, $1::timestamptz) l
 `
 
@@ -27,22 +27,18 @@ type AcquireLeaseParams struct {
 }
 
 type AcquireLeaseRow struct {
-	Name        string
-	FenceToken  int64
-	Holder      *string
-	Metadata    []byte
-	AcquiredAt  time.Time
-	RenewedAt   *time.Time
-	ExpiresAt   *time.Time
-	ReleasedAt  *time.Time
-	ExpiredBy   *string
-	WantedUntil *time.Time
-	DbNow       time.Time
+	Name       string
+	FenceToken int64
+	Holder     *string
+	AcquiredAt time.Time
+	ExpiresAt  *time.Time
+	DbNow      time.Time
 }
 
 // Every lease operation goes through the SQL API functions of 00002_leases.sql, so Go and
 // plain SQL callers share one implementation. Each query also returns the database clock
 // (db_now) so the caller can tell how much of the TTL remains without trusting its own clock.
+// The hot-path queries (acquire, wait, renew) return only what a Lease needs.
 func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg AcquireLeaseParams) (AcquireLeaseRow, error) {
 	row := db.QueryRow(ctx, acquireLease,
 		arg.Now,
@@ -56,13 +52,8 @@ func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg AcquireLeasePar
 		&i.Name,
 		&i.FenceToken,
 		&i.Holder,
-		&i.Metadata,
 		&i.AcquiredAt,
-		&i.RenewedAt,
 		&i.ExpiresAt,
-		&i.ReleasedAt,
-		&i.ExpiredBy,
-		&i.WantedUntil,
 		&i.DbNow,
 	)
 	return i, err
@@ -295,7 +286,7 @@ func (q *Queries) ReleaseLease(ctx context.Context, db DBTX, arg ReleaseLeasePar
 }
 
 const renewLease = `-- name: RenewLease :one
-SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, coalesce($1::timestamptz, now())::timestamptz AS db_now
+SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce($1::timestamptz, now())::timestamptz AS db_now
 FROM pgcoord_lease_renew($2::text, $3::text, $4::bigint, $5::interval, $6::boolean, $1::timestamptz) l
 `
 
@@ -309,17 +300,12 @@ type RenewLeaseParams struct {
 }
 
 type RenewLeaseRow struct {
-	Name        string
-	FenceToken  int64
-	Holder      *string
-	Metadata    []byte
-	AcquiredAt  time.Time
-	RenewedAt   *time.Time
-	ExpiresAt   *time.Time
-	ReleasedAt  *time.Time
-	ExpiredBy   *string
-	WantedUntil *time.Time
-	DbNow       time.Time
+	Name       string
+	FenceToken int64
+	Holder     *string
+	AcquiredAt time.Time
+	ExpiresAt  *time.Time
+	DbNow      time.Time
 }
 
 func (q *Queries) RenewLease(ctx context.Context, db DBTX, arg RenewLeaseParams) (RenewLeaseRow, error) {
@@ -336,20 +322,15 @@ func (q *Queries) RenewLease(ctx context.Context, db DBTX, arg RenewLeaseParams)
 		&i.Name,
 		&i.FenceToken,
 		&i.Holder,
-		&i.Metadata,
 		&i.AcquiredAt,
-		&i.RenewedAt,
 		&i.ExpiresAt,
-		&i.ReleasedAt,
-		&i.ExpiredBy,
-		&i.WantedUntil,
 		&i.DbNow,
 	)
 	return i, err
 }
 
 const waitLease = `-- name: WaitLease :one
-SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, coalesce($1::timestamptz, now())::timestamptz AS db_now
+SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce($1::timestamptz, now())::timestamptz AS db_now
 FROM pgcoord_lease_wait($2::text, $3::text, $4::interval, $5::interval, $6::jsonb, $1::timestamptz) l
 `
 
@@ -363,17 +344,12 @@ type WaitLeaseParams struct {
 }
 
 type WaitLeaseRow struct {
-	Name        string
-	FenceToken  int64
-	Holder      *string
-	Metadata    []byte
-	AcquiredAt  time.Time
-	RenewedAt   *time.Time
-	ExpiresAt   *time.Time
-	ReleasedAt  *time.Time
-	ExpiredBy   *string
-	WantedUntil *time.Time
-	DbNow       time.Time
+	Name       string
+	FenceToken int64
+	Holder     *string
+	AcquiredAt time.Time
+	ExpiresAt  *time.Time
+	DbNow      time.Time
 }
 
 func (q *Queries) WaitLease(ctx context.Context, db DBTX, arg WaitLeaseParams) (WaitLeaseRow, error) {
@@ -390,13 +366,8 @@ func (q *Queries) WaitLease(ctx context.Context, db DBTX, arg WaitLeaseParams) (
 		&i.Name,
 		&i.FenceToken,
 		&i.Holder,
-		&i.Metadata,
 		&i.AcquiredAt,
-		&i.RenewedAt,
 		&i.ExpiresAt,
-		&i.ReleasedAt,
-		&i.ExpiredBy,
-		&i.WantedUntil,
 		&i.DbNow,
 	)
 	return i, err

@@ -1,17 +1,18 @@
 -- Every lease operation goes through the SQL API functions of 00002_leases.sql, so Go and
 -- plain SQL callers share one implementation. Each query also returns the database clock
 -- (db_now) so the caller can tell how much of the TTL remains without trusting its own clock.
+-- The hot-path queries (acquire, wait, renew) return only what a Lease needs.
 
 -- name: AcquireLease :one
-SELECT l.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
 FROM pgcoord_lease_acquire(@name::text, @holder::text, @ttl::interval, @metadata::jsonb, sqlc.narg('now')::timestamptz) l;
 
 -- name: WaitLease :one
-SELECT l.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
 FROM pgcoord_lease_wait(@name::text, @holder::text, @ttl::interval, @want::interval, @metadata::jsonb, sqlc.narg('now')::timestamptz) l;
 
 -- name: RenewLease :one
-SELECT l.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
 FROM pgcoord_lease_renew(@name::text, @holder::text, @fence_token::bigint, @ttl::interval, @durable::boolean, sqlc.narg('now')::timestamptz) l;
 
 -- name: ReleaseLease :execrows
