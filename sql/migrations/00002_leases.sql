@@ -291,7 +291,16 @@ RETURNS SETOF pgcoord_fences LANGUAGE plpgsql AS $$
 DECLARE
     r pgcoord_fences;
 BEGIN
-    SELECT * INTO r FROM pgcoord_fence_check(p_resource, p_fence_token, p_now);
+    IF p_fence_token IS NULL THEN
+        RAISE EXCEPTION 'pgcoord: fence token is null' USING ERRCODE = '22004';
+    END IF;
+    -- pgcoord_fence_check's statement, inlined: this runs on every fenced write.
+    INSERT INTO pgcoord_fences AS f (resource, fence_token, updated_at)
+    VALUES (p_resource, p_fence_token, coalesce(p_now, now()))
+    ON CONFLICT (resource) DO UPDATE
+       SET fence_token = excluded.fence_token, updated_at = excluded.updated_at
+     WHERE f.fence_token <= excluded.fence_token
+    RETURNING * INTO r;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pgcoord: stale fence token % for %', p_fence_token, p_resource
             USING ERRCODE = 'PGC01';
