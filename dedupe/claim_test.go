@@ -103,15 +103,15 @@ func TestClaimWaitsForTheFirstTransaction(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			pool := newDB(t, 4)
+			pool := pgtest.PoolMax(t, 4)
 			first := begin(t, pool, pgx.TxOptions{})
 			if ok, err := dedupe.Claim(ctx, first, "s", "k", nil); err != nil || !ok {
 				t.Fatalf("first claim = %v, %v", ok, err)
 			}
 			second := begin(t, pool, pgx.TxOptions{})
-			waiter, blocker := backendPID(t, second), backendPID(t, first)
-			p := async(func() (bool, error) { return dedupe.Claim(ctx, second, "s", "k", nil) })
-			waitBlocked(t, pool, p, waiter, blocker)
+			waiter, blocker := pgtest.BackendPID(t, second), pgtest.BackendPID(t, first)
+			p := pgtest.Go(func() (bool, error) { return dedupe.Claim(ctx, second, "s", "k", nil) })
+			pgtest.WaitBlocked(t, pool, p, waiter, blocker)
 
 			var err error
 			if commit {
@@ -122,7 +122,7 @@ func TestClaimWaitsForTheFirstTransaction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := p.wait(t)
+			got, err := p.Wait(t)
 			if err != nil || got != !commit {
 				t.Fatalf("after the first transaction's %s, the waiting claim = %v, %v; want %v", name, got, err, !commit)
 			}
@@ -142,7 +142,7 @@ func TestClaimConcurrentExactlyOneCommittedWinner(t *testing.T) {
 	t.Parallel()
 	const n = 12
 	ctx := t.Context()
-	pool := newDB(t, n+1)
+	pool := pgtest.PoolMax(t, n+1)
 	for round := range 5 {
 		key := "race-" + string(rune('a'+round))
 		var (
@@ -201,26 +201,26 @@ func TestClaimRepeatableReadSerializationFailure(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			pool := newDB(t, 4)
+			pool := pgtest.PoolMax(t, 4)
 			rr := begin(t, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 			exec(t, rr, `SELECT 1`) // takes the snapshot
 			other := begin(t, pool, pgx.TxOptions{})
 			if ok, err := dedupe.Claim(ctx, other, "pay", "order:7", nil); err != nil || !ok {
 				t.Fatalf("other claim = %v, %v", ok, err)
 			}
-			var p *pending[bool]
+			var p *pgtest.Call[bool]
 			if blocked {
-				waiter, blocker := backendPID(t, rr), backendPID(t, other)
-				p = async(func() (bool, error) { return dedupe.Claim(ctx, rr, "pay", "order:7", nil) })
-				waitBlocked(t, pool, p, waiter, blocker)
+				waiter, blocker := pgtest.BackendPID(t, rr), pgtest.BackendPID(t, other)
+				p = pgtest.Go(func() (bool, error) { return dedupe.Claim(ctx, rr, "pay", "order:7", nil) })
+				pgtest.WaitBlocked(t, pool, p, waiter, blocker)
 			}
 			if err := other.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if !blocked {
-				p = async(func() (bool, error) { return dedupe.Claim(ctx, rr, "pay", "order:7", nil) })
+				p = pgtest.Go(func() (bool, error) { return dedupe.Claim(ctx, rr, "pay", "order:7", nil) })
 			}
-			got, err := p.wait(t)
+			got, err := p.Wait(t)
 			if sqlState(err) != "40001" || got {
 				t.Fatalf("REPEATABLE READ claim racing a committed one = %v, %v; want an error with SQLSTATE 40001", got, err)
 			}

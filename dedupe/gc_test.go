@@ -158,7 +158,7 @@ func TestGCStopsOnCancel(t *testing.T) {
 func TestGCConcurrent(t *testing.T) {
 	t.Parallel()
 	const gcs = 4
-	pool := newDB(t, gcs+1)
+	pool := pgtest.PoolMax(t, gcs+1)
 	claimN(t, pool, "e", 200, &dedupe.ClaimOpts{Retention: time.Minute, Now: time.Now().Add(-time.Hour)})
 	claimN(t, pool, "keep", 3, nil)
 	var (

@@ -111,7 +111,7 @@ func TestInsertOnceConcurrent(t *testing.T) {
 	t.Parallel()
 	const n = 10
 	ctx := t.Context()
-	pool := newDB(t, n+1)
+	pool := pgtest.PoolMax(t, n+1)
 	newEmailSends(t, pool)
 	for campaign, sql := range []string{plainInsert, onConflictInsert} {
 		var (

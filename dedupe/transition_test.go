@@ -64,7 +64,7 @@ func TestTransitionConcurrentExactlyOneWins(t *testing.T) {
 	t.Parallel()
 	const n = 16
 	ctx := t.Context()
-	pool := newDB(t, n+1)
+	pool := pgtest.PoolMax(t, n+1)
 	exec(t, pool, `CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL)`)
 	for round := range 5 {
 		exec(t, pool, `INSERT INTO orders VALUES ($1, 'pending')`, round)
@@ -120,7 +120,7 @@ func TestTransitionIsolationLevels(t *testing.T) {
 		t.Run(strings.ReplaceAll(string(iso), " ", "_"), func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			pool := newDB(t, 4)
+			pool := pgtest.PoolMax(t, 4)
 			exec(t, pool, `CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL)`)
 			exec(t, pool, `INSERT INTO orders VALUES (42, 'pending')`)
 			loser := begin(t, pool, pgx.TxOptions{IsoLevel: iso})
@@ -129,13 +129,13 @@ func TestTransitionIsolationLevels(t *testing.T) {
 			if ok, err := dedupe.Transition(ctx, winner, payOrder); err != nil || !ok {
 				t.Fatalf("winner = %v, %v", ok, err)
 			}
-			waiter, blocker := backendPID(t, loser), backendPID(t, winner)
-			p := async(func() (bool, error) { return dedupe.Transition(ctx, loser, payOrder) })
-			waitBlocked(t, pool, p, waiter, blocker)
+			waiter, blocker := pgtest.BackendPID(t, loser), pgtest.BackendPID(t, winner)
+			p := pgtest.Go(func() (bool, error) { return dedupe.Transition(ctx, loser, payOrder) })
+			pgtest.WaitBlocked(t, pool, p, waiter, blocker)
 			if err := winner.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			ok, err := p.wait(t)
+			ok, err := p.Wait(t)
 			if iso == pgx.ReadCommitted {
 				if err != nil || ok {
 					t.Fatalf("READ COMMITTED loser = %v, %v; want false", ok, err)

@@ -170,10 +170,10 @@ func TestCheckOrdersConcurrentWriters(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer func() { _ = second.Rollback(ctx) }()
-				firstPID, secondPID := backendPID(t, first), backendPID(t, second)
+				firstPID, secondPID := pgtest.BackendPID(t, first), pgtest.BackendPID(t, second)
 
-				p := async(func() (struct{}, error) { return struct{}{}, fenced.Check(ctx, second, "r", c.second) })
-				waitBlocked(t, pool, p, secondPID, firstPID)
+				p := pgtest.Go(func() (struct{}, error) { return struct{}{}, fenced.Check(ctx, second, "r", c.second) })
+				pgtest.WaitBlocked(t, pool, p, secondPID, firstPID)
 
 				if c.commitFirst {
 					err = first.Commit(ctx)
@@ -183,7 +183,7 @@ func TestCheckOrdersConcurrentWriters(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				_, err = p.wait(t)
+				_, err = p.Wait(t)
 				if c.wantStale && !errors.Is(err, fenced.ErrStale) {
 					t.Fatalf("second Check(%d) = %v, want ErrStale", c.second, err)
 				}
@@ -215,7 +215,7 @@ func TestCheckHistory(t *testing.T) {
 		spread    = 8
 	)
 	ctx := t.Context()
-	pool := newDBConns(t, writers+1)
+	pool := pgtest.PoolMax(t, writers+1)
 	exec(t, pool, `CREATE TABLE writes (token bigint NOT NULL, commit_no bigint NOT NULL UNIQUE)`)
 	exec(t, pool, `CREATE TABLE commit_counter (n bigint NOT NULL)`)
 	exec(t, pool, `INSERT INTO commit_counter VALUES (0)`)

@@ -198,9 +198,9 @@ func TestCheckLeaseBlocksTakeover(t *testing.T) {
 			}
 			defer conn.Release()
 			later := l.ExpiresAt.Add(time.Minute)
-			waiter, blocker := backendPID(t, conn), backendPID(t, tx)
-			p := async(func() (string, error) { return c.other(ctx, conn, l, later) })
-			waitBlocked(t, pool, p, waiter, blocker)
+			waiter, blocker := pgtest.BackendPID(t, conn), pgtest.BackendPID(t, tx)
+			p := pgtest.Go(func() (string, error) { return c.other(ctx, conn, l, later) })
+			pgtest.WaitBlocked(t, pool, p, waiter, blocker)
 
 			if c.commit {
 				err = tx.Commit(ctx)
@@ -210,7 +210,7 @@ func TestCheckLeaseBlocksTakeover(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			holder, err := p.wait(t)
+			holder, err := p.Wait(t)
 			if err != nil {
 				t.Fatalf("%s after the checking transaction ended: %v", c.name, err)
 			}
