@@ -67,3 +67,34 @@ type PgcoordLease struct {
 	ExpiredBy   *string
 	WantedUntil *time.Time
 }
+
+// pgcoord: one row per semaphore key: limit, weight, fairness accounting
+type PgcoordSemaphore struct {
+	Key         string
+	PermitLimit int32
+	Weight      int32
+	FenceToken  int64
+	Demand      int64
+	Vtime       float64
+	Admitted    int64
+	Refused     int64
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// pgcoord: held semaphore permits; expired ones are reclaimed by the next admission
+type PgcoordSemaphorePermit struct {
+	Key        string
+	Holder     string
+	FenceToken int64
+	AcquiredAt time.Time
+	RenewedAt  *time.Time
+	ExpiresAt  time.Time
+}
+
+type PgcoordSemaphoreWaiter struct {
+	Key         string
+	Holder      string
+	Since       time.Time
+	WantedUntil time.Time
+}

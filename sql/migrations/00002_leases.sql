@@ -33,7 +33,7 @@ COMMENT ON TABLE pgcoord_leases IS
 CREATE FUNCTION pgcoord_keep_rows() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'pgcoord: rows of % are never deleted, so that fence tokens never repeat', TG_TABLE_NAME
-        USING HINT = 'Expire a lease with pgcoord_lease_expire or `pgcoord leases expire`.';
+        USING HINT = 'Free what a row holds instead: pgcoord leases expire, pgcoord semaphores drain.';
 END
 $$;
 -- +goose StatementEnd

@@ -1,0 +1,307 @@
+-- Per-tenant semaphores: at most K permits per key across the cluster, with fair admission
+-- across keys.
+--
+-- A key (a tenant) has a header row holding its limit, weight and fairness accounting, and
+-- one row per held permit. Every admission to a key locks the header row (FOR UPDATE), so
+-- the count of live permits and the insert of a new one are atomic: the limit holds exactly
+-- under any concurrency, and is never inferred from sequence values. Expired permits (dead
+-- workers) are deleted by the next admission of their key, judged by the database clock.
+--
+-- Fair admission (pgcoord_semaphore_next) is start-time fair queuing over keys: each key has
+-- a virtual time that grows by 1/weight per admitted unit; the next unit goes to the key
+-- with demand, under its limit, whose virtual time is smallest. A key that becomes busy
+-- again starts at the smallest virtual time among busy keys, so idling earns no credit.
+
+-- +goose Up
+CREATE TABLE pgcoord_semaphores (
+    key           text        PRIMARY KEY CHECK (octet_length(key) BETWEEN 1 AND 255),
+    permit_limit  integer     NOT NULL CHECK (permit_limit >= 1),
+    weight        integer     NOT NULL DEFAULT 1 CHECK (weight BETWEEN 1 AND 1000000),
+    fence_token   bigint      NOT NULL DEFAULT 0,
+    -- Fair admission: units of work waiting (reported with pgcoord_semaphore_add_demand)
+    -- and the key's virtual time.
+    demand        bigint      NOT NULL DEFAULT 0 CHECK (demand >= 0),
+    vtime         double precision NOT NULL DEFAULT 0,
+    -- Counters for operators: admissions and refusals since the key was created.
+    admitted      bigint      NOT NULL DEFAULT 0,
+    refused       bigint      NOT NULL DEFAULT 0,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX pgcoord_semaphores_by_vtime ON pgcoord_semaphores (vtime, key) WHERE demand > 0;
+
+COMMENT ON TABLE pgcoord_semaphores IS 'pgcoord: one row per semaphore key: limit, weight, fairness accounting';
+
+CREATE TRIGGER pgcoord_keep_rows BEFORE DELETE ON pgcoord_semaphores
+    FOR EACH ROW EXECUTE FUNCTION pgcoord_keep_rows();
+
+CREATE TABLE pgcoord_semaphore_permits (
+    key          text        NOT NULL REFERENCES pgcoord_semaphores (key),
+    holder       text        NOT NULL CHECK (octet_length(holder) BETWEEN 1 AND 255),
+    fence_token  bigint      NOT NULL,
+    acquired_at  timestamptz NOT NULL,
+    renewed_at   timestamptz,
+    expires_at   timestamptz NOT NULL,
+    PRIMARY KEY (key, holder)
+);
+
+COMMENT ON TABLE pgcoord_semaphore_permits IS 'pgcoord: held semaphore permits; expired ones are reclaimed by the next admission';
+
+-- Waiters of a blocking acquire, served first come first served within a key. A waiter
+-- refreshes wanted_until while it waits; one that stops (a dead process) is ignored.
+CREATE TABLE pgcoord_semaphore_waiters (
+    key          text        NOT NULL REFERENCES pgcoord_semaphores (key),
+    holder       text        NOT NULL,
+    since        timestamptz NOT NULL,
+    wanted_until timestamptz NOT NULL,
+    PRIMARY KEY (key, holder)
+);
+
+-- pgcoord_semaphore_admit is the admission of p_holder to p_key; the caller holds the
+-- key's header row locked. Returns the new (or p_holder's existing) permit, or no row.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_semaphore_admit(
+    p_key text, p_holder text, p_ttl interval, p_now timestamptz, p_limit integer
+) RETURNS SETOF pgcoord_semaphore_permits LANGUAGE plpgsql AS $$
+DECLARE
+    r pgcoord_semaphore_permits;
+    v_live integer;
+    v_ahead integer;
+BEGIN
+    DELETE FROM pgcoord_semaphore_permits WHERE key = p_key AND expires_at <= p_now;
+    SELECT * INTO r FROM pgcoord_semaphore_permits WHERE key = p_key AND holder = p_holder;
+    IF FOUND THEN
+        RETURN NEXT r; -- already admitted: an earlier attempt whose reply was lost
+        RETURN;
+    END IF;
+    SELECT count(*) INTO v_live FROM pgcoord_semaphore_permits WHERE key = p_key;
+    -- Live waiters that came before p_holder keep their place in line.
+    SELECT count(*) INTO v_ahead FROM pgcoord_semaphore_waiters w
+     WHERE w.key = p_key AND w.wanted_until > p_now AND w.holder <> p_holder
+       AND w.since < coalesce((SELECT since FROM pgcoord_semaphore_waiters
+                                WHERE key = p_key AND holder = p_holder), 'infinity');
+    IF v_live + v_ahead >= p_limit THEN
+        RETURN;
+    END IF;
+    UPDATE pgcoord_semaphores
+       SET fence_token = fence_token + 1, admitted = admitted + 1, updated_at = p_now
+     WHERE key = p_key;
+    INSERT INTO pgcoord_semaphore_permits (key, holder, fence_token, acquired_at, expires_at)
+    VALUES (p_key, p_holder, (SELECT fence_token FROM pgcoord_semaphores WHERE key = p_key), p_now, p_now + p_ttl)
+    RETURNING * INTO r;
+    DELETE FROM pgcoord_semaphore_waiters WHERE key = p_key AND holder = p_holder;
+    RETURN NEXT r;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_semaphore_acquire admits p_holder to p_key if fewer than the key's limit of
+-- permits are live and no earlier waiter is in line, and returns the permit, whose
+-- fence_token is higher than every earlier permit's of the key; no row if the key is full.
+-- p_limit is the key's limit when this call creates the key; afterwards the stored limit
+-- (pgcoord_semaphore_set_limit) applies. With p_wait set, a refused caller is put in line
+-- (first come, first served) until p_now + p_wait, and a release of the key notifies
+-- pgcoord_channel('semaphores') with the key.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_semaphore_acquire(
+    p_key text, p_holder text, p_limit integer, p_ttl interval,
+    p_wait interval DEFAULT NULL, p_now timestamptz DEFAULT NULL
+) RETURNS SETOF pgcoord_semaphore_permits LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    v_sem pgcoord_semaphores;
+    r pgcoord_semaphore_permits;
+BEGIN
+    IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
+        RAISE EXCEPTION 'pgcoord: permit ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    END IF;
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'pgcoord: semaphore limit must be at least 1, got %', p_limit USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO v_sem FROM pgcoord_semaphores WHERE key = p_key FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO pgcoord_semaphores (key, permit_limit, created_at, updated_at)
+        VALUES (p_key, p_limit, v_now, v_now) ON CONFLICT (key) DO NOTHING;
+        SELECT * INTO v_sem FROM pgcoord_semaphores WHERE key = p_key FOR UPDATE;
+    END IF;
+    SELECT * INTO r FROM pgcoord_semaphore_admit(p_key, p_holder, p_ttl, v_now, v_sem.permit_limit);
+    IF FOUND THEN
+        RETURN NEXT r;
+        RETURN;
+    END IF;
+    UPDATE pgcoord_semaphores SET refused = refused + 1 WHERE key = p_key;
+    IF p_wait IS NOT NULL THEN
+        INSERT INTO pgcoord_semaphore_waiters (key, holder, since, wanted_until)
+        VALUES (p_key, p_holder, v_now, v_now + p_wait)
+        ON CONFLICT (key, holder) DO UPDATE SET wanted_until = excluded.wanted_until;
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_semaphore_renew extends the permit of p_holder on p_key (and, if given, of that
+-- token) to p_now + p_ttl and returns it; no row if it is no longer held. Like lease renewals, it locks the row before
+-- judging expiry by clock_timestamp(), and p_durable false commits it asynchronously.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_semaphore_renew(
+    p_key text, p_holder text, p_ttl interval, p_fence_token bigint DEFAULT NULL,
+    p_durable boolean DEFAULT true, p_now timestamptz DEFAULT NULL
+) RETURNS SETOF pgcoord_semaphore_permits LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
+        RAISE EXCEPTION 'pgcoord: permit ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    END IF;
+    IF NOT p_durable THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    PERFORM FROM pgcoord_semaphore_permits
+     WHERE key = p_key AND holder = p_holder FOR NO KEY UPDATE;
+    RETURN QUERY
+    UPDATE pgcoord_semaphore_permits
+       SET expires_at = coalesce(p_now, clock_timestamp()) + p_ttl,
+           renewed_at = coalesce(p_now, clock_timestamp())
+     WHERE key = p_key AND holder = p_holder
+       AND (p_fence_token IS NULL OR fence_token = p_fence_token)
+       AND expires_at > coalesce(p_now, clock_timestamp())
+    RETURNING *;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_semaphore_release frees one permit (key + holder + token; any token when
+-- p_fence_token is NULL) and returns it; no row if it was not held, in which case nothing
+-- changed (releasing twice is harmless). Live waiters of the key are notified.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_semaphore_release(
+    p_key text, p_holder text, p_fence_token bigint DEFAULT NULL, p_now timestamptz DEFAULT NULL
+) RETURNS SETOF pgcoord_semaphore_permits LANGUAGE plpgsql AS $$
+DECLARE
+    r pgcoord_semaphore_permits;
+BEGIN
+    DELETE FROM pgcoord_semaphore_permits
+     WHERE key = p_key AND holder = p_holder AND (p_fence_token IS NULL OR fence_token = p_fence_token)
+    RETURNING * INTO r;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT FROM pgcoord_semaphore_waiters
+                WHERE key = p_key AND wanted_until > coalesce(p_now, now())) THEN
+        PERFORM pg_notify(pgcoord_channel('semaphores'), p_key);
+    END IF;
+    RETURN NEXT r;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_semaphore_drain is the operator's revocation of every permit of p_key: the
+-- holders' renewals fail from then on, their fence tokens are lower than the next
+-- admission's, and waiters are woken. Returns the revoked permits.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_semaphore_drain(p_key text)
+RETURNS SETOF pgcoord_semaphore_permits LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY DELETE FROM pgcoord_semaphore_permits WHERE key = p_key RETURNING *;
+    IF FOUND THEN
+        PERFORM pg_notify(pgcoord_channel('semaphores'), p_key);
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_semaphore_set_limit sets the limit (and, if p_weight is not NULL, the weight) of
+-- p_key, creating the key if needed, and returns the header row. Raising the limit wakes
+-- waiters; lowering it revokes nothing: new admissions wait until fewer permits than the new
+-- limit are live.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_semaphore_set_limit(p_key text, p_limit integer, p_weight integer DEFAULT NULL)
+RETURNS SETOF pgcoord_semaphores LANGUAGE plpgsql AS $$
+DECLARE
+    r pgcoord_semaphores;
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'pgcoord: semaphore limit must be at least 1, got %', p_limit USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pgcoord_semaphores AS s (key, permit_limit, weight)
+    VALUES (p_key, p_limit, coalesce(p_weight, 1))
+    ON CONFLICT (key) DO UPDATE
+       SET permit_limit = excluded.permit_limit, weight = coalesce(p_weight, s.weight), updated_at = now()
+    RETURNING * INTO r;
+    PERFORM pg_notify(pgcoord_channel('semaphores'), p_key);
+    RETURN NEXT r;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_semaphore_add_demand adds p_units (may be negative; demand never goes below 0)
+-- to the work waiting for p_key, creating the key with p_limit if needed. Call it in the
+-- transaction that enqueues (or dequeues) the work. A key that had no demand starts at the
+-- smallest virtual time of the keys that have some.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_semaphore_add_demand(p_key text, p_units bigint, p_limit integer DEFAULT 1)
+RETURNS SETOF pgcoord_semaphores LANGUAGE plpgsql AS $$
+DECLARE
+    r pgcoord_semaphores;
+    v_floor double precision;
+BEGIN
+    SELECT min(vtime) INTO v_floor FROM pgcoord_semaphores WHERE demand > 0 AND key <> p_key;
+    INSERT INTO pgcoord_semaphores AS s (key, permit_limit, demand, vtime)
+    VALUES (p_key, coalesce(p_limit, 1), greatest(p_units, 0), coalesce(v_floor, 0))
+    ON CONFLICT (key) DO UPDATE
+       SET demand = greatest(s.demand + p_units, 0),
+           vtime = CASE WHEN s.demand = 0 THEN greatest(s.vtime, coalesce(v_floor, s.vtime)) ELSE s.vtime END,
+           updated_at = now()
+    RETURNING * INTO r;
+    RETURN NEXT r;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_semaphore_next is fair admission across keys: it admits p_holder to the key that
+-- has demand, is under its limit (with nobody in line for it), and has the smallest virtual
+-- time — restricted to p_keys when given — consuming one unit of that key's demand, and
+-- returns the permit; no row if no key can be served. Concurrent callers skip keys another
+-- caller is admitting to (SKIP LOCKED) instead of waiting.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_semaphore_next(
+    p_holder text, p_ttl interval, p_keys text[] DEFAULT NULL, p_now timestamptz DEFAULT NULL
+) RETURNS SETOF pgcoord_semaphore_permits LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, now());
+    s pgcoord_semaphores;
+    r pgcoord_semaphore_permits;
+BEGIN
+    IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
+        RAISE EXCEPTION 'pgcoord: permit ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    END IF;
+    FOR s IN
+        SELECT * FROM pgcoord_semaphores
+         WHERE demand > 0 AND (p_keys IS NULL OR key = ANY (p_keys))
+         ORDER BY vtime, key
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        SELECT * INTO r FROM pgcoord_semaphore_admit(s.key, p_holder, p_ttl, v_now, s.permit_limit);
+        IF FOUND THEN
+            UPDATE pgcoord_semaphores
+               SET demand = demand - 1, vtime = vtime + 1.0 / weight
+             WHERE key = s.key;
+            RETURN NEXT r;
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose Down
+DROP FUNCTION pgcoord_semaphore_next(text, interval, text[], timestamptz);
+DROP FUNCTION pgcoord_semaphore_add_demand(text, bigint, integer);
+DROP FUNCTION pgcoord_semaphore_set_limit(text, integer, integer);
+DROP FUNCTION pgcoord_semaphore_drain(text);
+DROP FUNCTION pgcoord_semaphore_release(text, text, bigint, timestamptz);
+DROP FUNCTION pgcoord_semaphore_renew(text, text, interval, bigint, boolean, timestamptz);
+DROP FUNCTION pgcoord_semaphore_acquire(text, text, integer, interval, interval, timestamptz);
+DROP FUNCTION pgcoord_semaphore_admit(text, text, interval, timestamptz, integer);
+DROP TABLE pgcoord_semaphore_waiters;
+DROP TABLE pgcoord_semaphore_permits;
+DROP TABLE pgcoord_semaphores;
