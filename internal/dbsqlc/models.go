@@ -76,6 +76,7 @@ type PgcoordSemaphore struct {
 	FenceToken  int64
 	Demand      int64
 	Vtime       float64
+	ServedAt    *time.Time
 	Admitted    int64
 	Refused     int64
 	CreatedAt   time.Time

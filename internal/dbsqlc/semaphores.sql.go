@@ -63,17 +63,17 @@ func (q *Queries) ListPermits(ctx context.Context, db DBTX, arg ListPermitsParam
 }
 
 const listSemaphores = `-- name: ListSemaphores :many
-SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.admitted, s.refused, s.created_at, s.updated_at, coalesce($1::timestamptz, now())::timestamptz AS db_now,
+SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.created_at, s.updated_at, coalesce($1::timestamptz, now())::timestamptz AS db_now,
        (SELECT count(*) FROM pgcoord_semaphore_permits p
          WHERE p.key = s.key AND p.expires_at > coalesce($1::timestamptz, now()))::int AS held,
        (SELECT count(*) FROM pgcoord_semaphore_permits p
          WHERE p.key = s.key AND p.expires_at <= coalesce($1::timestamptz, now()))::int AS expired,
        (SELECT count(*) FROM pgcoord_semaphore_waiters w
          WHERE w.key = s.key AND w.wanted_until > coalesce($1::timestamptz, now()))::int AS waiters,
-       (SELECT min(w.since) FROM pgcoord_semaphore_waiters w
-         WHERE w.key = s.key AND w.wanted_until > coalesce($1::timestamptz, now()))::timestamptz AS oldest_waiter_since,
-       (SELECT min(p.acquired_at) FROM pgcoord_semaphore_permits p
-         WHERE p.key = s.key AND p.expires_at > coalesce($1::timestamptz, now()))::timestamptz AS oldest_permit_at
+       coalesce((SELECT min(w.since) FROM pgcoord_semaphore_waiters w
+         WHERE w.key = s.key AND w.wanted_until > coalesce($1::timestamptz, now())), 'epoch')::timestamptz AS oldest_waiter_since,
+       coalesce((SELECT min(p.acquired_at) FROM pgcoord_semaphore_permits p
+         WHERE p.key = s.key AND p.expires_at > coalesce($1::timestamptz, now())), 'epoch')::timestamptz AS oldest_permit_at
 FROM pgcoord_semaphores s
 WHERE s.key > $2::text AND ($3::text IS NULL OR s.key = $3::text)
 ORDER BY s.key
@@ -94,6 +94,7 @@ type ListSemaphoresRow struct {
 	FenceToken        int64
 	Demand            int64
 	Vtime             float64
+	ServedAt          *time.Time
 	Admitted          int64
 	Refused           int64
 	CreatedAt         time.Time
@@ -106,6 +107,8 @@ type ListSemaphoresRow struct {
 	OldestPermitAt    time.Time
 }
 
+// oldest_waiter_since and oldest_permit_at are 'epoch' when there is none (waiters = 0,
+// held = 0): a NULL would not scan into the time.Time sqlc gives them.
 func (q *Queries) ListSemaphores(ctx context.Context, db DBTX, arg ListSemaphoresParams) ([]ListSemaphoresRow, error) {
 	rows, err := db.Query(ctx, listSemaphores,
 		arg.Now,
@@ -127,6 +130,7 @@ func (q *Queries) ListSemaphores(ctx context.Context, db DBTX, arg ListSemaphore
 			&i.FenceToken,
 			&i.Demand,
 			&i.Vtime,
+			&i.ServedAt,
 			&i.Admitted,
 			&i.Refused,
 			&i.CreatedAt,
@@ -198,7 +202,7 @@ func (q *Queries) SemaphoreAcquire(ctx context.Context, db DBTX, arg SemaphoreAc
 }
 
 const semaphoreAddDemand = `-- name: SemaphoreAddDemand :one
-SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.admitted, s.refused, s.created_at, s.updated_at FROM pgcoord_semaphore_add_demand($1::text, $2::bigint, $3::int) s
+SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.created_at, s.updated_at FROM pgcoord_semaphore_add_demand($1::text, $2::bigint, $3::int) s
 `
 
 type SemaphoreAddDemandParams struct {
@@ -217,6 +221,7 @@ func (q *Queries) SemaphoreAddDemand(ctx context.Context, db DBTX, arg Semaphore
 		&i.FenceToken,
 		&i.Demand,
 		&i.Vtime,
+		&i.ServedAt,
 		&i.Admitted,
 		&i.Refused,
 		&i.CreatedAt,
@@ -267,6 +272,31 @@ func (q *Queries) SemaphoreDrain(ctx context.Context, db DBTX, key string) ([]Pg
 	return items, nil
 }
 
+const semaphoreLeaveLine = `-- name: SemaphoreLeaveLine :exec
+WITH gone AS (
+    DELETE FROM pgcoord_semaphore_waiters WHERE key = $1::text AND holder = $2::text
+    RETURNING key
+)
+SELECT pg_notify(pgcoord_channel('semaphores'), $1::text)
+ WHERE EXISTS (SELECT FROM gone)
+   AND EXISTS (SELECT FROM pgcoord_semaphore_waiters w
+                WHERE w.key = $1::text AND w.holder <> $2::text AND w.wanted_until > now())
+   AND (SELECT count(*) FROM pgcoord_semaphore_permits p WHERE p.key = $1::text AND p.expires_at > now())
+       < (SELECT s.permit_limit FROM pgcoord_semaphores s WHERE s.key = $1::text)
+`
+
+type SemaphoreLeaveLineParams struct {
+	Key    string
+	Holder string
+}
+
+// A waiter that gives up leaves the line at once instead of holding its place until its
+// registration lapses, and wakes the others if a permit is free for the next in line.
+func (q *Queries) SemaphoreLeaveLine(ctx context.Context, db DBTX, arg SemaphoreLeaveLineParams) error {
+	_, err := db.Exec(ctx, semaphoreLeaveLine, arg.Key, arg.Holder)
+	return err
+}
+
 const semaphoreNext = `-- name: SemaphoreNext :one
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
        coalesce($1::timestamptz, now())::timestamptz AS db_now
@@ -308,6 +338,32 @@ func (q *Queries) SemaphoreNext(ctx context.Context, db DBTX, arg SemaphoreNextP
 	return i, err
 }
 
+const semaphoreNextExpiry = `-- name: SemaphoreNextExpiry :one
+SELECT coalesce(min(p.expires_at), 'epoch')::timestamptz AS next_expiry,
+       coalesce($1::timestamptz, now())::timestamptz AS db_now
+FROM pgcoord_semaphore_permits p
+WHERE p.key = $2::text AND p.expires_at > coalesce($1::timestamptz, now())
+`
+
+type SemaphoreNextExpiryParams struct {
+	Now *time.Time
+	Key string
+}
+
+type SemaphoreNextExpiryRow struct {
+	NextExpiry time.Time
+	DbNow      time.Time
+}
+
+// When the first live permit of a key expires ('epoch' if none is live): a refused Acquire
+// tries again then at the latest, since an expiry sends no notification.
+func (q *Queries) SemaphoreNextExpiry(ctx context.Context, db DBTX, arg SemaphoreNextExpiryParams) (SemaphoreNextExpiryRow, error) {
+	row := db.QueryRow(ctx, semaphoreNextExpiry, arg.Now, arg.Key)
+	var i SemaphoreNextExpiryRow
+	err := row.Scan(&i.NextExpiry, &i.DbNow)
+	return i, err
+}
+
 const semaphoreRelease = `-- name: SemaphoreRelease :execrows
 SELECT 1 FROM pgcoord_semaphore_release($1::text, $2::text, $3::bigint, $4::timestamptz)
 `
@@ -326,6 +382,25 @@ func (q *Queries) SemaphoreRelease(ctx context.Context, db DBTX, arg SemaphoreRe
 		arg.FenceToken,
 		arg.Now,
 	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const semaphoreReleaseHolder = `-- name: SemaphoreReleaseHolder :execrows
+SELECT 1 FROM pgcoord_semaphore_release($1::text, $2::text, NULL, NULL)
+`
+
+type SemaphoreReleaseHolderParams struct {
+	Key    string
+	Holder string
+}
+
+// Frees whatever permit holder has on key, whatever its token: for a waiter that gives up
+// after an attempt whose outcome it never learned, under an identity nobody else uses.
+func (q *Queries) SemaphoreReleaseHolder(ctx context.Context, db DBTX, arg SemaphoreReleaseHolderParams) (int64, error) {
+	result, err := db.Exec(ctx, semaphoreReleaseHolder, arg.Key, arg.Holder)
 	if err != nil {
 		return 0, err
 	}
@@ -379,7 +454,7 @@ func (q *Queries) SemaphoreRenew(ctx context.Context, db DBTX, arg SemaphoreRene
 }
 
 const semaphoreSetLimit = `-- name: SemaphoreSetLimit :one
-SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.admitted, s.refused, s.created_at, s.updated_at FROM pgcoord_semaphore_set_limit($1::text, $2::int, $3::int) s
+SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.created_at, s.updated_at FROM pgcoord_semaphore_set_limit($1::text, $2::int, $3::int) s
 `
 
 type SemaphoreSetLimitParams struct {
@@ -398,6 +473,7 @@ func (q *Queries) SemaphoreSetLimit(ctx context.Context, db DBTX, arg SemaphoreS
 		&i.FenceToken,
 		&i.Demand,
 		&i.Vtime,
+		&i.ServedAt,
 		&i.Admitted,
 		&i.Refused,
 		&i.CreatedAt,

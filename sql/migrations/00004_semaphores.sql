@@ -10,7 +10,8 @@
 -- Fair admission (pgcoord_semaphore_next) is start-time fair queuing over keys: each key has
 -- a virtual time that grows by 1/weight per admitted unit; the next unit goes to the key
 -- with demand, under its limit, whose virtual time is smallest. A key that becomes busy
--- again starts at the smallest virtual time among busy keys, so idling earns no credit.
+-- again starts at the system's virtual time (that of the key served last), so idling earns
+-- no credit.
 
 -- +goose Up
 CREATE TABLE pgcoord_semaphores (
@@ -22,7 +23,13 @@ CREATE TABLE pgcoord_semaphores (
     -- and the key's virtual time.
     demand        bigint      NOT NULL DEFAULT 0 CHECK (demand >= 0),
     vtime         double precision NOT NULL DEFAULT 0,
-    -- Counters for operators: admissions and refusals since the key was created.
+    -- When pgcoord_semaphore_next last served the key: the key served last carries the
+    -- system's current virtual time.
+    served_at     timestamptz,
+    -- Counters for operators: admissions since the key was created, and refusals decided
+    -- under the key's lock (rounds of waiting acquirers, and lost races). A TryAcquire
+    -- refused from plain reads is not counted here (it writes nothing); count those in
+    -- the client (semaphore.Metrics).
     admitted      bigint      NOT NULL DEFAULT 0,
     refused       bigint      NOT NULL DEFAULT 0,
     created_at    timestamptz NOT NULL DEFAULT now(),
@@ -35,6 +42,8 @@ COMMENT ON TABLE pgcoord_semaphores IS 'pgcoord: one row per semaphore key: limi
 
 CREATE TRIGGER pgcoord_keep_rows BEFORE DELETE ON pgcoord_semaphores
     FOR EACH ROW EXECUTE FUNCTION pgcoord_keep_rows();
+CREATE TRIGGER pgcoord_keep_rows_truncate BEFORE TRUNCATE ON pgcoord_semaphores
+    FOR EACH STATEMENT EXECUTE FUNCTION pgcoord_keep_rows();
 
 CREATE TABLE pgcoord_semaphore_permits (
     key          text        NOT NULL REFERENCES pgcoord_semaphores (key),
@@ -70,6 +79,7 @@ DECLARE
     v_ahead integer;
 BEGIN
     DELETE FROM pgcoord_semaphore_permits WHERE key = p_key AND expires_at <= p_now;
+    DELETE FROM pgcoord_semaphore_waiters WHERE key = p_key AND wanted_until <= p_now;
     SELECT * INTO r FROM pgcoord_semaphore_permits WHERE key = p_key AND holder = p_holder;
     IF FOUND THEN
         RETURN NEXT r; -- already admitted: an earlier attempt whose reply was lost
@@ -118,6 +128,18 @@ BEGIN
     END IF;
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION 'pgcoord: semaphore limit must be at least 1, got %', p_limit USING ERRCODE = '22023';
+    END IF;
+    -- A caller that will not wait is refused from plain reads when the key is plainly
+    -- full: such a refusal writes nothing, locks nothing and waits for nothing.
+    IF p_wait IS NULL THEN
+        SELECT * INTO v_sem FROM pgcoord_semaphores WHERE key = p_key;
+        IF FOUND
+           AND NOT EXISTS (SELECT FROM pgcoord_semaphore_permits WHERE key = p_key AND holder = p_holder)
+           AND (SELECT count(*) FROM pgcoord_semaphore_permits WHERE key = p_key AND expires_at > v_now)
+             + (SELECT count(*) FROM pgcoord_semaphore_waiters
+                 WHERE key = p_key AND wanted_until > v_now AND holder <> p_holder) >= v_sem.permit_limit THEN
+            RETURN;
+        END IF;
     END IF;
     SELECT * INTO v_sem FROM pgcoord_semaphores WHERE key = p_key FOR UPDATE;
     IF NOT FOUND THEN
@@ -236,7 +258,7 @@ $$;
 -- pgcoord_semaphore_add_demand adds p_units (may be negative; demand never goes below 0)
 -- to the work waiting for p_key, creating the key with p_limit if needed. Call it in the
 -- transaction that enqueues (or dequeues) the work. A key that had no demand starts at the
--- smallest virtual time of the keys that have some.
+-- system's virtual time (that of the key served last), so idling earns no credit.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_semaphore_add_demand(p_key text, p_units bigint, p_limit integer DEFAULT 1)
 RETURNS SETOF pgcoord_semaphores LANGUAGE plpgsql AS $$
@@ -244,7 +266,10 @@ DECLARE
     r pgcoord_semaphores;
     v_floor double precision;
 BEGIN
-    SELECT min(vtime) INTO v_floor FROM pgcoord_semaphores WHERE demand > 0 AND key <> p_key;
+    -- The system's virtual time: that of the key served last (keys stuck at their limit
+    -- lag behind it and must not pull a returning key back to their level).
+    SELECT vtime INTO v_floor FROM pgcoord_semaphores
+     WHERE key <> p_key AND served_at IS NOT NULL ORDER BY served_at DESC LIMIT 1;
     INSERT INTO pgcoord_semaphores AS s (key, permit_limit, demand, vtime)
     VALUES (p_key, coalesce(p_limit, 1), greatest(p_units, 0), coalesce(v_floor, 0))
     ON CONFLICT (key) DO UPDATE
@@ -260,8 +285,9 @@ $$;
 -- pgcoord_semaphore_next is fair admission across keys: it admits p_holder to the key that
 -- has demand, is under its limit (with nobody in line for it), and has the smallest virtual
 -- time — restricted to p_keys when given — consuming one unit of that key's demand, and
--- returns the permit; no row if no key can be served. Concurrent callers skip keys another
--- caller is admitting to (SKIP LOCKED) instead of waiting.
+-- returns the permit; no row if no key can be served. Callers of one schema take turns (a
+-- transaction-level advisory lock): letting a concurrent caller skip to the next key while
+-- the first is being served would hand the lower-priority key the turn.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_semaphore_next(
     p_holder text, p_ttl interval, p_keys text[] DEFAULT NULL, p_now timestamptz DEFAULT NULL
@@ -274,16 +300,26 @@ BEGIN
     IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
         RAISE EXCEPTION 'pgcoord: permit ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
     END IF;
+    -- A holder that already holds a permit (a retry after a lost reply) gets it back, and
+    -- no demand is consumed twice.
+    SELECT * INTO r FROM pgcoord_semaphore_permits
+     WHERE holder = p_holder AND (p_keys IS NULL OR key = ANY (p_keys)) AND expires_at > v_now;
+    IF FOUND THEN
+        RETURN NEXT r;
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock(pgcoord_lock_key('semaphore:next'));
+    -- Candidates in virtual-time order, one at a time; a key at its limit is passed over.
     FOR s IN
         SELECT * FROM pgcoord_semaphores
          WHERE demand > 0 AND (p_keys IS NULL OR key = ANY (p_keys))
          ORDER BY vtime, key
-           FOR UPDATE SKIP LOCKED
     LOOP
+        PERFORM FROM pgcoord_semaphores WHERE key = s.key FOR UPDATE;
         SELECT * INTO r FROM pgcoord_semaphore_admit(s.key, p_holder, p_ttl, v_now, s.permit_limit);
         IF FOUND THEN
             UPDATE pgcoord_semaphores
-               SET demand = demand - 1, vtime = vtime + 1.0 / weight
+               SET demand = greatest(demand - 1, 0), vtime = vtime + 1.0 / weight, served_at = clock_timestamp()
              WHERE key = s.key;
             RETURN NEXT r;
             RETURN;

@@ -34,6 +34,8 @@ SELECT p.* FROM pgcoord_semaphore_drain(@key::text) p;
 SELECT pgcoord_channel('semaphores')::text AS channel;
 
 -- name: ListSemaphores :many
+-- oldest_waiter_since and oldest_permit_at are 'epoch' when there is none (waiters = 0,
+-- held = 0): a NULL would not scan into the time.Time sqlc gives them.
 SELECT s.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now,
        (SELECT count(*) FROM pgcoord_semaphore_permits p
          WHERE p.key = s.key AND p.expires_at > coalesce(sqlc.narg('now')::timestamptz, now()))::int AS held,
@@ -41,10 +43,10 @@ SELECT s.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_no
          WHERE p.key = s.key AND p.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))::int AS expired,
        (SELECT count(*) FROM pgcoord_semaphore_waiters w
          WHERE w.key = s.key AND w.wanted_until > coalesce(sqlc.narg('now')::timestamptz, now()))::int AS waiters,
-       (SELECT min(w.since) FROM pgcoord_semaphore_waiters w
-         WHERE w.key = s.key AND w.wanted_until > coalesce(sqlc.narg('now')::timestamptz, now()))::timestamptz AS oldest_waiter_since,
-       (SELECT min(p.acquired_at) FROM pgcoord_semaphore_permits p
-         WHERE p.key = s.key AND p.expires_at > coalesce(sqlc.narg('now')::timestamptz, now()))::timestamptz AS oldest_permit_at
+       coalesce((SELECT min(w.since) FROM pgcoord_semaphore_waiters w
+         WHERE w.key = s.key AND w.wanted_until > coalesce(sqlc.narg('now')::timestamptz, now())), 'epoch')::timestamptz AS oldest_waiter_since,
+       coalesce((SELECT min(p.acquired_at) FROM pgcoord_semaphore_permits p
+         WHERE p.key = s.key AND p.expires_at > coalesce(sqlc.narg('now')::timestamptz, now())), 'epoch')::timestamptz AS oldest_permit_at
 FROM pgcoord_semaphores s
 WHERE s.key > @after::text AND (sqlc.narg('only_key')::text IS NULL OR s.key = sqlc.narg('only_key')::text)
 ORDER BY s.key
@@ -55,3 +57,30 @@ SELECT p.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_no
 FROM pgcoord_semaphore_permits p
 WHERE p.key = @key::text
 ORDER BY p.acquired_at, p.holder;
+
+-- name: SemaphoreNextExpiry :one
+-- When the first live permit of a key expires ('epoch' if none is live): a refused Acquire
+-- tries again then at the latest, since an expiry sends no notification.
+SELECT coalesce(min(p.expires_at), 'epoch')::timestamptz AS next_expiry,
+       coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+FROM pgcoord_semaphore_permits p
+WHERE p.key = @key::text AND p.expires_at > coalesce(sqlc.narg('now')::timestamptz, now());
+
+-- name: SemaphoreLeaveLine :exec
+-- A waiter that gives up leaves the line at once instead of holding its place until its
+-- registration lapses, and wakes the others if a permit is free for the next in line.
+WITH gone AS (
+    DELETE FROM pgcoord_semaphore_waiters WHERE key = @key::text AND holder = @holder::text
+    RETURNING key
+)
+SELECT pg_notify(pgcoord_channel('semaphores'), @key::text)
+ WHERE EXISTS (SELECT FROM gone)
+   AND EXISTS (SELECT FROM pgcoord_semaphore_waiters w
+                WHERE w.key = @key::text AND w.holder <> @holder::text AND w.wanted_until > now())
+   AND (SELECT count(*) FROM pgcoord_semaphore_permits p WHERE p.key = @key::text AND p.expires_at > now())
+       < (SELECT s.permit_limit FROM pgcoord_semaphores s WHERE s.key = @key::text);
+
+-- name: SemaphoreReleaseHolder :execrows
+-- Frees whatever permit holder has on key, whatever its token: for a waiter that gives up
+-- after an attempt whose outcome it never learned, under an identity nobody else uses.
+SELECT 1 FROM pgcoord_semaphore_release(@key::text, @holder::text, NULL, NULL);

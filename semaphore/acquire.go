@@ -1,0 +1,200 @@
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// Acquire waits in line until it is granted a permit of key for ttl, or ctx ends (then it
+// returns ctx's error, having left the line). Waiters of a key are served first come, first
+// served, and a TryAcquire or Next never jumps a live waiter. limit is the key's limit if
+// this call creates the key, as in TryAcquire.
+//
+// While it waits it holds one connection of pool, on which it LISTENs on the semaphore
+// channel: a Release of the key wakes it within milliseconds (a release notifies only
+// while someone waits). A holder that dies without releasing is replaced as soon as its
+// permit expires, by the database clock: Acquire tries again at the earliest expiry of the
+// key's live permits. Between those it tries at least every PollInterval (jittered), which
+// is also how it works when notifications cannot arrive (NoListen, or a transaction-mode
+// pooler). Each attempt renews its place in line for twice the PollInterval.
+//
+// If the connection fails while it waits, Acquire asks once more, on another connection of
+// the pool, as the same holder: a permit granted by an attempt whose reply was lost is
+// returned rather than leaked.
+func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl time.Duration, opts *AcquireOpts) (Permit, error) {
+	if err := validateAcquire(key, limit, ttl); err != nil {
+		return Permit{}, err
+	}
+	if pool == nil {
+		return Permit{}, fmt.Errorf("%w: semaphore: nil pool", pgcoord.ErrInvalidArgument)
+	}
+	generated := opts == nil || opts.Holder == ""
+	o, err := opts.withDefaults(ttl)
+	if err != nil {
+		return Permit{}, err
+	}
+	start := time.Now()
+	p, tried, err := acquire(ctx, pool, key, limit, ttl, o)
+	switch {
+	case err == nil:
+		o.Metrics.admitted(key, time.Since(start))
+		return p, nil
+	case tried && ambiguous(ctx, err):
+		// The last attempt may have been granted: ask once more as the same holder.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		sent := time.Now()
+		row, rerr := queries.SemaphoreAcquire(rctx, pool, dbsqlc.SemaphoreAcquireParams{
+			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: interval(ttl), Now: nowArg(o.Now),
+		})
+		if rerr == nil {
+			o.Metrics.admitted(key, time.Since(start))
+			return permitFrom(row, sent, o.SafetyMargin), nil
+		}
+	}
+	if tried {
+		giveUp(ctx, pool, key, o.Holder, generated)
+	}
+	return Permit{}, fmt.Errorf("semaphore: acquire %q: %w", key, err)
+}
+
+// acquire is Acquire's waiting loop, on one connection of pool. tried reports whether an
+// attempt was sent (so there may be a place in line or a permit to clean up).
+func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl time.Duration, o AcquireOpts) (p Permit, tried bool, err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return Permit{}, false, err
+	}
+	w := waiter{conn: conn}
+	defer w.close()
+	if !o.NoListen {
+		if err := w.startListening(ctx); err != nil {
+			return Permit{}, false, err
+		}
+	}
+	want := interval(2 * o.PollInterval)
+	for {
+		tried = true
+		sent := time.Now()
+		row, err := queries.SemaphoreAcquire(ctx, conn, dbsqlc.SemaphoreAcquireParams{
+			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: interval(ttl), Wait: want, Now: nowArg(o.Now),
+		})
+		if err == nil {
+			return permitFrom(row, sent, o.SafetyMargin), true, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return Permit{}, true, err
+		}
+		o.Metrics.refused(key)
+		// In line. Try again on a notification, when the first live permit expires (an
+		// expiry sends no notification), or after the poll interval, whichever comes first.
+		wait := jitter(o.PollInterval)
+		next, err := queries.SemaphoreNextExpiry(ctx, conn, dbsqlc.SemaphoreNextExpiryParams{Key: key, Now: nowArg(o.Now)})
+		if err != nil {
+			return Permit{}, true, err
+		}
+		if left := next.NextExpiry.Sub(next.DbNow); left > 0 {
+			wait = min(wait, left+time.Millisecond)
+		}
+		if err := w.wait(ctx, key, wait); err != nil {
+			return Permit{}, true, err
+		}
+	}
+}
+
+// giveUp takes a waiter that stops waiting out of the line, so it does not hold its place
+// until its registration lapses, and wakes the next waiter if a permit is free. If the
+// holder identity was made for this call, it also frees a permit that an attempt whose
+// outcome was never learned may have been granted. Best effort: a failure only leaves
+// what the database forgets by itself (the registration lapses, the permit expires).
+func giveUp(ctx context.Context, pool *pgxpool.Pool, key, holder string, generated bool) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if generated {
+		_, _ = queries.SemaphoreReleaseHolder(gctx, pool, dbsqlc.SemaphoreReleaseHolderParams{Key: key, Holder: holder})
+	}
+	_ = queries.SemaphoreLeaveLine(gctx, pool, dbsqlc.SemaphoreLeaveLineParams{Key: key, Holder: holder})
+}
+
+// waiter owns the connection a waiting Acquire listens on.
+type waiter struct {
+	conn    *pgxpool.Conn
+	channel string
+}
+
+func (w *waiter) startListening(ctx context.Context) error {
+	ch, err := queries.SemaphoreChannel(ctx, w.conn)
+	if err != nil {
+		return err
+	}
+	if _, err := w.conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+		return err
+	}
+	w.channel = ch
+	return nil
+}
+
+// wait returns after d, when a notification for key arrives, or when ctx ends.
+func (w *waiter) wait(ctx context.Context, key string, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if w.channel == "" {
+		<-wctx.Done()
+		return ctx.Err()
+	}
+	for {
+		n, err := w.conn.Conn().WaitForNotification(wctx)
+		switch {
+		case err == nil && n == nil:
+			return nil // the pool's OnNotification handler took it: try again to be safe
+		case err == nil && n.Payload == key:
+			return nil
+		case err == nil:
+			continue // another key's
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case wctx.Err() != nil:
+			return nil // timed out: pgx leaves the connection usable after a read deadline
+		default:
+			return err
+		}
+	}
+}
+
+// close returns the connection to the pool, no longer listening, or destroys it if it
+// cannot be cleaned.
+func (w *waiter) close() {
+	if w.channel != "" && !w.conn.Conn().IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := w.conn.Exec(ctx, "UNLISTEN "+pgx.Identifier{w.channel}.Sanitize()); err == nil {
+			w.conn.Release()
+			return
+		}
+	}
+	if w.channel != "" {
+		c := w.conn.Hijack()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+		return
+	}
+	w.conn.Release()
+}
+
+// jitter spreads d by ±20% so waiters do not retry in lockstep.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}

@@ -1,0 +1,162 @@
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// SetLimitOpts are the options of SetLimit. A nil *SetLimitOpts means the defaults.
+type SetLimitOpts struct {
+	// Weight is the key's share in fair admission (Next): a key of weight 3 is admitted
+	// three times as often as one of weight 1 while both have demand and room. 0 keeps the
+	// key's weight (1 for a new key); otherwise 1..MaxWeight.
+	Weight int
+}
+
+// SetLimit sets the limit of key (and its weight, if opts.Weight is set), creating the key
+// if needed; it takes effect for the next admission. Raising the limit wakes the key's
+// waiters at once (it notifies the semaphore channel). Lowering it revokes nothing: permits
+// already held stay valid until released or expired, and new admissions wait until fewer
+// than the new limit are live. To revoke permits, Drain the key.
+func SetLimit(ctx context.Context, db pgcoord.DBTX, key string, limit int, opts *SetLimitOpts) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if err := validateLimit(limit); err != nil {
+		return err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return err
+	}
+	var weight *int32
+	if opts != nil && opts.Weight != 0 {
+		if opts.Weight < 1 || opts.Weight > MaxWeight {
+			return fmt.Errorf("%w: semaphore: weight %d is outside 1..%d", pgcoord.ErrInvalidArgument, opts.Weight, MaxWeight)
+		}
+		w := int32(opts.Weight)
+		weight = &w
+	}
+	if _, err := queries.SemaphoreSetLimit(ctx, db, dbsqlc.SemaphoreSetLimitParams{
+		Key: key, PermitLimit: int32(limit), Weight: weight,
+	}); err != nil {
+		return fmt.Errorf("semaphore: set limit of %q: %w", key, err)
+	}
+	return nil
+}
+
+// AddDemandOpts are the options of AddDemand. A nil *AddDemandOpts means the defaults.
+type AddDemandOpts struct {
+	// Limit is the key's limit if AddDemand creates the key. Default 1; at most MaxLimit.
+	// An existing key keeps its limit.
+	Limit int
+}
+
+// AddDemand adds units to the work waiting for key (negative units take work away;
+// demand never goes below zero), creating the key if needed. Next admits only to keys with
+// demand, and each admission consumes one unit. Call it in the transaction that enqueues
+// (or cancels) the work, so the count and the queue agree: pass that pgx.Tx as db. It
+// locks the key's row until that transaction ends, so call it last in a short transaction:
+// a key whose row is locked is skipped by Next and waited for by TryAcquire.
+//
+// A key that had no demand starts at the smallest virtual time among keys that have some:
+// a tenant returning after an idle spell is served next, but idling earns it no credit.
+func AddDemand(ctx context.Context, db pgcoord.DBTX, key string, units int64, opts *AddDemandOpts) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return err
+	}
+	limit := 1
+	if opts != nil && opts.Limit != 0 {
+		limit = opts.Limit
+	}
+	if err := validateLimit(limit); err != nil {
+		return err
+	}
+	if _, err := queries.SemaphoreAddDemand(ctx, db, dbsqlc.SemaphoreAddDemandParams{
+		Key: key, Units: units, PermitLimit: int32(limit),
+	}); err != nil {
+		return fmt.Errorf("semaphore: add demand to %q: %w", key, err)
+	}
+	return nil
+}
+
+// NextOpts are the options of Next. A nil *NextOpts means the defaults.
+type NextOpts struct {
+	// Holder identifies the holder of the permit. Default: a new identity per call
+	// (leases.NewHolderID). If set, it must be unique per job: a holder that already holds
+	// a permit of the chosen key gets that permit back, and the key's demand is still
+	// consumed.
+	Holder string
+	// Keys restricts Next to these keys (a worker that serves some tenants only). Default
+	// (nil or empty): every key.
+	Keys []string
+	// SafetyMargin as in AcquireOpts. Default: a tenth of the TTL.
+	SafetyMargin time.Duration
+	// Now as in AcquireOpts: for tests only.
+	Now time.Time
+	// Metrics receives the latency of admissions. Default DefaultMetrics.
+	Metrics *Metrics
+}
+
+// Next is fair admission across keys, in one round trip: it admits the caller, for ttl, to
+// the key that has demand (AddDemand), is under its limit with nobody in line for it, and
+// has the smallest virtual time; it consumes one unit of that key's demand and returns the
+// permit. The caller then takes one job of Permit.Key from its own queue, runs it, and
+// releases the permit. ErrNoWork means no key could be served; try again later (after a
+// notification of your queue, or a short pause), rather than waiting idle on one tenant.
+//
+// Unlike TryAcquire, Next does not retry after a connection failure: a retry could be
+// admitted to another key while the first admission stands. A permit whose reply was lost
+// holds its slot until it expires, and its unit of demand is spent; put the job back with
+// AddDemand(+1) if it was not run.
+func Next(ctx context.Context, db pgcoord.DBTX, ttl time.Duration, opts *NextOpts) (Permit, error) {
+	if err := validateTTL(ttl); err != nil {
+		return Permit{}, err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return Permit{}, err
+	}
+	var o NextOpts
+	if opts != nil {
+		o = *opts
+	}
+	var err error
+	if o.Holder, err = holderOrNew(o.Holder); err != nil {
+		return Permit{}, err
+	}
+	if o.SafetyMargin, err = safetyMargin(o.SafetyMargin, ttl); err != nil {
+		return Permit{}, err
+	}
+	for _, k := range o.Keys {
+		if err := validateKey(k); err != nil {
+			return Permit{}, err
+		}
+	}
+	if len(o.Keys) == 0 {
+		o.Keys = nil // NULL: every key
+	}
+	if o.Metrics == nil {
+		o.Metrics = DefaultMetrics
+	}
+	sent := time.Now()
+	row, err := queries.SemaphoreNext(ctx, db, dbsqlc.SemaphoreNextParams{
+		Holder: o.Holder, Ttl: interval(ttl), Keys: o.Keys, Now: nowArg(o.Now),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Permit{}, ErrNoWork
+	}
+	if err != nil {
+		return Permit{}, fmt.Errorf("semaphore: next: %w", err)
+	}
+	o.Metrics.admitted(row.Key, time.Since(sent))
+	return permitFrom(dbsqlc.SemaphoreAcquireRow(row), sent, o.SafetyMargin), nil
+}

@@ -1,0 +1,196 @@
+package semaphore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// Drain is the operator's revocation of every permit of key (`pgcoord semaphores drain`):
+// the permits are deleted at once, their holders' Renew and Release return ErrLost from
+// then on, waiters are woken, and the next admission's fence token is higher than all of
+// theirs, so fenced writes refuse the old holders. A holder learns of it only at its next
+// renewal: until then it keeps running, so the limit can be exceeded for up to one renewal
+// interval unless its writes are fenced. It returns the revoked permits (with ExpiresAt as
+// it was, and no TrustUntil); an empty slice, never nil, if none was held or the key does
+// not exist.
+func Drain(ctx context.Context, db pgcoord.DBTX, key string) ([]Permit, error) {
+	if err := validateKey(key); err != nil {
+		return nil, err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return nil, err
+	}
+	rows, err := queries.SemaphoreDrain(ctx, db, key)
+	if err != nil {
+		return nil, fmt.Errorf("semaphore: drain %q: %w", key, err)
+	}
+	out := make([]Permit, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, Permit{Key: r.Key, Holder: r.Holder, Token: r.FenceToken, AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt})
+	}
+	return out, nil
+}
+
+// KeyStatus is the state of one semaphore key as an operator sees it, read in one
+// statement at DBNow.
+type KeyStatus struct {
+	// Key is the semaphore's key.
+	Key string
+	// Limit is the most permits the key admits at once; Weight its share in fair
+	// admission (Next).
+	Limit, Weight int
+	// Token is the fence token of the key's latest permit (0 if none was ever granted).
+	Token int64
+	// Held counts live permits. Expired counts permits past their expiry that no
+	// admission has reclaimed yet: slots leaked by holders that died or stopped renewing,
+	// freed by the key's next admission. Waiters counts Acquire calls in line whose
+	// registration is live.
+	Held, Expired, Waiters int
+	// OldestWaiterSince is when the first live waiter joined the line; OldestPermitAt when
+	// the oldest live permit was granted. Zero when there is none.
+	OldestWaiterSince, OldestPermitAt time.Time
+	// Demand is the work waiting for the key, as reported with AddDemand and consumed by
+	// Next.
+	Demand int64
+	// VTime is the key's virtual time in fair admission: it grows by 1/Weight with each
+	// admission by Next; the key with demand and the smallest VTime is served first.
+	VTime float64
+	// Admitted counts admissions since the key was created; Refused counts refusals
+	// decided under the key's lock (rounds of waiting Acquires, lost races). A TryAcquire
+	// refused from plain reads writes nothing and is counted only by Metrics.
+	Admitted, Refused int64
+	// DBNow is the database clock when the status was read.
+	DBNow time.Time
+}
+
+// OverLimit reports whether more permits are live than the limit allows: possible, for a
+// while, after the limit was lowered (lowering revokes nothing).
+func (s KeyStatus) OverLimit() bool { return s.Held > s.Limit }
+
+func statusFrom(r dbsqlc.ListSemaphoresRow) KeyStatus {
+	s := KeyStatus{
+		Key: r.Key, Limit: int(r.PermitLimit), Weight: int(r.Weight), Token: r.FenceToken,
+		Held: int(r.Held), Expired: int(r.Expired), Waiters: int(r.Waiters),
+		Demand: r.Demand, VTime: r.Vtime, Admitted: r.Admitted, Refused: r.Refused, DBNow: r.DbNow,
+	}
+	// The query reads 'epoch' when there is none.
+	if s.Waiters > 0 {
+		s.OldestWaiterSince = r.OldestWaiterSince
+	}
+	if s.Held > 0 {
+		s.OldestPermitAt = r.OldestPermitAt
+	}
+	return s
+}
+
+// ListOpts are the options of List. A nil *ListOpts lists the first DefaultListLimit keys
+// in key order.
+type ListOpts struct {
+	// After lists keys that sort after it: pass the last key of one page to get the next.
+	After string
+	// Limit caps the number of keys returned. Default DefaultListLimit; at most
+	// MaxListLimit.
+	Limit int
+	// Now, if set, judges which permits are live and which waiters wait at this instant
+	// instead of the database clock. For tests only.
+	Now time.Time
+}
+
+// DefaultListLimit and MaxListLimit bound one page of List.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 10000
+)
+
+// List returns the status of semaphore keys in key order, one page at a time (see
+// ListOpts.After), never nil.
+func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]KeyStatus, error) {
+	if err := pgcoord.CheckDB(db); err != nil {
+		return nil, err
+	}
+	var o ListOpts
+	if opts != nil {
+		o = *opts
+	}
+	if o.Limit == 0 {
+		o.Limit = DefaultListLimit
+	}
+	if o.Limit < 0 || o.Limit > MaxListLimit {
+		return nil, fmt.Errorf("%w: semaphore: list limit %d is outside 1..%d", pgcoord.ErrInvalidArgument, o.Limit, MaxListLimit)
+	}
+	rows, err := queries.ListSemaphores(ctx, db, dbsqlc.ListSemaphoresParams{
+		After: o.After, MaxRows: int32(o.Limit), Now: nowArg(o.Now),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("semaphore: list: %w", err)
+	}
+	out := make([]KeyStatus, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, statusFrom(r))
+	}
+	return out, nil
+}
+
+// Get returns the status of key, or ErrNotFound if no such key exists.
+func Get(ctx context.Context, db pgcoord.DBTX, key string) (KeyStatus, error) {
+	if err := validateKey(key); err != nil {
+		return KeyStatus{}, err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return KeyStatus{}, err
+	}
+	rows, err := queries.ListSemaphores(ctx, db, dbsqlc.ListSemaphoresParams{OnlyKey: &key, MaxRows: 1})
+	if err != nil {
+		return KeyStatus{}, fmt.Errorf("semaphore: get %q: %w", key, err)
+	}
+	if len(rows) == 0 {
+		return KeyStatus{}, fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	return statusFrom(rows[0]), nil
+}
+
+// PermitInfo is a permit as an operator sees it.
+type PermitInfo struct {
+	// Permit is the permit; its TrustUntil is zero (that is the holder's own judgement).
+	Permit
+	// RenewedAt is when the permit was last renewed, by the database clock; zero if never.
+	RenewedAt time.Time
+	// DBNow is the database clock when the permit was read: the permit is live if
+	// ExpiresAt is after it, and otherwise a leaked slot that the key's next admission
+	// reclaims.
+	DBNow time.Time
+}
+
+// Live reports whether the permit had not expired when it was read.
+func (p PermitInfo) Live() bool { return p.ExpiresAt.After(p.DBNow) }
+
+// Permits returns the permits of key in the order they were granted, live and expired
+// (not yet reclaimed) alike; an empty slice, never nil, if there is none or no such key.
+func Permits(ctx context.Context, db pgcoord.DBTX, key string) ([]PermitInfo, error) {
+	if err := validateKey(key); err != nil {
+		return nil, err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return nil, err
+	}
+	rows, err := queries.ListPermits(ctx, db, dbsqlc.ListPermitsParams{Key: key})
+	if err != nil {
+		return nil, fmt.Errorf("semaphore: permits of %q: %w", key, err)
+	}
+	out := make([]PermitInfo, 0, len(rows))
+	for _, r := range rows {
+		pi := PermitInfo{
+			Permit: Permit{Key: r.Key, Holder: r.Holder, Token: r.FenceToken, AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt},
+			DBNow:  r.DbNow,
+		}
+		if r.RenewedAt != nil {
+			pi.RenewedAt = *r.RenewedAt
+		}
+		out = append(out, pi)
+	}
+	return out, nil
+}

@@ -1,0 +1,321 @@
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+	"github.com/pgcoord/pgcoord/leases"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// Errors returned by this package. Driver errors are wrapped, so a *pgconn.PgError stays
+// reachable with errors.As.
+var (
+	// ErrFull means TryAcquire was refused: the key has its limit of live permits, or
+	// others wait in line for it (a TryAcquire never jumps the line). The refusal is
+	// counted (KeyStatus.Refused) and nothing else changed.
+	ErrFull = errors.New("semaphore: full")
+	// ErrLost means the permit a Renew or Release names (key + holder + token) is no longer
+	// held: it expired and was reclaimed by an admission, an operator drained the key, or
+	// it was released. A call that returns it changed nothing.
+	ErrLost = errors.New("semaphore: permit lost")
+	// ErrNoWork means Next found no key to serve: none has demand and room for one more
+	// permit (with nobody in line for it), or every such key was being admitted to by a
+	// concurrent caller at that moment.
+	ErrNoWork = errors.New("semaphore: no key to serve")
+	// ErrNotFound means no semaphore of that key exists.
+	ErrNotFound = errors.New("semaphore: no such key")
+)
+
+// Bounds of the arguments, checked before any SQL runs.
+const (
+	// MinTTL is the shortest permit pgcoord grants.
+	MinTTL = time.Millisecond
+	// MaxTTL is the longest permit pgcoord grants. A permit is meant to be renewed: a TTL
+	// of hours means a crashed worker keeps its slot that long.
+	MaxTTL = 24 * time.Hour
+	// MaxLimit is the largest limit of a key.
+	MaxLimit = 1_000_000
+	// MaxWeight is the largest weight of a key (the database refuses more).
+	MaxWeight = 1_000_000
+)
+
+// Permit is one of the at most limit concurrent slots of a key, held by one holder. It is a
+// plain value: pass it to Renew and Release (in a defer), and send Token with every write
+// the job makes.
+type Permit struct {
+	// Key is the semaphore's key (a tenant, say).
+	Key string
+	// Holder identifies the holder of this permit.
+	Holder string
+	// Token is the permit's fence token: higher than every earlier permit of Key, so a job
+	// redone under a later permit of the same key can fence out the writes of a holder
+	// that lost its permit (see package fenced).
+	Token int64
+	// AcquiredAt is when the permit was granted, by the database clock (the start of the
+	// granting transaction).
+	AcquiredAt time.Time
+	// ExpiresAt is when the permit expires unless renewed, by the database clock.
+	ExpiresAt time.Time
+	// TrustUntil is the local instant (with Go's monotonic clock reading) after which the
+	// holder must stop trusting the permit even if it has heard nothing: the start of the
+	// request that granted or renewed it, plus the TTL the database reported left, minus
+	// the safety margin, as leases.Lease.TrustUntil. Zero in permits read by an observer
+	// (Drain, Permits).
+	TrustUntil time.Time
+}
+
+// Trusted reports whether the holder may still rely on the permit by its own clock
+// (time.Now() before TrustUntil). It is a local judgement only: fence every write anyway.
+func (p Permit) Trusted() bool { return time.Now().Before(p.TrustUntil) }
+
+// AcquireOpts are the options of TryAcquire and Acquire. A nil *AcquireOpts means the
+// defaults.
+type AcquireOpts struct {
+	// Holder identifies the holder. Default: a new identity per call ("host/pid/random",
+	// leases.NewHolderID), so two calls never share a permit. A holder that asks again
+	// while it holds a permit of the key gets that permit back (same token) instead of a
+	// second one; so one identity must not be shared by two jobs.
+	Holder string
+	// SafetyMargin is subtracted from the TTL to give the local trust deadline. Default: a
+	// tenth of the TTL. It must be less than the TTL.
+	SafetyMargin time.Duration
+	// PollInterval bounds how long Acquire waits between attempts when no notification
+	// arrives (behind a transaction-mode pooler, or when a holder dies without
+	// releasing). Default 1s, with ±20% jitter. A waiter that stops polling (a dead
+	// process) loses its place in line after twice this interval.
+	PollInterval time.Duration
+	// NoListen makes Acquire poll only, without LISTEN: for connections through a
+	// transaction-mode pooler, where notifications are not delivered.
+	NoListen bool
+	// Now, if set, judges expiry at this instant instead of the database clock. For tests
+	// only: production code never sets it.
+	Now time.Time
+	// Metrics receives the latency and the outcome of the call. Default DefaultMetrics.
+	Metrics *Metrics
+}
+
+func (o *AcquireOpts) withDefaults(ttl time.Duration) (AcquireOpts, error) {
+	var v AcquireOpts
+	if o != nil {
+		v = *o
+	}
+	var err error
+	if v.Holder, err = holderOrNew(v.Holder); err != nil {
+		return v, err
+	}
+	if v.SafetyMargin, err = safetyMargin(v.SafetyMargin, ttl); err != nil {
+		return v, err
+	}
+	if v.PollInterval == 0 {
+		v.PollInterval = time.Second
+	}
+	if v.PollInterval < 0 {
+		return v, fmt.Errorf("%w: semaphore: negative poll interval %v", pgcoord.ErrInvalidArgument, v.PollInterval)
+	}
+	if v.Metrics == nil {
+		v.Metrics = DefaultMetrics
+	}
+	return v, nil
+}
+
+func holderOrNew(h string) (string, error) {
+	if h == "" {
+		return leases.NewHolderID(), nil
+	}
+	return h, pgcoord.ValidateName("holder", h)
+}
+
+func safetyMargin(m, ttl time.Duration) (time.Duration, error) {
+	if m == 0 {
+		m = ttl / 10
+	}
+	if m < 0 || m >= ttl {
+		return 0, fmt.Errorf("%w: semaphore: safety margin %v must be between 0 and the TTL %v", pgcoord.ErrInvalidArgument, m, ttl)
+	}
+	return m, nil
+}
+
+func validateKey(key string) error { return pgcoord.ValidateName("semaphore key", key) }
+
+func validateTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl > MaxTTL {
+		return fmt.Errorf("%w: semaphore: TTL %v is outside %v..%v", pgcoord.ErrInvalidArgument, ttl, MinTTL, MaxTTL)
+	}
+	return nil
+}
+
+func validateLimit(limit int) error {
+	if limit < 1 || limit > MaxLimit {
+		return fmt.Errorf("%w: semaphore: limit %d is outside 1..%d", pgcoord.ErrInvalidArgument, limit, MaxLimit)
+	}
+	return nil
+}
+
+func validateAcquire(key string, limit int, ttl time.Duration) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if err := validateLimit(limit); err != nil {
+		return err
+	}
+	return validateTTL(ttl)
+}
+
+// TryAcquire grants the caller a permit of key for ttl, in one round trip, if fewer than
+// the key's limit of permits are live and nobody waits in line for it; otherwise it returns
+// ErrFull at once. Permits past their expiry (dead workers) are reclaimed by this
+// admission, judged by the database clock. The permit's fence token is higher than every
+// earlier permit's of key.
+//
+// limit is the key's limit if this call creates the key; an existing key keeps its stored
+// limit (set it with SetLimit). db may be the caller's transaction: the permit then exists
+// only if that transaction commits, and the key's row stays locked until it ends, so keep
+// such a transaction short.
+//
+// If the reply is lost after the grant committed (a connection cut), TryAcquire retries
+// once as the same holder and gets its own permit back instead of ErrFull.
+func TryAcquire(ctx context.Context, db pgcoord.DBTX, key string, limit int, ttl time.Duration, opts *AcquireOpts) (Permit, error) {
+	if err := validateAcquire(key, limit, ttl); err != nil {
+		return Permit{}, err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return Permit{}, err
+	}
+	o, err := opts.withDefaults(ttl)
+	if err != nil {
+		return Permit{}, err
+	}
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		sent := time.Now()
+		row, err := queries.SemaphoreAcquire(ctx, db, dbsqlc.SemaphoreAcquireParams{
+			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: interval(ttl), Now: nowArg(o.Now),
+		})
+		switch {
+		case err == nil:
+			o.Metrics.admitted(key, time.Since(start))
+			return permitFrom(row, sent, o.SafetyMargin), nil
+		case errors.Is(err, pgx.ErrNoRows):
+			o.Metrics.refused(key)
+			return Permit{}, fmt.Errorf("%w: %q", ErrFull, key)
+		case attempt == 0 && ambiguous(ctx, err):
+			continue // the grant may have committed: ask again as the same holder
+		default:
+			return Permit{}, fmt.Errorf("semaphore: acquire %q: %w", key, err)
+		}
+	}
+}
+
+// ambiguous reports whether err leaves unknown whether the statement committed: the
+// connection failed after the statement may have been sent.
+func ambiguous(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr) && !pgconn.SafeToRetry(err)
+}
+
+// RenewOpts are the options of Renew. A nil *RenewOpts means the defaults.
+type RenewOpts struct {
+	// AsyncCommit commits the renewal without waiting for the WAL flush
+	// (synchronous_commit = off for that transaction), for about twice the throughput.
+	// Losing the renewal in a crash only shortens the permit. Never set it when db is a
+	// transaction that also carries other writes: they would lose durability too.
+	AsyncCommit bool
+	// SafetyMargin as in AcquireOpts. Default: a tenth of the TTL.
+	SafetyMargin time.Duration
+	// Now as in AcquireOpts: for tests only.
+	Now time.Time
+}
+
+// Renew extends the permit p to ttl from now (by the database clock), in one round trip, and
+// returns it with a new ExpiresAt and TrustUntil. It returns ErrLost, having changed
+// nothing, if p is no longer held — including when it has expired, even if nobody was
+// admitted since: a holder that let its permit expire must acquire again. A job that runs
+// longer than its TTL must renew (heartbeat) well before expiry, every third of the TTL say.
+func Renew(ctx context.Context, db pgcoord.DBTX, p Permit, ttl time.Duration, opts *RenewOpts) (Permit, error) {
+	if err := validateKey(p.Key); err != nil {
+		return Permit{}, err
+	}
+	if err := validateTTL(ttl); err != nil {
+		return Permit{}, err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return Permit{}, err
+	}
+	var o RenewOpts
+	if opts != nil {
+		o = *opts
+	}
+	margin, err := safetyMargin(o.SafetyMargin, ttl)
+	if err != nil {
+		return Permit{}, err
+	}
+	sent := time.Now()
+	row, err := queries.SemaphoreRenew(ctx, db, dbsqlc.SemaphoreRenewParams{
+		Key: p.Key, Holder: p.Holder, FenceToken: p.Token, Ttl: interval(ttl),
+		Durable: !o.AsyncCommit, Now: nowArg(o.Now),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Permit{}, fmt.Errorf("%w: %q token %d", ErrLost, p.Key, p.Token)
+	}
+	if err != nil {
+		return Permit{}, fmt.Errorf("semaphore: renew %q: %w", p.Key, err)
+	}
+	return permitFrom(dbsqlc.SemaphoreAcquireRow(row), sent, margin), nil
+}
+
+// Release frees the permit p in one round trip, waking the first Acquire waiting for its
+// key. It is scoped to the permit (key + holder + token): if p is no longer held it changes
+// nothing and returns ErrLost, so calling it twice is harmless and a late release never
+// frees someone else's slot. Meant for defer. A permit that expired but was not yet
+// reclaimed by an admission is still there: Release frees it and returns nil.
+func Release(ctx context.Context, db pgcoord.DBTX, p Permit) error {
+	if err := validateKey(p.Key); err != nil {
+		return err
+	}
+	if err := pgcoord.CheckDB(db); err != nil {
+		return err
+	}
+	n, err := queries.SemaphoreRelease(ctx, db, dbsqlc.SemaphoreReleaseParams{
+		Key: p.Key, Holder: p.Holder, FenceToken: p.Token,
+	})
+	if err != nil {
+		return fmt.Errorf("semaphore: release %q: %w", p.Key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %q token %d was not held at release", ErrLost, p.Key, p.Token)
+	}
+	return nil
+}
+
+// permitFrom turns a granted row into a Permit. sent is the local instant the request was
+// sent: the trust deadline counts the TTL left by the database clock from there.
+func permitFrom(r dbsqlc.SemaphoreAcquireRow, sent time.Time, margin time.Duration) Permit {
+	return Permit{
+		Key: r.Key, Holder: r.Holder, Token: r.FenceToken, AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt,
+		TrustUntil: sent.Add(r.ExpiresAt.Sub(r.DbNow) - margin),
+	}
+}
+
+func interval(d time.Duration) pgtype.Interval {
+	return pgtype.Interval{Microseconds: d.Microseconds(), Valid: true}
+}
+
+func nowArg(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+var queries dbsqlc.Queries
