@@ -1,0 +1,480 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/internal/cli"
+	"github.com/pgcoord/pgcoord/semaphore"
+)
+
+// semGrant takes a permit of key (limit) for holder through the API; with a non-zero now the
+// grant is made as of then, so a past now and a short ttl make a permit that has expired.
+func semGrant(t *testing.T, pool *pgxpool.Pool, key, holder string, limit int, ttl time.Duration, now time.Time) semaphore.Permit {
+	t.Helper()
+	p, err := semaphore.TryAcquire(t.Context(), pool, key, limit, ttl, &semaphore.AcquireOpts{Holder: holder, Now: now})
+	if err != nil {
+		t.Fatalf("acquire %s for %s: %v", key, holder, err)
+	}
+	return p
+}
+
+func semGet(t *testing.T, pool *pgxpool.Pool, key string) semaphore.KeyStatus {
+	t.Helper()
+	s, err := semaphore.Get(t.Context(), pool, key)
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	return s
+}
+
+// listedSemaphore is one element of `semaphores list --json`.
+type listedSemaphore struct {
+	Key               string  `json:"key"`
+	Limit             int     `json:"limit"`
+	Weight            int     `json:"weight"`
+	FenceToken        int64   `json:"fence_token"`
+	Held              int     `json:"held"`
+	Expired           int     `json:"expired"`
+	Waiters           int     `json:"waiters"`
+	OldestWaiterSince *string `json:"oldest_waiter_since"`
+	OldestWaiterAgeMS *int64  `json:"oldest_waiter_age_ms"`
+	OldestPermitAt    *string `json:"oldest_permit_at"`
+	OldestPermitAgeMS *int64  `json:"oldest_permit_age_ms"`
+	Demand            int64   `json:"demand"`
+	VTime             float64 `json:"vtime"`
+	Admitted          int64   `json:"admitted"`
+	Refused           int64   `json:"refused"`
+	OverLimit         bool    `json:"over_limit"`
+	DBNow             *string `json:"db_now"`
+}
+
+var semKeys = []string{"admitted", "db_now", "demand", "expired", "fence_token", "held", "key", "limit",
+	"oldest_permit_age_ms", "oldest_permit_at", "oldest_waiter_age_ms", "oldest_waiter_since", "over_limit",
+	"refused", "vtime", "waiters", "weight"}
+
+var semPermitKeys = []string{"acquired_at", "age_ms", "expired", "expires_at", "fence_token", "holder",
+	"renewed_at", "ttl_left_ms"}
+
+// checkKeys fails the test unless m has exactly the keys want.
+func semCheckKeys(t *testing.T, what string, m map[string]any, want []string) {
+	t.Helper()
+	if keys := slices.Sorted(maps.Keys(m)); !slices.Equal(keys, want) {
+		t.Fatalf("%s has keys %v, want %v", what, keys, want)
+	}
+}
+
+// semListJSON runs `semaphores list --json` and decodes it, checking the keys of every object.
+func (d leaseDB) semListJSON(t *testing.T) []listedSemaphore {
+	t.Helper()
+	code, out, errOut := d.run(t, "--json", "semaphores", "list")
+	if code != cli.ExitOK {
+		t.Fatalf("semaphores list --json = %d, stderr %q", code, errOut)
+	}
+	var raw []map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil || raw == nil {
+		t.Fatalf("semaphores list --json printed %q, not a JSON array: %v", out, err)
+	}
+	for _, m := range raw {
+		semCheckKeys(t, "semaphore object", m, semKeys)
+	}
+	var ls []listedSemaphore
+	if err := json.Unmarshal([]byte(out), &ls); err != nil {
+		t.Fatal(err)
+	}
+	return ls
+}
+
+// A key with two held permits, one expired, a waiter and demand; a key over its lowered
+// limit; a quiet key: list shows each as it is, in table and JSON.
+func TestSemaphoresList(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	ctx := t.Context()
+	if ls := d.semListJSON(t); len(ls) != 0 {
+		t.Fatalf("list of an empty schema = %v, want []", ls)
+	}
+	code, out, _ := d.run(t, "semaphores", "list")
+	if code != cli.ExitOK || !strings.HasPrefix(out, "KEY") || strings.Count(out, "\n") != 1 {
+		t.Fatalf("semaphores list on no keys = %d, %q; want the header only", code, out)
+	}
+
+	hourAgo := time.Now().Add(-time.Hour)
+	semGrant(t, d.pool, "a-busy", "w1", 3, time.Minute, time.Time{})
+	semGrant(t, d.pool, "a-busy", "w2", 3, time.Minute, time.Time{})
+	semGrant(t, d.pool, "a-busy", "dead", 3, time.Second, hourAgo) // expired an hour ago
+	// A waiter since an hour ago, still waiting: a refused acquire that asks to wait is put
+	// in line. As of an hour ago the key was full (the dead holder was alive).
+	var n int
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM pgcoord_semaphore_acquire('a-busy', 'waiting', 3,
+		interval '1 minute', interval '2 hours', $1)`, hourAgo).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("acquire of a full key: %d rows, %v", n, err)
+	}
+	if err := semaphore.Release(ctx, d.pool, semGrant(t, d.pool, "b-over", "x", 3, time.Minute, time.Time{})); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"o1", "o2", "o3"} {
+		semGrant(t, d.pool, "b-over", h, 3, time.Minute, time.Time{})
+	}
+	if err := semaphore.SetLimit(ctx, d.pool, "b-over", 1, &semaphore.SetLimitOpts{Weight: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := semaphore.AddDemand(ctx, d.pool, "c-quiet", 7, &semaphore.AddDemandOpts{Limit: 2}); err != nil {
+		t.Fatal(err)
+	}
+
+	ls := d.semListJSON(t)
+	if got := []string{ls[0].Key, ls[1].Key, ls[2].Key}; len(ls) != 3 || !slices.Equal(got, []string{"a-busy", "b-over", "c-quiet"}) {
+		t.Fatalf("listed %v, want a-busy, b-over, c-quiet", ls)
+	}
+	busy, over, quiet := ls[0], ls[1], ls[2]
+	if busy.Limit != 3 || busy.Held != 2 || busy.Expired != 1 || busy.Waiters != 1 || busy.OverLimit || busy.Refused != 1 {
+		t.Errorf("a-busy = %+v; want limit 3, held 2, expired 1, waiters 1, refused 1, not over", busy)
+	}
+	// The oldest permit is the oldest live one: w1, granted just now (the dead one is older).
+	if busy.OldestWaiterAgeMS == nil || busy.OldestWaiterSince == nil || *busy.OldestWaiterAgeMS < (59*time.Minute).Milliseconds() ||
+		busy.OldestPermitAgeMS == nil || *busy.OldestPermitAgeMS > (10*time.Minute).Milliseconds() {
+		t.Errorf("a-busy: oldest waiter %v, oldest permit age %v ms; want the hour-old waiter and a live permit of the last minutes",
+			busy.OldestWaiterSince, busy.OldestPermitAgeMS)
+	}
+	parseTime(t, busy.DBNow)
+	if over.Limit != 1 || over.Weight != 5 || over.Held != 3 || !over.OverLimit || over.Admitted != 4 || over.FenceToken != 4 {
+		t.Errorf("b-over = %+v; want limit 1, weight 5, held 3, over limit, 4 admitted, token 4", over)
+	}
+	if quiet.Demand != 7 || quiet.Limit != 2 || quiet.Held != 0 || quiet.OldestPermitAt != nil || quiet.OldestPermitAgeMS != nil ||
+		quiet.OldestWaiterSince != nil || quiet.OldestWaiterAgeMS != nil {
+		t.Errorf("c-quiet = %+v; want demand 7, limit 2, nothing held, null times", quiet)
+	}
+
+	code, out, errOut := d.run(t, "semaphores", "list")
+	if code != cli.ExitOK {
+		t.Fatalf("semaphores list = %d, stderr %q", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[0], "OLDEST WAITER") || !strings.Contains(lines[0], "DEMAND") {
+		t.Fatalf("semaphores list printed:\n%s", out)
+	}
+	for i, want := range [][]string{
+		{"a-busy", "3", "2", "1", "1h0m", "leaked"},
+		{"b-over", "1", "5", "3", "over_limit"},
+		{"c-quiet", "2", "1", "0", "7", "ok"},
+	} {
+		f := strings.Fields(lines[i+1])
+		for _, w := range want {
+			if !slices.Contains(f, w) {
+				t.Errorf("row %q lacks %q", lines[i+1], w)
+			}
+		}
+	}
+
+	// --limit stops early and says so.
+	code, out, errOut = d.run(t, "semaphores", "list", "--limit", "2")
+	if code != cli.ExitOK || strings.Count(out, "\n") != 3 || !strings.Contains(errOut, "there are more") {
+		t.Errorf("list --limit 2 = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestSemaphoresShow(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	semGrant(t, d.pool, "tenant:1", "live-holder", 2, time.Minute, time.Time{})
+	semGrant(t, d.pool, "tenant:1", "dead-holder", 2, 30*time.Second, time.Now().Add(-time.Hour)) // expired 59m30s ago
+
+	code, out, errOut := d.run(t, "semaphores", "show", "tenant:1")
+	if code != cli.ExitOK {
+		t.Fatalf("show = %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{"key:", "tenant:1", "limit:", "held:", "expired:", "leaked", "HOLDER", "TTL LEFT",
+		"live-holder", "dead-holder", "expired 59m"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
+		}
+	}
+
+	code, out, errOut = d.run(t, "--json", "semaphores", "show", "tenant:1")
+	if code != cli.ExitOK {
+		t.Fatalf("show --json = %d, stderr %q", code, errOut)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err)
+	}
+	semCheckKeys(t, "show object", raw, slices.Sorted(slices.Values(append(slices.Clone(semKeys), "permits"))))
+	var shown struct {
+		Key     string `json:"key"`
+		Held    int    `json:"held"`
+		Expired int    `json:"expired"`
+		Permits []struct {
+			Holder     string  `json:"holder"`
+			FenceToken int64   `json:"fence_token"`
+			RenewedAt  *string `json:"renewed_at"`
+			AgeMS      int64   `json:"age_ms"`
+			TTLLeftMS  int64   `json:"ttl_left_ms"`
+			Expired    bool    `json:"expired"`
+		} `json:"permits"`
+	}
+	if err := json.Unmarshal([]byte(out), &shown); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range raw["permits"].([]any) {
+		semCheckKeys(t, "permit object", p.(map[string]any), semPermitKeys)
+	}
+	if shown.Held != 1 || shown.Expired != 1 || len(shown.Permits) != 2 {
+		t.Fatalf("show --json = %s", out)
+	}
+	for _, p := range shown.Permits {
+		switch p.Holder {
+		case "live-holder":
+			if p.Expired || p.TTLLeftMS <= 0 || p.TTLLeftMS > time.Minute.Milliseconds() || p.RenewedAt != nil || p.FenceToken != 1 {
+				t.Errorf("live permit %+v", p)
+			}
+		case "dead-holder":
+			if !p.Expired || p.TTLLeftMS != 0 || p.AgeMS < (59*time.Minute).Milliseconds() || p.FenceToken != 2 {
+				t.Errorf("expired permit %+v", p)
+			}
+		default:
+			t.Errorf("unexpected permit %+v", p)
+		}
+	}
+
+	// A key without permits: [] and a note.
+	if err := semaphore.SetLimit(t.Context(), d.pool, "tenant:empty", 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = d.run(t, "--json", "semaphores", "show", "tenant:empty")
+	if code != cli.ExitOK || !strings.Contains(out, `"permits": []`) || !strings.Contains(out, `"oldest_permit_at": null`) {
+		t.Errorf("show --json of a key without permits = %d, %s", code, out)
+	}
+	code, out, _ = d.run(t, "semaphores", "show", "tenant:empty")
+	if code != cli.ExitOK || !strings.Contains(out, "no permits held") {
+		t.Errorf("show of a key without permits = %d, %s", code, out)
+	}
+
+	code, _, errOut = d.run(t, "semaphores", "show", "nobody")
+	if code != cli.ExitFailure || !strings.Contains(errOut, `no such semaphore "nobody"`) {
+		t.Errorf("show of an unknown key = %d, stderr %q; want 1, no such semaphore", code, errOut)
+	}
+}
+
+func TestSemaphoresSetLimit(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	code, out, errOut := d.run(t, "semaphores", "set-limit", "tenant:new", "4", "--weight", "3")
+	if code != cli.ExitOK || !strings.Contains(out, "limit 4, weight 3") {
+		t.Fatalf("set-limit = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if s := semGet(t, d.pool, "tenant:new"); s.Limit != 4 || s.Weight != 3 {
+		t.Fatalf("after set-limit: %+v", s)
+	}
+	// Without --weight the weight stays.
+	if code, _, errOut = d.run(t, "semaphores", "set-limit", "tenant:new", "6"); code != cli.ExitOK {
+		t.Fatalf("set-limit = %d, stderr %q", code, errOut)
+	}
+	if s := semGet(t, d.pool, "tenant:new"); s.Limit != 6 || s.Weight != 3 {
+		t.Fatalf("after set-limit without --weight: %+v, want limit 6, weight 3", s)
+	}
+
+	// Lowering below what is held revokes nothing and says so.
+	semGrant(t, d.pool, "tenant:held", "a", 3, time.Minute, time.Time{})
+	semGrant(t, d.pool, "tenant:held", "b", 3, time.Minute, time.Time{})
+	code, out, _ = d.run(t, "semaphores", "set-limit", "tenant:held", "1")
+	if code != cli.ExitOK || !strings.Contains(out, "more than the new limit") {
+		t.Errorf("set-limit below held = %d, %q", code, out)
+	}
+	if s := semGet(t, d.pool, "tenant:held"); s.Limit != 1 || s.Held != 2 {
+		t.Errorf("after lowering: %+v, want limit 1 with 2 still held", s)
+	}
+
+	code, out, _ = d.run(t, "--json", "semaphores", "set-limit", "tenant:new", "2")
+	var raw map[string]any
+	if code != cli.ExitOK || json.Unmarshal([]byte(out), &raw) != nil {
+		t.Fatalf("set-limit --json = %d, %q", code, out)
+	}
+	semCheckKeys(t, "set-limit object", raw, semKeys)
+	if raw["limit"] != 2.0 || raw["weight"] != 3.0 {
+		t.Errorf("set-limit --json = %v", raw)
+	}
+}
+
+// verify: exit 0 when every key is healthy, 3 with a key over its limit or holding permits
+// past expiry, saying which.
+func TestSemaphoresVerify(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	code, out, errOut := d.run(t, "semaphores", "verify")
+	if code != cli.ExitOK || !strings.Contains(out, "all 0 semaphore keys healthy") {
+		t.Fatalf("verify with no keys = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, _ = d.run(t, "--json", "semaphores", "verify")
+	if code != cli.ExitOK || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("verify --json with no keys = %d, %q; want []", code, out)
+	}
+
+	semGrant(t, d.pool, "healthy", "a", 2, time.Minute, time.Time{})
+	semGrant(t, d.pool, "healthy", "b", 2, time.Minute, time.Time{})
+	if code, out, errOut = d.run(t, "semaphores", "verify"); code != cli.ExitOK || !strings.Contains(out, "all 1 semaphore keys healthy") {
+		t.Fatalf("verify of a full, healthy key = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	// A permit whose holder died an hour ago and that nobody reclaimed.
+	semGrant(t, d.pool, "leaky", "dead", 2, time.Second, time.Now().Add(-time.Hour))
+	code, out, errOut = d.run(t, "semaphores", "verify")
+	if code != cli.ExitCheck || !strings.Contains(out, "LEAKED leaky: 1 permit(s) past expiry") || strings.Contains(out, "healthy") ||
+		!strings.Contains(errOut, "1 of 2 semaphore keys need attention") {
+		t.Fatalf("verify with a leaked permit = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	// A key over its lowered limit.
+	lowered := semGrant(t, d.pool, "lowered", "a", 3, time.Minute, time.Time{})
+	semGrant(t, d.pool, "lowered", "b", 3, time.Minute, time.Time{})
+	if err := semaphore.SetLimit(t.Context(), d.pool, "lowered", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = d.run(t, "semaphores", "verify")
+	if code != cli.ExitCheck || !strings.Contains(out, "OVER-LIMIT lowered: holds 2 permits, more than its limit of 1") ||
+		!strings.Contains(out, "expected right after the limit was lowered") || !strings.Contains(errOut, "2 of 3") {
+		t.Fatalf("verify with a key over its limit = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	code, out, _ = d.run(t, "--json", "semaphores", "verify")
+	var raw []map[string]any
+	if code != cli.ExitCheck || json.Unmarshal([]byte(out), &raw) != nil || len(raw) != 3 {
+		t.Fatalf("verify --json = %d, %q", code, out)
+	}
+	for _, m := range raw {
+		semCheckKeys(t, "verify object", m, []string{"expired", "held", "key", "leaked", "limit", "over_limit", "problems", "status"})
+	}
+	status := map[string]string{}
+	for _, m := range raw {
+		status[m["key"].(string)] = m["status"].(string)
+	}
+	if want := map[string]string{"healthy": "ok", "leaky": "leaked", "lowered": "over_limit"}; !maps.Equal(status, want) {
+		t.Errorf("verify --json statuses %v, want %v", status, want)
+	}
+
+	// Once the permits drain, the key is healthy again; the leaked permit is reclaimed by the
+	// next admission to its key.
+	if err := semaphore.Release(t.Context(), d.pool, lowered); err != nil {
+		t.Fatal(err)
+	}
+	if err := semaphore.Release(t.Context(), d.pool, semGrant(t, d.pool, "leaky", "next", 2, time.Minute, time.Time{})); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut = d.run(t, "semaphores", "verify"); code != cli.ExitOK {
+		t.Fatalf("verify after draining = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// drain revokes every permit of a key for real: the holders' renewals fail afterwards, and
+// --dry-run changes nothing.
+func TestSemaphoresDrain(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	ctx := t.Context()
+	p1 := semGrant(t, d.pool, "tenant:9", "worker-1", 3, time.Minute, time.Time{})
+	p2 := semGrant(t, d.pool, "tenant:9", "worker-2", 3, time.Minute, time.Time{})
+	other := semGrant(t, d.pool, "tenant:10", "worker-3", 3, time.Minute, time.Time{})
+
+	code, out, errOut := d.run(t, "semaphores", "drain", "tenant:9", "--dry-run")
+	if code != cli.ExitOK || !strings.Contains(out, `would revoke 2 permit(s) of semaphore "tenant:9"`) ||
+		!strings.Contains(out, "worker-1") || !strings.Contains(out, "worker-2") || !strings.Contains(out, "nothing changed") {
+		t.Fatalf("drain --dry-run = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, _ = d.run(t, "--json", "semaphores", "drain", "tenant:9", "--dry-run")
+	var raw map[string]any
+	if code != cli.ExitOK || json.Unmarshal([]byte(out), &raw) != nil {
+		t.Fatalf("drain --dry-run --json = %d, %q", code, out)
+	}
+	semCheckKeys(t, "drain object", raw, []string{"dry_run", "key", "permits", "revoked", "would_revoke"})
+	if raw["dry_run"] != true || raw["revoked"] != nil || raw["would_revoke"] != 2.0 || len(raw["permits"].([]any)) != 2 {
+		t.Errorf("drain --dry-run --json = %s", out)
+	}
+	if s := semGet(t, d.pool, "tenant:9"); s.Held != 2 {
+		t.Fatalf("after drain --dry-run: %d held, want 2", s.Held)
+	}
+	if _, err := semaphore.Renew(ctx, d.pool, p1, time.Minute, nil); err != nil {
+		t.Fatalf("renew after a dry run: %v", err)
+	}
+
+	code, out, errOut = d.run(t, "semaphores", "drain", "tenant:9")
+	if code != cli.ExitOK || !strings.Contains(out, `revoked 2 permit(s) of semaphore "tenant:9"`) ||
+		!strings.Contains(out, "renewals and releases now fail") || !strings.Contains(out, "up to 2") {
+		t.Fatalf("drain = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if s := semGet(t, d.pool, "tenant:9"); s.Held != 0 || s.Expired != 0 {
+		t.Errorf("after drain: %+v, want nothing held", s)
+	}
+	for _, p := range []semaphore.Permit{p1, p2} {
+		if _, err := semaphore.Renew(ctx, d.pool, p, time.Minute, nil); !errors.Is(err, semaphore.ErrLost) {
+			t.Errorf("renew of drained permit %s/%d = %v, want ErrLost", p.Holder, p.Token, err)
+		}
+	}
+	if _, err := semaphore.Renew(ctx, d.pool, other, time.Minute, nil); err != nil {
+		t.Errorf("renew of another key's permit after drain: %v", err)
+	}
+	// The next admission's token is above the drained ones.
+	if next := semGrant(t, d.pool, "tenant:9", "worker-1", 3, time.Minute, time.Time{}); next.Token <= p2.Token {
+		t.Errorf("token after drain %d, want above %d", next.Token, p2.Token)
+	}
+
+	// Draining again revokes the new permit; a key without permits revokes nothing.
+	code, out, _ = d.run(t, "--json", "semaphores", "drain", "tenant:9")
+	if code != cli.ExitOK || json.Unmarshal([]byte(out), &raw) != nil || raw["revoked"] != 1.0 || raw["would_revoke"] != nil {
+		t.Errorf("drain --json = %d, %s", code, out)
+	}
+	code, out, _ = d.run(t, "semaphores", "drain", "tenant:9")
+	if code != cli.ExitOK || !strings.Contains(out, "held no permits") {
+		t.Errorf("drain of an empty key = %d, %q", code, out)
+	}
+	code, _, errOut = d.run(t, "semaphores", "drain", "nobody")
+	if code != cli.ExitFailure || !strings.Contains(errOut, "no such semaphore") {
+		t.Errorf("drain of an unknown key = %d, %q", code, errOut)
+	}
+}
+
+func TestSemaphoresUsageErrors(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	long := strings.Repeat("k", 256)
+	for _, args := range [][]string{
+		{"semaphores", "nope"},
+		{"semaphores", "list", "extra"},
+		{"semaphores", "list", "--limit", "0"},
+		{"semaphores", "show"},
+		{"semaphores", "show", ""},
+		{"semaphores", "show", long},
+		{"semaphores", "set-limit", "k"},
+		{"semaphores", "set-limit", "k", "0"},
+		{"semaphores", "set-limit", "k", "-3"},
+		{"semaphores", "set-limit", "k", "four"},
+		{"semaphores", "set-limit", "k", "4", "--weight", "0"},
+		{"semaphores", "set-limit", "k", "4", "--weight", "-1"},
+		{"semaphores", "set-limit", "k", "4", "--weight", "1000001"},
+		{"semaphores", "set-limit", "", "4"},
+		{"semaphores", "verify", "extra"},
+		{"semaphores", "drain"},
+		{"semaphores", "drain", "a", "b"},
+		{"semaphores", "drain", "\x00"},
+		{"semaphores", "drain", "k", "--dry-run=maybe"},
+	} {
+		code, _, errOut := d.run(t, args...)
+		if code != cli.ExitUsage {
+			t.Errorf("%q = %d, stderr %q; want %d", args, code, errOut, cli.ExitUsage)
+		}
+	}
+	if ls := d.semListJSON(t); len(ls) != 0 {
+		t.Errorf("usage errors created keys: %v", ls)
+	}
+	// The group command alone prints its help.
+	code, out, _ := d.run(t, "semaphores")
+	if code != cli.ExitOK || !strings.Contains(out, "verify") || !strings.Contains(out, "drain") {
+		t.Errorf("semaphores = %d, %q; want its help", code, out)
+	}
+}
