@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/internal/listen"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -256,7 +257,7 @@ func (e *Elector) Run(ctx context.Context) error {
 			wait = min(base<<min(failures-1, 6), max(30*time.Second, base))
 			e.log.Warn("pgcoord: campaign failed; retrying", "err", err, "failures", failures, "backoff", wait)
 		}
-		if !sleepCtx(ctx, jitter(wait)) {
+		if !sleepCtx(ctx, listen.Jitter(wait)) {
 			return nil
 		}
 	}
@@ -385,7 +386,7 @@ func (e *Elector) observe(ctx context.Context) {
 			every = min(every, e.cfg.RenewEvery)
 		}
 		e.mu.Unlock()
-		timer.Reset(jitter(every))
+		timer.Reset(listen.Jitter(every))
 	}
 }
 

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+	"github.com/pgcoord/pgcoord/internal/listen"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -170,22 +170,12 @@ func tryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Dura
 			return leaseFrom(row, meta.values, start, o.SafetyMargin), nil
 		case errors.Is(err, pgx.ErrNoRows):
 			return Lease{}, fmt.Errorf("%w: %q", ErrHeld, name)
-		case attempt == 0 && ambiguous(ctx, err):
+		case attempt == 0 && listen.Ambiguous(ctx, err):
 			continue // the grant may have committed: ask again as the same holder
 		default:
 			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, err)
 		}
 	}
-}
-
-// ambiguous reports whether err leaves unknown whether the statement committed: the
-// connection failed after the statement may have been sent.
-func ambiguous(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	var pgErr *pgconn.PgError
-	return !errors.As(err, &pgErr) && !pgconn.SafeToRetry(err)
 }
 
 // RenewOpts are the options of Renew. A nil *RenewOpts means the defaults.

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+	"github.com/pgcoord/pgcoord/internal/listen"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -48,7 +48,7 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 	case err == nil:
 		o.Metrics.admitted(key, time.Since(start))
 		return p, nil
-	case tried && ambiguous(ctx, err):
+	case tried && listen.Ambiguous(ctx, err):
 		// The last attempt may have been granted: ask once more as the same holder.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -74,13 +74,19 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 	if err != nil {
 		return Permit{}, false, err
 	}
-	w := waiter{conn: conn}
-	defer w.close()
+	channel := ""
 	if !o.NoListen {
-		if err := w.startListening(ctx); err != nil {
+		if channel, err = queries.SemaphoreChannel(ctx, conn); err != nil {
+			conn.Release()
 			return Permit{}, false, err
 		}
 	}
+	w, err := listen.New(ctx, conn, channel)
+	if err != nil {
+		conn.Release()
+		return Permit{}, false, err
+	}
+	defer w.Close()
 	want := interval(2 * o.PollInterval)
 	for {
 		tried = true
@@ -97,7 +103,7 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		o.Metrics.refused(key)
 		// In line. Try again on a notification, when the first live permit expires (an
 		// expiry sends no notification), or after the poll interval, whichever comes first.
-		wait := jitter(o.PollInterval)
+		wait := listen.Jitter(o.PollInterval)
 		next, err := queries.SemaphoreNextExpiry(ctx, conn, dbsqlc.SemaphoreNextExpiryParams{Key: key, Now: nowArg(o.Now)})
 		if err != nil {
 			return Permit{}, true, err
@@ -105,7 +111,7 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		if left := next.NextExpiry.Sub(next.DbNow); left > 0 {
 			wait = min(wait, left+time.Millisecond)
 		}
-		if err := w.wait(ctx, key, wait); err != nil {
+		if err := w.Wait(ctx, key, wait); err != nil {
 			return Permit{}, true, err
 		}
 	}
@@ -123,78 +129,4 @@ func giveUp(ctx context.Context, pool *pgxpool.Pool, key, holder string, generat
 		_, _ = queries.SemaphoreReleaseHolder(gctx, pool, dbsqlc.SemaphoreReleaseHolderParams{Key: key, Holder: holder})
 	}
 	_ = queries.SemaphoreLeaveLine(gctx, pool, dbsqlc.SemaphoreLeaveLineParams{Key: key, Holder: holder})
-}
-
-// waiter owns the connection a waiting Acquire listens on.
-type waiter struct {
-	conn    *pgxpool.Conn
-	channel string
-}
-
-func (w *waiter) startListening(ctx context.Context) error {
-	ch, err := queries.SemaphoreChannel(ctx, w.conn)
-	if err != nil {
-		return err
-	}
-	if _, err := w.conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-		return err
-	}
-	w.channel = ch
-	return nil
-}
-
-// wait returns after d, when a notification for key arrives, or when ctx ends.
-func (w *waiter) wait(ctx context.Context, key string, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	if w.channel == "" {
-		<-wctx.Done()
-		return ctx.Err()
-	}
-	for {
-		n, err := w.conn.Conn().WaitForNotification(wctx)
-		switch {
-		case err == nil && n == nil:
-			return nil // the pool's OnNotification handler took it: try again to be safe
-		case err == nil && n.Payload == key:
-			return nil
-		case err == nil:
-			continue // another key's
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case wctx.Err() != nil:
-			return nil // timed out: pgx leaves the connection usable after a read deadline
-		default:
-			return err
-		}
-	}
-}
-
-// close returns the connection to the pool, no longer listening, or destroys it if it
-// cannot be cleaned.
-func (w *waiter) close() {
-	if w.channel != "" && !w.conn.Conn().IsClosed() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := w.conn.Exec(ctx, "UNLISTEN "+pgx.Identifier{w.channel}.Sanitize()); err == nil {
-			w.conn.Release()
-			return
-		}
-	}
-	if w.channel != "" {
-		c := w.conn.Hijack()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = c.Close(ctx)
-		return
-	}
-	w.conn.Release()
-}
-
-// jitter spreads d by ±20% so waiters do not retry in lockstep.
-func jitter(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }

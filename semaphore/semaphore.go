@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+	"github.com/pgcoord/pgcoord/internal/listen"
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -206,22 +206,12 @@ func TryAcquire(ctx context.Context, db pgcoord.DBTX, key string, limit int, ttl
 		case errors.Is(err, pgx.ErrNoRows):
 			o.Metrics.refused(key)
 			return Permit{}, fmt.Errorf("%w: %q", ErrFull, key)
-		case attempt == 0 && ambiguous(ctx, err):
+		case attempt == 0 && listen.Ambiguous(ctx, err):
 			continue // the grant may have committed: ask again as the same holder
 		default:
 			return Permit{}, fmt.Errorf("semaphore: acquire %q: %w", key, err)
 		}
 	}
-}
-
-// ambiguous reports whether err leaves unknown whether the statement committed: the
-// connection failed after the statement may have been sent.
-func ambiguous(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	var pgErr *pgconn.PgError
-	return !errors.As(err, &pgErr) && !pgconn.SafeToRetry(err)
 }
 
 // RenewOpts are the options of Renew. A nil *RenewOpts means the defaults.
