@@ -41,7 +41,7 @@ func init() {
 	Register(Scenario{
 		Name: "dedupe.claim_retention",
 		Description: "a transaction doing dedupe.Claim of a fresh key with a 30-day Retention, then COMMIT " +
-			"(the expiry is read from the transaction's clock first: one more round trip)",
+			"(the expiry is computed in the INSERT, by the database clock)",
 		Floor:     FloorInsertOnConflictRetention,
 		NewWorker: newClaimWorker(benchRetention),
 	})
