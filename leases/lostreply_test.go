@@ -1,124 +1,23 @@
 package leases_test
 
 import (
-	"bytes"
-	"context"
-	"encoding/binary"
-	"errors"
-	"io"
-	"net"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/pgcoord/pgcoord/internal/pgconfig"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/leases"
 )
-
-// replyDropper cuts a connection right after the server has answered (and so committed) a
-// statement containing marker, before the client reads the answer: the "acquire
-// succeeded but the reply was lost" fault, made deterministic.
-type replyDropper struct {
-	marker  []byte
-	armed   atomic.Bool
-	dropped atomic.Int32
-}
-
-func (d *replyDropper) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &droppingConn{Conn: c, d: d}, nil
-}
-
-type droppingConn struct {
-	net.Conn
-	d       *replyDropper
-	mu      sync.Mutex
-	tripped bool
-	pending bytes.Buffer // server bytes read ahead and not yet given to the client
-}
-
-func (c *droppingConn) Write(b []byte) (int, error) {
-	c.mu.Lock()
-	if c.d.armed.Load() && bytes.Contains(b, c.d.marker) {
-		c.tripped = true
-	}
-	c.mu.Unlock()
-	return c.Conn.Write(b)
-}
-
-func (c *droppingConn) Read(b []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pending.Len() > 0 {
-		return c.pending.Read(b)
-	}
-	if !c.tripped {
-		return c.Conn.Read(b)
-	}
-	// Read the whole answer, up to ReadyForQuery. If it completed a command (the statement
-	// ran and its transaction committed), cut the connection instead of delivering it;
-	// otherwise (the statement was only being prepared) pass it on.
-	c.tripped = false
-	completed := false
-	for {
-		var header [5]byte
-		if _, err := io.ReadFull(c.Conn, header[:]); err != nil {
-			return 0, err
-		}
-		body := make([]byte, binary.BigEndian.Uint32(header[1:])-4)
-		if _, err := io.ReadFull(c.Conn, body); err != nil {
-			return 0, err
-		}
-		c.pending.Write(header[:])
-		c.pending.Write(body)
-		if header[0] == 'C' {
-			completed = true
-		}
-		if header[0] == 'Z' {
-			break
-		}
-	}
-	if !completed {
-		c.tripped = true // the execution is still to come
-		return c.pending.Read(b)
-	}
-	c.pending.Reset()
-	c.d.armed.Store(false)
-	c.d.dropped.Add(1)
-	c.Conn.Close()
-	return 0, errors.New("test: reply dropped after the server committed")
-}
 
 // The grant commits, its reply is lost with the connection, and TryAcquire still returns
 // the grant — by asking again as the same holder — instead of reporting the lease held by
 // a stranger (itself) until the TTL runs out.
 func TestAcquireRecoversAGrantWhoseReplyWasLost(t *testing.T) {
 	t.Parallel()
-	_, schema := pgtest.Schema(t)
-	cfg, err := pgconfig.Pool(pgtest.URL(t), pgconfig.Options{AppName: "pgcoord-test-lostreply", Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dropper := &replyDropper{marker: []byte("pgcoord_lease_acquire")}
-	cfg.ConnConfig.DialFunc = dropper.dial
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	migrate(t, pool)
-
-	dropper.armed.Store(true)
+	pool, dropper := pgtest.DropPool(t, "pgcoord_lease_acquire")
+	dropper.Arm()
 	l, err := leases.TryAcquire(ctx, pool, "payment:42", time.Minute, nil)
-	if dropper.dropped.Load() != 1 {
-		t.Fatalf("the fault was not injected (dropped %d replies): the test proves nothing", dropper.dropped.Load())
+	if dropper.Dropped() != 1 {
+		t.Fatalf("the fault was not injected (dropped %d replies): the test proves nothing", dropper.Dropped())
 	}
 	if err != nil {
 		t.Fatalf("TryAcquire after a lost reply: %v", err)
