@@ -31,7 +31,7 @@ type ElectorConfig struct {
 	// Default DefaultElectorTTL.
 	TTL time.Duration
 	// Holder identifies this candidate: the lease's holder while it leads, and what other
-	// candidates' OnNewLeader receive. Default: NewHolderID(), fixed for the Elector's life.
+	// candidates' OnNewLeader receive. Default: pgcoord.NewHolderID(), fixed for the Elector's life.
 	// Two Electors with the same Holder are one candidate to pgcoord and share leadership:
 	// never give two processes the same Holder.
 	Holder string
@@ -147,7 +147,7 @@ func NewElector(pool *pgxpool.Pool, cfg *ElectorConfig) (*Elector, error) {
 		return nil, err
 	}
 	if c.Holder == "" {
-		c.Holder = NewHolderID()
+		c.Holder = pgcoord.NewHolderID()
 	} else if err := pgcoord.ValidateName("holder", c.Holder); err != nil {
 		return nil, err
 	}

@@ -2,8 +2,6 @@ package leases
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -98,7 +96,7 @@ func (o *AcquireOpts) withDefaults(ttl time.Duration) (AcquireOpts, error) {
 		v = *o
 	}
 	if v.Holder == "" {
-		v.Holder = NewHolderID()
+		v.Holder = pgcoord.NewHolderID()
 	} else if err := pgcoord.ValidateName("holder", v.Holder); err != nil {
 		return v, err
 	}
@@ -115,11 +113,6 @@ func (o *AcquireOpts) withDefaults(ttl time.Duration) (AcquireOpts, error) {
 		return v, fmt.Errorf("%w: leases: negative poll interval %v", pgcoord.ErrInvalidArgument, v.PollInterval)
 	}
 	return v, nil
-}
-
-// NewHolderID returns a new holder identity, "host/pid/random", unique per call.
-func NewHolderID() string {
-	return fmt.Sprintf("%s/%d/%s", hostname, os.Getpid(), randomHex(6))
 }
 
 var (
@@ -324,12 +317,6 @@ func nowArg(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 var queries dbsqlc.Queries

@@ -92,7 +92,7 @@ func AddDemand(ctx context.Context, db pgcoord.DBTX, key string, units int64, op
 // NextOpts are the options of Next. A nil *NextOpts means the defaults.
 type NextOpts struct {
 	// Holder identifies the holder of the permit. Default: a new identity per call
-	// (leases.NewHolderID). If set, it must be unique per job: a holder that already holds
+	// (pgcoord.NewHolderID). If set, it must be unique per job: a holder that already holds
 	// a permit of the chosen key gets that permit back, and the key's demand is still
 	// consumed.
 	Holder string

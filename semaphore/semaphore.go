@@ -11,7 +11,6 @@ import (
 
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/internal/listen"
-	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -80,7 +79,7 @@ func (p Permit) Trusted() bool { return time.Now().Before(p.TrustUntil) }
 // defaults.
 type AcquireOpts struct {
 	// Holder identifies the holder. Default: a new identity per call ("host/pid/random",
-	// leases.NewHolderID), so two calls never share a permit. A holder that asks again
+	// pgcoord.NewHolderID), so two calls never share a permit. A holder that asks again
 	// while it holds a permit of the key gets that permit back (same token) instead of a
 	// second one; so one identity must not be shared by two jobs.
 	Holder string
@@ -128,7 +127,7 @@ func (o *AcquireOpts) withDefaults(ttl time.Duration) (AcquireOpts, error) {
 
 func holderOrNew(h string) (string, error) {
 	if h == "" {
-		return leases.NewHolderID(), nil
+		return pgcoord.NewHolderID(), nil
 	}
 	return h, pgcoord.ValidateName("holder", h)
 }

@@ -2,11 +2,8 @@ package singleton
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -124,19 +121,6 @@ type ClaimOpts struct {
 	Now time.Time
 }
 
-// NewHolderID returns a new runner identity, "host/pid/random", unique per call.
-func NewHolderID() string {
-	return fmt.Sprintf("%s/%d/%s", hostname, os.Getpid(), randomHex(6))
-}
-
-var hostname, _ = os.Hostname()
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 var epoch = time.Unix(0, 0).UTC()
 
 // normalize validates j and fills in its defaults. It runs no SQL.
@@ -180,7 +164,7 @@ func checkTTL(ttl time.Duration) error {
 
 func holderOrNew(h string) (string, error) {
 	if h == "" {
-		return NewHolderID(), nil
+		return pgcoord.NewHolderID(), nil
 	}
 	if err := pgcoord.ValidateName("holder", h); err != nil {
 		return "", err

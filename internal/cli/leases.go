@@ -581,7 +581,7 @@ stopped, and only a store that rejects lower tokens stops its late writes.`,
 				return usageError{err}
 			}
 			if holder == "" {
-				holder = leases.NewHolderID()
+				holder = pgcoord.NewHolderID()
 			} else if err := pgcoord.ValidateName("holder", holder); err != nil {
 				return usageError{err}
 			}

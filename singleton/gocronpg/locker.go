@@ -30,7 +30,7 @@ type LockerConfig struct {
 	// that dies mid-run blocks the job (its next ticks are skipped) for at most TTL.
 	// Default singleton.DefaultTTL (30s).
 	TTL time.Duration
-	// Holder identifies this replica in the ledger. Default singleton.NewHolderID().
+	// Holder identifies this replica in the ledger. Default pgcoord.NewHolderID().
 	Holder string
 	// Prefix is prepended to gocron's lock key (the job's name) to form the ledger's job
 	// name, to keep the jobs of several schedulers apart. Default "".
@@ -80,7 +80,7 @@ func NewLocker(pool *pgxpool.Pool, cfg *LockerConfig) (*Locker, error) {
 		return nil, fmt.Errorf("%w: gocronpg: TTL %v is outside %v..%v", pgcoord.ErrInvalidArgument, c.TTL, 3*time.Millisecond, singleton.MaxTTL)
 	}
 	if c.Holder == "" {
-		c.Holder = singleton.NewHolderID()
+		c.Holder = pgcoord.NewHolderID()
 	} else if err := pgcoord.ValidateName("holder", c.Holder); err != nil {
 		return nil, err
 	}
