@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -78,7 +79,7 @@ func Claim(ctx context.Context, tx pgx.Tx, scope, key string, opts *ClaimOpts) (
 	if o.Retention < 0 || o.Retention > MaxRetention {
 		return false, fmt.Errorf("%w: dedupe: retention %v is outside 0..%v", pgcoord.ErrInvalidArgument, o.Retention, MaxRetention)
 	}
-	arg := dbsqlc.DedupeClaimParams{Scope: scope, Key: key, Now: timeArg(o.Now)}
+	arg := dbsqlc.DedupeClaimParams{Scope: scope, Key: key, Now: dbarg.Now(o.Now)}
 	if o.Retention > 0 {
 		arg.Retention = pgtype.Interval{Microseconds: o.Retention.Microseconds(), Valid: true}
 	}
@@ -159,7 +160,7 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 		return 0, fmt.Errorf("%w: dedupe: GC batch %d is outside 1..%d", pgcoord.ErrInvalidArgument, o.Batch, MaxGCBatch)
 	}
 	if o.DryRun {
-		n, err := queries.DedupeCountExpired(ctx, db, timeArg(o.Now))
+		n, err := queries.DedupeCountExpired(ctx, db, dbarg.Now(o.Now))
 		if err != nil {
 			return 0, fmt.Errorf("dedupe: count expired claims: %w", err)
 		}
@@ -172,7 +173,7 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 		if err := ctx.Err(); err != nil {
 			return deleted, fmt.Errorf("dedupe: GC: %w", err)
 		}
-		n, err := queries.DedupeGC(ctx, db, dbsqlc.DedupeGCParams{Now: timeArg(o.Now), Batch: int32(o.Batch)})
+		n, err := queries.DedupeGC(ctx, db, dbsqlc.DedupeGCParams{Now: dbarg.Now(o.Now), Batch: int32(o.Batch)})
 		if err != nil {
 			return deleted, fmt.Errorf("dedupe: GC: %w", err)
 		}
@@ -261,13 +262,6 @@ func commandName(tag pgconn.CommandTag) string {
 		return "empty"
 	}
 	return s
-}
-
-func timeArg(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }
 
 var queries dbsqlc.Queries

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/internal/listen"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -45,8 +46,8 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Dura
 	for {
 		start := time.Now()
 		row, err := queries.WaitLease(ctx, conn, dbsqlc.WaitLeaseParams{
-			Name: name, Holder: o.Holder, Ttl: interval(ttl), Want: interval(2 * o.PollInterval),
-			Metadata: meta.json, Now: nowArg(o.Now),
+			Name: name, Holder: o.Holder, Ttl: dbarg.Interval(ttl), Want: dbarg.Interval(2 * o.PollInterval),
+			Metadata: meta.json, Now: dbarg.Now(o.Now),
 		})
 		var wait time.Duration
 		switch {

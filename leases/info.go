@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -47,20 +48,12 @@ func infoFrom(r dbsqlc.GetLeaseRow) Info {
 		Name: r.Name, Token: r.FenceToken, Metadata: decodeMetadata(r.Metadata),
 		AcquiredAt: r.AcquiredAt, DBNow: r.DbNow,
 	}
-	i.Holder = deref(r.Holder)
-	i.ExpiredBy = deref(r.ExpiredBy)
-	i.RenewedAt = deref(r.RenewedAt)
-	i.ExpiresAt = deref(r.ExpiresAt)
-	i.ReleasedAt = deref(r.ReleasedAt)
+	i.Holder = dbarg.Deref(r.Holder)
+	i.ExpiredBy = dbarg.Deref(r.ExpiredBy)
+	i.RenewedAt = dbarg.Deref(r.RenewedAt)
+	i.ExpiresAt = dbarg.Deref(r.ExpiresAt)
+	i.ReleasedAt = dbarg.Deref(r.ReleasedAt)
 	return i
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }
 
 // Get returns the state of the lease name, or ErrNotFound if it was never granted.

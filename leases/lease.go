@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/internal/listen"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -156,7 +156,7 @@ func tryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Dura
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
 		row, err := queries.AcquireLease(ctx, db, dbsqlc.AcquireLeaseParams{
-			Name: name, Holder: o.Holder, Ttl: interval(ttl), Metadata: meta.json, Now: nowArg(o.Now),
+			Name: name, Holder: o.Holder, Ttl: dbarg.Interval(ttl), Metadata: meta.json, Now: dbarg.Now(o.Now),
 		})
 		switch {
 		case err == nil:
@@ -207,8 +207,8 @@ func Renew(ctx context.Context, db pgcoord.DBTX, l Lease, ttl time.Duration, opt
 	}
 	start := time.Now()
 	row, err := queries.RenewLease(ctx, db, dbsqlc.RenewLeaseParams{
-		Name: l.Name, Holder: l.Holder, FenceToken: l.Token, Ttl: interval(ttl),
-		Durable: !o.AsyncCommit, Now: nowArg(o.Now),
+		Name: l.Name, Holder: l.Holder, FenceToken: l.Token, Ttl: dbarg.Interval(ttl),
+		Durable: !o.AsyncCommit, Now: dbarg.Now(o.Now),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, fmt.Errorf("%w: %q token %d", ErrLost, l.Name, l.Token)
@@ -240,7 +240,7 @@ func Release(ctx context.Context, db pgcoord.DBTX, l Lease, opts *ReleaseOpts) e
 		now = opts.Now
 	}
 	n, err := queries.ReleaseLease(ctx, db, dbsqlc.ReleaseLeaseParams{
-		Name: l.Name, Holder: l.Holder, FenceToken: l.Token, Now: nowArg(now),
+		Name: l.Name, Holder: l.Holder, FenceToken: l.Token, Now: dbarg.Now(now),
 	})
 	if err != nil {
 		return fmt.Errorf("leases: release %q: %w", l.Name, err)
@@ -255,7 +255,7 @@ func Release(ctx context.Context, db pgcoord.DBTX, l Lease, opts *ReleaseOpts) e
 // local instant the request was sent: the trust deadline counts the TTL left by the
 // database clock from there.
 func leaseFrom(r dbsqlc.AcquireLeaseRow, meta map[string]string, start time.Time, margin time.Duration) Lease {
-	l := Lease{Name: r.Name, Token: r.FenceToken, Holder: deref(r.Holder), Metadata: maps.Clone(meta), AcquiredAt: r.AcquiredAt}
+	l := Lease{Name: r.Name, Token: r.FenceToken, Holder: dbarg.Deref(r.Holder), Metadata: maps.Clone(meta), AcquiredAt: r.AcquiredAt}
 	if r.ExpiresAt != nil {
 		l.ExpiresAt = *r.ExpiresAt
 		l.TrustUntil = start.Add(r.ExpiresAt.Sub(r.DbNow) - margin)
@@ -306,17 +306,6 @@ func decodeMetadata(b []byte) map[string]string {
 		}
 	}
 	return m
-}
-
-func interval(d time.Duration) pgtype.Interval {
-	return pgtype.Interval{Microseconds: d.Microseconds(), Valid: true}
-}
-
-func nowArg(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }
 
 var queries dbsqlc.Queries

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/internal/listen"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -54,7 +55,7 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		defer cancel()
 		sent := time.Now()
 		row, rerr := queries.SemaphoreAcquire(rctx, pool, dbsqlc.SemaphoreAcquireParams{
-			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: interval(ttl), Now: nowArg(o.Now),
+			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl), Now: dbarg.Now(o.Now),
 		})
 		if rerr == nil {
 			o.Metrics.admitted(key, time.Since(start))
@@ -87,12 +88,12 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		return Permit{}, false, err
 	}
 	defer w.Close()
-	want := interval(2 * o.PollInterval)
+	want := dbarg.Interval(2 * o.PollInterval)
 	for {
 		tried = true
 		sent := time.Now()
 		row, err := queries.SemaphoreAcquire(ctx, conn, dbsqlc.SemaphoreAcquireParams{
-			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: interval(ttl), Wait: want, Now: nowArg(o.Now),
+			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl), Wait: want, Now: dbarg.Now(o.Now),
 		})
 		if err == nil {
 			return permitFrom(row, sent, o.SafetyMargin), true, nil
@@ -104,7 +105,7 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		// In line. Try again on a notification, when the first live permit expires (an
 		// expiry sends no notification), or after the poll interval, whichever comes first.
 		wait := listen.Jitter(o.PollInterval)
-		next, err := queries.SemaphoreNextExpiry(ctx, conn, dbsqlc.SemaphoreNextExpiryParams{Key: key, Now: nowArg(o.Now)})
+		next, err := queries.SemaphoreNextExpiry(ctx, conn, dbsqlc.SemaphoreNextExpiryParams{Key: key, Now: dbarg.Now(o.Now)})
 		if err != nil {
 			return Permit{}, true, err
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -149,7 +150,7 @@ func Next(ctx context.Context, db pgcoord.DBTX, ttl time.Duration, opts *NextOpt
 	}
 	sent := time.Now()
 	row, err := queries.SemaphoreNext(ctx, db, dbsqlc.SemaphoreNextParams{
-		Holder: o.Holder, Ttl: interval(ttl), Keys: o.Keys, Now: nowArg(o.Now),
+		Holder: o.Holder, Ttl: dbarg.Interval(ttl), Keys: o.Keys, Now: dbarg.Now(o.Now),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Permit{}, ErrNoWork

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -123,7 +124,7 @@ func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]KeyStatus, er
 		return nil, fmt.Errorf("%w: semaphore: list limit %d is outside 1..%d", pgcoord.ErrInvalidArgument, o.Limit, MaxListLimit)
 	}
 	rows, err := queries.ListSemaphores(ctx, db, dbsqlc.ListSemaphoresParams{
-		After: o.After, MaxRows: int32(o.Limit), Now: nowArg(o.Now),
+		After: o.After, MaxRows: int32(o.Limit), Now: dbarg.Now(o.Now),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("semaphore: list: %w", err)

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/internal/listen"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -196,7 +196,7 @@ func TryAcquire(ctx context.Context, db pgcoord.DBTX, key string, limit int, ttl
 	for attempt := 0; ; attempt++ {
 		sent := time.Now()
 		row, err := queries.SemaphoreAcquire(ctx, db, dbsqlc.SemaphoreAcquireParams{
-			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: interval(ttl), Now: nowArg(o.Now),
+			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl), Now: dbarg.Now(o.Now),
 		})
 		switch {
 		case err == nil:
@@ -251,8 +251,8 @@ func Renew(ctx context.Context, db pgcoord.DBTX, p Permit, ttl time.Duration, op
 	}
 	sent := time.Now()
 	row, err := queries.SemaphoreRenew(ctx, db, dbsqlc.SemaphoreRenewParams{
-		Key: p.Key, Holder: p.Holder, FenceToken: p.Token, Ttl: interval(ttl),
-		Durable: !o.AsyncCommit, Now: nowArg(o.Now),
+		Key: p.Key, Holder: p.Holder, FenceToken: p.Token, Ttl: dbarg.Interval(ttl),
+		Durable: !o.AsyncCommit, Now: dbarg.Now(o.Now),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Permit{}, fmt.Errorf("%w: %q token %d", ErrLost, p.Key, p.Token)
@@ -294,17 +294,6 @@ func permitFrom(r dbsqlc.SemaphoreAcquireRow, sent time.Time, margin time.Durati
 		Key: r.Key, Holder: r.Holder, Token: r.FenceToken, AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt,
 		TrustUntil: sent.Add(r.ExpiresAt.Sub(r.DbNow) - margin),
 	}
-}
-
-func interval(d time.Duration) pgtype.Interval {
-	return pgtype.Interval{Microseconds: d.Microseconds(), Valid: true}
-}
-
-func nowArg(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }
 
 var queries dbsqlc.Queries

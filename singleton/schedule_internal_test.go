@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 )
 
@@ -28,7 +29,7 @@ func TestSlotOfMatchesDateBin(t *testing.T) {
 		at := time.UnixMicro(r.Int64N(int64(100 * 365 * 24 * time.Hour / time.Microsecond))).UTC()
 		var want time.Time
 		if err := pool.QueryRow(ctx, `SELECT date_bin($1::interval, $2::timestamptz, $3::timestamptz)`,
-			interval(every), at, origin).Scan(&want); err != nil {
+			dbarg.Interval(every), at, origin).Scan(&want); err != nil {
 			t.Fatal(err)
 		}
 		if got := slotOf(at, every, origin); !got.Equal(want) {

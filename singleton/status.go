@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -117,7 +118,7 @@ func ListJobs(ctx context.Context, db pgcoord.DBTX, opts *ListJobsOpts) ([]JobSt
 	if err != nil {
 		return nil, err
 	}
-	rows, err := queries.ListJobs(ctx, db, dbsqlc.ListJobsParams{Now: nowArg(o.Now), After: o.After, MaxRows: limit})
+	rows, err := queries.ListJobs(ctx, db, dbsqlc.ListJobsParams{Now: dbarg.Now(o.Now), After: o.After, MaxRows: limit})
 	if err != nil {
 		return nil, fmt.Errorf("singleton: list jobs: %w", err)
 	}
@@ -130,10 +131,10 @@ func ListJobs(ctx context.Context, db pgcoord.DBTX, opts *ListJobsOpts) ([]JobSt
 
 func statusOf(r dbsqlc.ListJobsRow) JobStatus {
 	s := JobStatus{
-		Name: r.Name, Every: duration(r.Every), Origin: r.Origin, Overlap: Overlap(r.Overlap),
+		Name: r.Name, Every: dbarg.Duration(r.Every), Origin: r.Origin, Overlap: Overlap(r.Overlap),
 		Token:         r.FenceToken,
-		LastStartedAt: deref(r.LastStartedAt), LastSuccessAt: deref(r.LastSuccessAt), LastFailureAt: deref(r.LastFailureAt),
-		LastError: deref(r.LastError), ConsecutiveFailures: int(r.ConsecutiveFailures),
+		LastStartedAt: dbarg.Deref(r.LastStartedAt), LastSuccessAt: dbarg.Deref(r.LastSuccessAt), LastFailureAt: dbarg.Deref(r.LastFailureAt),
+		LastError: dbarg.Deref(r.LastError), ConsecutiveFailures: int(r.ConsecutiveFailures),
 		LastState: r.LastState, Running: int(r.Running), FirstTick: r.FirstTick, DBNow: r.DbNow,
 	}
 	s.MissedTicks, s.NextTick = missedTicks(s.Every, s.Origin, s.FirstTick, s.DBNow, r.TicksRecorded)
@@ -206,7 +207,7 @@ func ListRuns(ctx context.Context, db pgcoord.DBTX, job string, opts *ListRunsOp
 	}
 	out := make([]RunInfo, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, RunInfo{Run: runOf(r), State: r.State, FinishedAt: deref(r.FinishedAt), Error: deref(r.Error)})
+		out = append(out, RunInfo{Run: runOf(r), State: r.State, FinishedAt: dbarg.Deref(r.FinishedAt), Error: dbarg.Deref(r.Error)})
 	}
 	return out, nil
 }

@@ -9,8 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -208,8 +208,8 @@ func ClaimTick(ctx context.Context, db pgcoord.DBTX, job Job, opts *ClaimOpts) (
 // clock at the claim.
 func claim(ctx context.Context, db pgcoord.DBTX, j Job, holder string, now time.Time) (Run, time.Time, error) {
 	row, err := queries.ClaimTick(ctx, db, dbsqlc.ClaimTickParams{
-		Now: nowArg(now), Job: j.Name, Every: interval(j.Every), Origin: j.Origin,
-		Overlap: string(j.Overlap), Holder: holder, Ttl: interval(j.TTL),
+		Now: dbarg.Now(now), Job: j.Name, Every: dbarg.Interval(j.Every), Origin: j.Origin,
+		Overlap: string(j.Overlap), Holder: holder, Ttl: dbarg.Interval(j.TTL),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, time.Time{}, fmt.Errorf("%w: job %q", ErrNoTick, j.Name)
@@ -248,7 +248,7 @@ func HeartbeatTick(ctx context.Context, db pgcoord.DBTX, run Run, ttl time.Durat
 
 func heartbeat(ctx context.Context, db pgcoord.DBTX, run Run, ttl time.Duration) (Run, time.Time, error) {
 	row, err := queries.HeartbeatTick(ctx, db, dbsqlc.HeartbeatTickParams{
-		Job: run.Job, ScheduledFor: run.ScheduledFor, FenceToken: run.Token, Ttl: interval(ttl),
+		Job: run.Job, ScheduledFor: run.ScheduledFor, FenceToken: run.Token, Ttl: dbarg.Interval(ttl),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, time.Time{}, fmt.Errorf("%w: job %q tick %s token %d is no longer current",
@@ -314,33 +314,8 @@ func errorText(err error) string {
 func runOf(r dbsqlc.PgcoordJobRun) Run {
 	return Run{
 		Job: r.Job, ScheduledFor: r.ScheduledFor, Token: r.FenceToken, Attempt: int(r.Attempt),
-		Holder: r.Holder, StartedAt: r.StartedAt, ExpiresAt: deref(r.ExpiresAt),
+		Holder: r.Holder, StartedAt: r.StartedAt, ExpiresAt: dbarg.Deref(r.ExpiresAt),
 	}
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
-}
-
-func interval(d time.Duration) pgtype.Interval {
-	return pgtype.Interval{Microseconds: d.Microseconds(), Valid: true}
-}
-
-// duration converts an interval read from the database (months counted as 30 days).
-func duration(iv pgtype.Interval) time.Duration {
-	return time.Duration(iv.Microseconds)*time.Microsecond +
-		time.Duration(iv.Days)*24*time.Hour + time.Duration(iv.Months)*30*24*time.Hour
-}
-
-func nowArg(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }
 
 // slotOf returns the start of the slot containing t: date_bin(every, t, origin), computed
