@@ -88,10 +88,10 @@ type ListOpts struct {
 	Limit int
 }
 
-// DefaultListLimit and MaxListLimit bound one page of List.
+// DefaultListLimit and MaxListLimit bound one page of List (pgcoord's, for every package).
 const (
-	DefaultListLimit = 100
-	MaxListLimit     = 10000
+	DefaultListLimit = pgcoord.DefaultListLimit
+	MaxListLimit     = pgcoord.MaxListLimit
 )
 
 // List returns leases in name order, one page at a time (see ListOpts.After), never nil.
@@ -106,14 +106,12 @@ func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]Info, error) 
 	if o.Held && o.Expired {
 		return nil, fmt.Errorf("%w: leases: list: Held and Expired are mutually exclusive", pgcoord.ErrInvalidArgument)
 	}
-	if o.Limit == 0 {
-		o.Limit = DefaultListLimit
-	}
-	if o.Limit < 0 || o.Limit > MaxListLimit {
-		return nil, fmt.Errorf("%w: leases: list limit %d is outside 1..%d", pgcoord.ErrInvalidArgument, o.Limit, MaxListLimit)
+	limit, err := pgcoord.ListLimit(o.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("leases: %w", err)
 	}
 	rows, err := queries.ListLeases(ctx, db, dbsqlc.ListLeasesParams{
-		After: o.After, HeldOnly: o.Held, ExpiredOnly: o.Expired, MaxRows: int32(o.Limit),
+		After: o.After, HeldOnly: o.Held, ExpiredOnly: o.Expired, MaxRows: limit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("leases: list: %w", err)

@@ -64,3 +64,22 @@ func NewHolderID() string {
 }
 
 var hostname, _ = os.Hostname()
+
+// DefaultListLimit and MaxListLimit bound one page of every List call of pgcoord's
+// packages (leases.List, semaphore.List, singleton.ListJobs, ...).
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 10000
+)
+
+// ListLimit returns the page size for a List option: DefaultListLimit for 0, n when it
+// is between 1 and MaxListLimit, and an error wrapping ErrInvalidArgument otherwise.
+func ListLimit(n int) (int32, error) {
+	if n == 0 {
+		return DefaultListLimit, nil
+	}
+	if n < 0 || n > MaxListLimit {
+		return 0, fmt.Errorf("%w: list limit %d is outside 1..%d", ErrInvalidArgument, n, MaxListLimit)
+	}
+	return int32(n), nil
+}

@@ -101,10 +101,10 @@ type ListOpts struct {
 	Now time.Time
 }
 
-// DefaultListLimit and MaxListLimit bound one page of List.
+// DefaultListLimit and MaxListLimit bound one page of List (pgcoord's, for every package).
 const (
-	DefaultListLimit = 100
-	MaxListLimit     = 10000
+	DefaultListLimit = pgcoord.DefaultListLimit
+	MaxListLimit     = pgcoord.MaxListLimit
 )
 
 // List returns the status of semaphore keys in key order, one page at a time (see
@@ -117,14 +117,12 @@ func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]KeyStatus, er
 	if opts != nil {
 		o = *opts
 	}
-	if o.Limit == 0 {
-		o.Limit = DefaultListLimit
-	}
-	if o.Limit < 0 || o.Limit > MaxListLimit {
-		return nil, fmt.Errorf("%w: semaphore: list limit %d is outside 1..%d", pgcoord.ErrInvalidArgument, o.Limit, MaxListLimit)
+	limit, err := pgcoord.ListLimit(o.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("semaphore: %w", err)
 	}
 	rows, err := queries.ListSemaphores(ctx, db, dbsqlc.ListSemaphoresParams{
-		After: o.After, MaxRows: int32(o.Limit), Now: dbarg.Now(o.Now),
+		After: o.After, MaxRows: limit, Now: dbarg.Now(o.Now),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("semaphore: list: %w", err)

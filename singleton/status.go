@@ -89,19 +89,9 @@ type ListJobsOpts struct {
 
 // DefaultListLimit and MaxListLimit bound one page of ListJobs and ListRuns.
 const (
-	DefaultListLimit = 100
-	MaxListLimit     = 10000
+	DefaultListLimit = pgcoord.DefaultListLimit
+	MaxListLimit     = pgcoord.MaxListLimit
 )
-
-func listLimit(n int) (int32, error) {
-	if n == 0 {
-		return DefaultListLimit, nil
-	}
-	if n < 0 || n > MaxListLimit {
-		return 0, fmt.Errorf("%w: singleton: list limit %d is outside 1..%d", pgcoord.ErrInvalidArgument, n, MaxListLimit)
-	}
-	return int32(n), nil
-}
 
 // ListJobs returns the status of the jobs recorded in the ledger (every job that was
 // claimed at least once), in name order, one page at a time (see ListJobsOpts.After),
@@ -114,9 +104,9 @@ func ListJobs(ctx context.Context, db pgcoord.DBTX, opts *ListJobsOpts) ([]JobSt
 	if opts != nil {
 		o = *opts
 	}
-	limit, err := listLimit(o.Limit)
+	limit, err := pgcoord.ListLimit(o.Limit)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("singleton: %w", err)
 	}
 	rows, err := queries.ListJobs(ctx, db, dbsqlc.ListJobsParams{Now: dbarg.Now(o.Now), After: o.After, MaxRows: limit})
 	if err != nil {
@@ -193,9 +183,9 @@ func ListRuns(ctx context.Context, db pgcoord.DBTX, job string, opts *ListRunsOp
 	if opts != nil {
 		o = *opts
 	}
-	limit, err := listLimit(o.Limit)
+	limit, err := pgcoord.ListLimit(o.Limit)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("singleton: %w", err)
 	}
 	var before *time.Time
 	if !o.Before.IsZero() {
