@@ -12,12 +12,13 @@ port=${3:-5432}
 db=pgcoord_test
 
 if ! pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1==v && $2==c {found=1} END {exit !found}'; then
-  pg_createcluster "$version" "$cluster" --port "$port" >/dev/null
+  pg_createcluster "$version" "$cluster" --port "$port" >&2
 fi
 port=$(pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1==v && $2==c {print $3}')
 status=$(pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1==v && $2==c {print $4}')
 if [[ $status != online* ]]; then
-  pg_ctlcluster "$version" "$cluster" start
+  # stdout carries only the URL: pg_ctlcluster's notes (e.g. "Removed stale pid file.") go to stderr.
+  pg_ctlcluster "$version" "$cluster" start >&2
 fi
 psql_as_postgres() { runuser -u postgres -- psql -X -q -p "$port" -v ON_ERROR_STOP=1 "$@"; }
 psql_as_postgres -c "ALTER ROLE postgres PASSWORD 'postgres'" >/dev/null
