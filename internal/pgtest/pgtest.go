@@ -23,10 +23,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/testcontainers/testcontainers-go"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
 	"github.com/pgcoord/pgcoord/internal/pgconfig"
+	"github.com/pgcoord/pgcoord/internal/pgcontainer"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -40,7 +39,7 @@ const (
 	// by the test that started it, and must not leave a container behind when killed.
 	EnvWorker = "PGCOORD_TEST_WORKER"
 	// DefaultImage is the official Postgres image, used when EnvImage is unset.
-	DefaultImage = "postgres:17"
+	DefaultImage = pgcontainer.DefaultImage
 )
 
 var shared struct {
@@ -80,7 +79,7 @@ func Main(m *testing.M) {
 		shared.admin.Close()
 	}
 	if shared.container != nil {
-		shared.container.terminate()
+		_ = shared.container.Terminate()
 	}
 	os.Exit(code)
 }
@@ -260,10 +259,7 @@ func adminPool(t testing.TB, url string) *pgxpool.Pool {
 
 // Server is a Postgres server in a container that belongs to one test, for tests that stop,
 // restart or otherwise disturb the server.
-type Server struct {
-	URL       string
-	Container *tcpostgres.PostgresContainer
-}
+type Server = pgcontainer.Server
 
 // NewServer starts a Postgres container for t, always through testcontainers (whatever
 // EnvURL says), removed when t ends.
@@ -273,7 +269,7 @@ func NewServer(t testing.TB) *Server {
 	if err != nil {
 		Unavailable(t, err)
 	}
-	t.Cleanup(s.terminate)
+	t.Cleanup(func() { _ = s.Terminate() })
 	return s
 }
 
@@ -288,26 +284,5 @@ func Image() string {
 func startServer() (*Server, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := tcpostgres.Run(ctx, Image(),
-		tcpostgres.WithDatabase("pgcoord"),
-		tcpostgres.WithUsername("pgcoord"),
-		tcpostgres.WithPassword("pgcoord"),
-		tcpostgres.BasicWaitStrategies(),
-	)
-	if err != nil {
-		if c != nil {
-			_ = testcontainers.TerminateContainer(c)
-		}
-		return nil, fmt.Errorf("start %s: %w", Image(), err)
-	}
-	url, err := c.ConnectionString(ctx, "sslmode=disable")
-	if err != nil {
-		_ = testcontainers.TerminateContainer(c)
-		return nil, err
-	}
-	return &Server{URL: url, Container: c}, nil
-}
-
-func (s *Server) terminate() {
-	_ = testcontainers.TerminateContainer(s.Container)
+	return pgcontainer.Start(ctx, Image())
 }
