@@ -11,6 +11,14 @@ GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
+.PHONY: demo
+demo: ## replay the three incidents of the mission, naive vs pgcoord ($$PGCOORD_DATABASE_URL, or Docker)
+	@if [ -z "$${PGCOORD_DATABASE_URL:-}" ]; then \
+	  export PGCOORD_TEST_IMAGE=$${PGCOORD_DEMO_IMAGE:-$${PGCOORD_TEST_IMAGE:-postgres:17}}; \
+	  source scripts/test-env.sh; export PGCOORD_DEMO_IMAGE=$$PGCOORD_TEST_IMAGE; \
+	fi; \
+	go run ./cmd/pgcoord-demo
+
 .PHONY: test
 test: ## run every test against real PostgreSQL (see README: Testing)
 	source scripts/test-env.sh && go test $(GO_TEST_FLAGS) -json ./... | go run ./internal/tools/testreport

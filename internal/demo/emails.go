@@ -1,0 +1,214 @@
+//go:build unix
+
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgcoord/pgcoord/dedupe"
+	"github.com/pgcoord/pgcoord/singleton"
+)
+
+// Incident 2, three weekly emails. The app runs in three replicas, and each has the
+// weekly-report job.
+//
+//   - naive: an in-process cron in every replica. At the scheduled moment each one sends
+//     the report to every customer: three emails each.
+//   - pgcoord: singleton.Schedule claims each tick once in the job ledger, and each email
+//     is claimed in a dedupe table in the transaction that records it. The replica that
+//     runs the tick is killed (SIGKILL) a third of the way through: its run stops
+//     heartbeating, another replica takes the tick over once the run's lease expires, and
+//     the dedupe table skips the customers already served.
+
+const (
+	emailRole      = "emails"
+	emailCustomers = 30
+	emailReplicas  = 3
+	// emailEvery is the demo's "week": the slot of a tick.
+	emailEvery = 3 * time.Second
+	// emailTTL is the lease of a running tick: a runner silent for that long is taken over.
+	emailTTL = time.Second
+	// emailPace is the time one email takes to send.
+	emailPace = 10 * time.Millisecond
+)
+
+// Email modes.
+const (
+	mailNaive   = "naive"
+	mailPgcoord = "pgcoord"
+)
+
+// EmailResult is incident 2's outcome per mode: emails per customer (most and fewest), and
+// in pgcoord mode who was killed and who took the tick over.
+type EmailResult struct {
+	MostPerCustomer, FewestPerCustomer map[string]int
+	Killed, TookOver                   string
+	SentBeforeKill                     int
+	TakeoverAttempt                    int
+}
+
+func (d *demo) emails(ctx context.Context) (EmailResult, error) {
+	res := EmailResult{MostPerCustomer: map[string]int{}, FewestPerCustomer: map[string]int{}}
+	for _, mode := range []string{mailNaive, mailPgcoord} {
+		d.step("incident 2, %s: three replicas of the app run the weekly report", mode)
+		campaign, err := d.emailRound(mode, &res)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", mode, err)
+		}
+		var most, fewest int
+		err = d.pool.QueryRow(ctx, `SELECT coalesce(max(n), 0), coalesce(min(n), 0) FROM (
+				SELECT c, (SELECT count(*) FROM demo_emails e WHERE e.mode = $1 AND e.campaign = $2 AND e.customer = c) AS n
+				FROM generate_series(1, $3::int) AS c) per_customer`, mode, campaign, emailCustomers).Scan(&most, &fewest)
+		if err != nil {
+			return res, err
+		}
+		res.MostPerCustomer[mode], res.FewestPerCustomer[mode] = most, fewest
+	}
+	return res, nil
+}
+
+// emailRound runs the three replicas in one mode and returns the campaign they sent.
+func (d *demo) emailRound(mode string, res *EmailResult) (string, error) {
+	var procs []*proc
+	fireAt := time.Now().Add(time.Second) // every replica's own timer says: now
+	for i := 1; i <= emailReplicas; i++ {
+		name := "replica-" + strconv.Itoa(i)
+		p, err := d.start(name, emailRole, map[string]string{
+			"MODE": mode, "NAME": name, "FIRE_AT": strconv.FormatInt(fireAt.UnixMilli(), 10),
+		})
+		if err != nil {
+			return "", err
+		}
+		defer p.stop(5 * time.Second)
+		procs = append(procs, p)
+	}
+	g := newGroup(procs...)
+	if mode == mailNaive {
+		var campaign string
+		for range procs {
+			l, err := g.next("sent")
+			if err != nil {
+				return "", err
+			}
+			campaign = strings.Fields(l.line)[2]
+		}
+		return campaign, nil
+	}
+	stalled, err := g.next("stalled") // the runner of the tick, a third of the way through
+	if err != nil {
+		return "", err
+	}
+	if err := stalled.p.signal(syscall.SIGKILL); err != nil {
+		return "", err
+	}
+	res.Killed = stalled.p.name
+	res.SentBeforeKill, _ = strconv.Atoi(strings.Fields(stalled.line)[2])
+	ran, err := g.next("ran") // the tick, taken over and finished by another replica
+	if err != nil {
+		return "", err
+	}
+	f := strings.Fields(ran.line) // ran <campaign> <attempt>
+	res.TookOver = ran.p.name
+	res.TakeoverAttempt, _ = strconv.Atoi(f[2])
+	g.send("stop")
+	return f[1], nil
+}
+
+// emailWorker is one replica. Naive: at FIRE_AT its own timer sends the report to every
+// customer, and it says "sent <n> <campaign>". pgcoord: it runs the job with
+// singleton.Schedule; the first attempt of a tick stops a third of the way through and
+// says "stalled <campaign> <n>" (the demo kills it), a run that completes says
+// "ran <campaign> <attempt>". It stops on "stop".
+func emailWorker(ctx context.Context, w *worker) error {
+	mode, name := w.param("MODE"), w.param("NAME")
+	fireAt, err := strconv.ParseInt(w.param("FIRE_AT"), 10, 64)
+	if err != nil {
+		return err
+	}
+	if mode == mailNaive {
+		time.Sleep(time.Until(time.UnixMilli(fireAt)))
+		campaign := time.UnixMilli(fireAt).UTC().Format("2006-01-02")
+		for c := 1; c <= emailCustomers; c++ {
+			if _, err := w.pool.Exec(ctx, `INSERT INTO demo_emails (mode, campaign, customer, replica) VALUES ($1, $2, $3, $4)`,
+				mode, campaign, c, name); err != nil {
+				return err
+			}
+			time.Sleep(emailPace)
+		}
+		w.say("sent %d %s", emailCustomers, campaign)
+		return w.await(ctx, "stop")
+	}
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_ = w.await(sctx, "stop")
+		cancel()
+	}()
+	job := singleton.Job{Name: "weekly-report", Every: emailEvery, TTL: emailTTL}
+	err = singleton.Schedule(sctx, w.pool, job, func(ctx context.Context, run singleton.Run) error {
+		campaign := run.ScheduledFor.UTC().Format(time.RFC3339)
+		stallAfter := emailCustomers + 1
+		if run.Attempt == 1 {
+			stallAfter = emailCustomers / 3
+		}
+		sent := 0
+		for c := 1; c <= emailCustomers; c++ {
+			if sent == stallAfter {
+				w.say("stalled %s %d", campaign, sent)
+				<-ctx.Done() // the demo kills this process
+				return ctx.Err()
+			}
+			// The email and its dedupe claim commit together: a customer already served by
+			// an earlier attempt is skipped.
+			err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+				first, err := dedupe.Claim(ctx, tx, "weekly-report:"+campaign, strconv.Itoa(c), nil)
+				if err != nil || !first {
+					return err
+				}
+				sent++
+				_, err = tx.Exec(ctx, `INSERT INTO demo_emails (mode, campaign, customer, replica) VALUES ($1, $2, $3, $4)`,
+					mailPgcoord, campaign, c, name)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			time.Sleep(emailPace)
+		}
+		w.say("ran %s %d", campaign, run.Attempt)
+		return nil
+	}, &singleton.ScheduleOpts{Holder: name})
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func (r EmailResult) print(out io.Writer) {
+	fmt.Fprintf(out, `
+2. Three weekly emails: the app runs in %d replicas; the report goes to %d customers.
+   With pgcoord, %s was killed (SIGKILL) after %d emails; %s took the tick over (attempt %d).
+
+                              cron in every replica    singleton + dedupe table
+   emails per customer        %-24s %s
+`, emailReplicas, emailCustomers, r.Killed, r.SentBeforeKill, r.TookOver, r.TakeoverAttempt,
+		perCustomer(r.FewestPerCustomer[mailNaive], r.MostPerCustomer[mailNaive]),
+		perCustomer(r.FewestPerCustomer[mailPgcoord], r.MostPerCustomer[mailPgcoord]))
+}
+
+func perCustomer(fewest, most int) string {
+	if fewest == most {
+		return strconv.Itoa(most)
+	}
+	return fmt.Sprintf("%d to %d", fewest, most)
+}

@@ -1,0 +1,192 @@
+//go:build unix
+
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgcoord/pgcoord/fenced"
+	"github.com/pgcoord/pgcoord/leases"
+)
+
+// Incident 1, the double charge. Worker A takes the lease of order 42 and is paused
+// (SIGSTOP: a stop-the-world GC pause, for all it can tell) before it charges. The lease
+// expires by the database clock; worker B takes it over and charges. Then A wakes up,
+// still believing it holds the lease, and charges too — unless something stops it:
+//
+//   - naive: a lock with a TTL and nothing else. A's charge goes through: two charges.
+//   - fenced: the charge is written with fenced.Write under the lease's fence token; B's
+//     token is higher, so A's late write is refused (fenced.ErrStale).
+//   - provider: the same plain lock, but each charge carries an idempotency key derived
+//     from the order, and the payment provider keeps one charge per key: A's request gets
+//     B's charge back instead of a second one.
+
+const (
+	paymentRole  = "payment"
+	paymentOrder = 42
+	// paymentTTL is the lease of the order: A is paused well past it.
+	paymentTTL = time.Second
+)
+
+// Payment modes.
+const (
+	payNaive    = "naive"
+	payFenced   = "fenced"
+	payProvider = "provider"
+)
+
+// PaymentResult is incident 1's outcome per mode: the charges of the order, and what
+// became of A's late charge ("charged", "rejected" or "replayed").
+type PaymentResult struct {
+	Charges map[string]int
+	LateA   map[string]string
+}
+
+func (d *demo) payment(ctx context.Context) (PaymentResult, error) {
+	res := PaymentResult{Charges: map[string]int{}, LateA: map[string]string{}}
+	for _, mode := range []string{payNaive, payFenced, payProvider} {
+		d.step("incident 1, %s: worker A takes the lease of order %d, is paused (SIGSTOP) past its TTL; B takes over", mode, paymentOrder)
+		late, err := d.paymentRound(mode)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", mode, err)
+		}
+		res.LateA[mode] = late
+		q := `SELECT count(*) FROM demo_charges WHERE mode = $1 AND order_id = $2`
+		if mode == payProvider {
+			q = `SELECT count(*) FROM demo_provider_charges WHERE $1 <> '' AND order_id = $2`
+		}
+		var n int
+		if err := d.pool.QueryRow(ctx, q, mode, paymentOrder).Scan(&n); err != nil {
+			return res, err
+		}
+		res.Charges[mode] = n
+	}
+	return res, nil
+}
+
+// paymentRound runs A and B in one mode and returns what A's late charge did.
+func (d *demo) paymentRound(mode string) (string, error) {
+	params := func(name string) map[string]string {
+		return map[string]string{"MODE": mode, "NAME": name, "LEASE": "order:" + strconv.Itoa(paymentOrder) + ":" + mode}
+	}
+	a, err := d.start("A", paymentRole, params("A"))
+	if err != nil {
+		return "", err
+	}
+	defer a.stop(5 * time.Second)
+	if _, err := a.expect("acquired"); err != nil {
+		return "", err
+	}
+	if err := a.signal(syscall.SIGSTOP); err != nil { // the pause, between the lock and the charge
+		return "", err
+	}
+	b, err := d.start("B", paymentRole, params("B")) // the job is redelivered to B
+	if err != nil {
+		return "", err
+	}
+	defer b.stop(5 * time.Second)
+	if _, err := b.expect("acquired"); err != nil { // after A's lease expired
+		return "", err
+	}
+	if err := b.send("charge"); err != nil {
+		return "", err
+	}
+	if _, err := b.expect("charged"); err != nil {
+		return "", err
+	}
+	if err := a.send("charge"); err != nil { // A wakes up and carries on where it stopped
+		return "", err
+	}
+	if err := a.signal(syscall.SIGCONT); err != nil {
+		return "", err
+	}
+	line, err := a.expect("")
+	if err != nil {
+		return "", err
+	}
+	if strings.HasPrefix(line, "error") {
+		return "", fmt.Errorf("A: %s%s", line, a.stderrText())
+	}
+	return line, nil
+}
+
+// paymentWorker is worker A or B: it takes the order's lease, says "acquired <token>",
+// waits for "charge", charges, and says "charged", "rejected" or "replayed".
+func paymentWorker(ctx context.Context, w *worker) error {
+	mode, name, lease := w.param("MODE"), w.param("NAME"), w.param("LEASE")
+	l, err := leases.Acquire(ctx, w.pool, lease, paymentTTL, &leases.AcquireOpts{
+		Holder: "worker-" + name, PollInterval: 100 * time.Millisecond,
+	})
+	if err != nil {
+		return err
+	}
+	w.say("acquired %d", l.Token)
+	if err := w.await(ctx, "charge"); err != nil {
+		return err
+	}
+	// A believes it still holds the lease: nothing in this process tells it otherwise.
+	switch mode {
+	case payNaive:
+		_, err = w.pool.Exec(ctx, `INSERT INTO demo_charges (mode, order_id, worker, token) VALUES ($1, $2, $3, $4)`,
+			mode, paymentOrder, name, l.Token)
+		if err != nil {
+			return err
+		}
+		w.say("charged")
+	case payFenced:
+		err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+			_, err := fenced.Write(ctx, tx, lease, l.Token,
+				`INSERT INTO demo_charges (mode, order_id, worker, token) VALUES ($1, $2, $3, $4)`,
+				mode, paymentOrder, name, l.Token)
+			return err
+		})
+		switch {
+		case errors.Is(err, fenced.ErrStale):
+			w.say("rejected")
+		case err != nil:
+			return err
+		default:
+			w.say("charged")
+		}
+	case payProvider:
+		// The provider's side: one charge per idempotency key; a repeat gets the first back.
+		var created bool
+		err = w.pool.QueryRow(ctx, `INSERT INTO demo_provider_charges (idempotency_key, order_id, worker)
+			VALUES ($1, $2, $3)
+			ON CONFLICT (idempotency_key) DO UPDATE SET requests = demo_provider_charges.requests + 1
+			RETURNING xmax = 0`, "charge-order-"+strconv.Itoa(paymentOrder), paymentOrder, name).Scan(&created)
+		if err != nil {
+			return err
+		}
+		if created {
+			w.say("charged")
+		} else {
+			w.say("replayed")
+		}
+	default:
+		return fmt.Errorf("unknown payment mode %q", mode)
+	}
+	return nil
+}
+
+func (r PaymentResult) print(out io.Writer) {
+	fmt.Fprintf(out, `
+1. The double charge: worker A holds the lease of order %d (TTL %v) and is paused by
+   SIGSTOP before it charges; B takes the lease over and charges; then A wakes up.
+
+                        TTL lock only    lease + fencing           TTL lock + provider's idempotency key
+   charges of order %d  %-16d %-25d %d
+   A's late charge      %-16s %-25s %s
+`, paymentOrder, paymentTTL, paymentOrder,
+		r.Charges[payNaive], r.Charges[payFenced], r.Charges[payProvider],
+		r.LateA[payNaive], r.LateA[payFenced]+" (stale token)", r.LateA[payProvider]+" (B's charge)")
+}
