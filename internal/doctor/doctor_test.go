@@ -1,0 +1,147 @@
+package doctor_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgcoord/pgcoord/internal/doctor"
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/pgcoord"
+	"github.com/pgcoord/pgcoord/semaphore"
+	"github.com/pgcoord/pgcoord/singleton"
+)
+
+// findings runs the doctor and returns its findings by check.
+func findings(t *testing.T, ctx context.Context, run func() ([]doctor.Finding, error)) map[string]doctor.Finding {
+	t.Helper()
+	fs, err := run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byCheck := map[string]doctor.Finding{}
+	for _, f := range fs {
+		if _, dup := byCheck[f.Check]; dup {
+			t.Errorf("check %s reported twice", f.Check)
+		}
+		byCheck[f.Check] = f
+	}
+	return byCheck
+}
+
+func TestHealthySchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	fs, err := doctor.Run(ctx, pool, doctor.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var checks []string
+	for _, f := range fs {
+		checks = append(checks, f.Check)
+		if f.Status == doctor.Attention {
+			t.Errorf("%s needs attention in a fresh schema: %s", f.Check, f.Summary)
+		}
+	}
+	if got, want := strings.Join(checks, ","), "schema,notify,clock,transactions,replication,leases,semaphores,jobs"; got != want {
+		t.Errorf("checks %s, want %s", got, want)
+	}
+	if doctor.NeedsAttention(fs) {
+		t.Error("NeedsAttention is true for a healthy schema")
+	}
+	if f := fs[1]; f.Status != doctor.OK || !strings.Contains(f.Summary, "round trip") {
+		t.Errorf("notify on a direct connection: %+v", f)
+	}
+}
+
+func TestSchemaNotInstalledOrBehind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.Schema(t) // empty
+	for _, name := range []string{"not installed", "behind"} {
+		if name == "behind" {
+			if _, err := pgcoord.Migrate(ctx, pool, &pgcoord.MigrateOpts{To: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		byCheck := findings(t, ctx, func() ([]doctor.Finding, error) { return doctor.Run(ctx, pool, doctor.Options{}) })
+		s := byCheck["schema"]
+		if s.Status != doctor.Attention || s.Explain == "" {
+			t.Errorf("%s: schema finding %+v, want attention with an explanation", name, s)
+		}
+		if name == "behind" && !strings.Contains(s.Summary, "pending") {
+			t.Errorf("behind: %q does not say migrations are pending", s.Summary)
+		}
+		for _, c := range []string{"leases", "semaphores", "jobs"} {
+			if f, ok := byCheck[c]; ok {
+				t.Errorf("%s: check %s ran against a schema that is not current: %+v", name, c, f)
+			}
+		}
+		if _, ok := byCheck["notify"]; !ok {
+			t.Errorf("%s: the database checks must run without pgcoord's schema", name)
+		}
+	}
+}
+
+func TestLongTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var pid int32
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	// The transaction's start must be older than the threshold by the database clock.
+	if _, err := pool.Exec(ctx, "SELECT pg_sleep(0.02)"); err != nil {
+		t.Fatal(err)
+	}
+	byCheck := findings(t, ctx, func() ([]doctor.Finding, error) {
+		return doctor.Run(ctx, pool, doctor.Options{LongTransaction: 10 * time.Millisecond})
+	})
+	f := byCheck["transactions"]
+	if f.Status != doctor.Attention || !strings.Contains(f.Summary, fmt.Sprintf("pid %d ", pid)) || f.Explain == "" {
+		t.Errorf("an open transaction (pid %d) older than the threshold: %+v", pid, f)
+	}
+}
+
+func TestLeakedPermitAndOverdueJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	hourAgo := time.Now().Add(-time.Hour)
+	// A permit granted an hour ago for a second, never released: a leaked slot.
+	if _, err := semaphore.TryAcquire(ctx, pool, "tenant-leaky", 2, time.Second, &semaphore.AcquireOpts{Now: hourAgo}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := semaphore.TryAcquire(ctx, pool, "tenant-fine", 2, time.Hour, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A job whose only tick was claimed an hour ago and never finished: overdue.
+	job := singleton.Job{Name: "hourly-export", Every: time.Minute, TTL: time.Second}
+	if _, err := singleton.ClaimTick(ctx, pool, job, &singleton.ClaimOpts{Now: hourAgo}); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := doctor.Run(ctx, pool, doctor.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !doctor.NeedsAttention(fs) {
+		t.Error("NeedsAttention is false")
+	}
+	byCheck := findings(t, ctx, func() ([]doctor.Finding, error) { return fs, nil })
+	if f := byCheck["semaphores"]; f.Status != doctor.Attention || !strings.Contains(f.Summary, "tenant-leaky (1 leaked") ||
+		strings.Contains(f.Summary, "tenant-fine") || !strings.Contains(f.Summary, "1 of 2") {
+		t.Errorf("semaphores: %+v", f)
+	}
+	if f := byCheck["jobs"]; f.Status != doctor.Attention || !strings.Contains(f.Summary, "hourly-export") {
+		t.Errorf("jobs: %+v", f)
+	}
+}
