@@ -10,6 +10,17 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// pgcoord: operator actions taken from the dashboard, newest last
+type PgcoordAudit struct {
+	ID         int64
+	At         time.Time
+	Actor      string
+	RemoteAddr string
+	Action     string
+	Target     string
+	Details    []byte
+}
+
 // pgcoord: dedupe claims; a row means (scope, key) was done
 type PgcoordDedupe struct {
 	Scope     string
@@ -23,6 +34,33 @@ type PgcoordFence struct {
 	Resource   string
 	FenceToken int64
 	UpdatedAt  time.Time
+}
+
+// pgcoord: idempotency keys: request fingerprint, state, recovery point, stored response
+type PgcoordIdempotencyKey struct {
+	Scope         string
+	Key           string
+	Fingerprint   []byte
+	State         string
+	Holder        string
+	Attempts      int32
+	RecoveryPoint *string
+	RecoveryData  []byte
+	Status        *int32
+	Headers       []byte
+	Body          []byte
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	CompletedAt   *time.Time
+	ExpiresAt     time.Time
+}
+
+// pgcoord: keys removed by GC, kept so that a late retry is refused
+type PgcoordIdempotencyTombstone struct {
+	Scope       string
+	Key         string
+	Fingerprint []byte
+	ExpiresAt   time.Time
 }
 
 // pgcoord: scheduled jobs, their schedule and last outcomes
@@ -66,6 +104,39 @@ type PgcoordLease struct {
 	ReleasedAt  *time.Time
 	ExpiredBy   *string
 	WantedUntil *time.Time
+}
+
+// pgcoord: transactional outbox messages (pending, delivered, dead)
+type PgcoordOutbox struct {
+	ID             int64
+	Topic          string
+	Key            string
+	Payload        []byte
+	IsJson         bool
+	Headers        []byte
+	State          string
+	CreatedAt      time.Time
+	AvailableAt    time.Time
+	Attempts       int32
+	ClaimToken     *int64
+	ClaimedBy      *string
+	ClaimExpiresAt *time.Time
+	LastError      *string
+	DeliveredAt    *time.Time
+	DeadAt         *time.Time
+}
+
+// pgcoord: outbox relays waiting for a notification
+type PgcoordOutboxIdle struct {
+	Claimant string
+	Until    time.Time
+}
+
+// pgcoord: messages each consumer has applied (exactly-once effects)
+type PgcoordOutboxInbox struct {
+	Consumer  string
+	MessageID int64
+	AppliedAt time.Time
 }
 
 // pgcoord: one row per semaphore key: limit, weight, fairness accounting

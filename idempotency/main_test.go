@@ -1,0 +1,114 @@
+package idempotency_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/idempotency"
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// reply is an HTTP response as a test sees it.
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// serve starts a loopback HTTP server running h behind the middleware with cfg.
+func serve(t *testing.T, pool *pgxpool.Pool, cfg *idempotency.Config, h http.HandlerFunc) *httptest.Server {
+	t.Helper()
+	mw, err := idempotency.Middleware(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw(h))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// send sends method url with body and, if key is not empty, the Idempotency-Key header.
+func send(t testing.TB, method, url, key, body string) reply {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), method, url, bytes.NewBufferString(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	return do(t, req)
+}
+
+// do sends req and reads the whole response.
+func do(t testing.TB, req *http.Request) reply {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply{resp.StatusCode, resp.Header, string(b)}
+}
+
+// queryInt runs a query returning one integer.
+func queryInt(t testing.TB, db pgcoord.DBTX, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// exec runs sql on db and fails t on error.
+func exec(t testing.TB, db pgcoord.DBTX, sql string, args ...any) {
+	t.Helper()
+	if _, err := db.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// keys counts the stored key rows.
+func keys(t testing.TB, pool *pgxpool.Pool) int {
+	return queryInt(t, pool, `SELECT count(*) FROM pgcoord_idempotency_keys`)
+}
+
+// holderPID returns the server process whose transaction holds (scope, key), or 0.
+func holderPID(t testing.TB, pool *pgxpool.Pool, scope, key string) int {
+	return queryInt(t, pool, `SELECT coalesce((SELECT l.pid FROM pg_locks l
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		  AND l.classid = ((pgcoord_idempotency_lock_key($1, $2) >> 32) & 4294967295)::oid
+		  AND l.objid = (pgcoord_idempotency_lock_key($1, $2) & 4294967295)::oid), 0)`, scope, key)
+}
+
+// awaitWaiter waits, at most pgtest.WaitLimit, until some session waits for the lock of
+// the attempt holding (scope, key), and fails t if done returns true first.
+func awaitWaiter(t testing.TB, pool *pgxpool.Pool, scope, key string, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(pgtest.WaitLimit)
+	for {
+		holder := holderPID(t, pool, scope, key)
+		if holder != 0 && queryInt(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, holder) > 0 {
+			return
+		}
+		if done() || time.Now().After(deadline) {
+			t.Fatalf("nobody was seen waiting for the key %s/%s", scope, key)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -1,0 +1,36 @@
+-- Idempotency keys go through the SQL API functions of 00005_idempotency.sql. The calls an
+-- attempt pipelines with BEGIN or COMMIT (one round trip for both) are sent by package
+-- idempotency itself; these are the others.
+
+-- name: IdempotencyLookup :one
+SELECT k.* FROM pgcoord_idempotency_lookup(@scope::text, @key::text, sqlc.narg('now')::timestamptz) k;
+
+-- name: IdempotencyGC :one
+SELECT pgcoord_idempotency_gc(@batch::int, @tombstone::interval, sqlc.narg('now')::timestamptz)::bigint AS deleted;
+
+-- name: IdempotencyCountExpired :one
+SELECT count(*) FROM pgcoord_idempotency_keys
+WHERE expires_at <= coalesce(sqlc.narg('now')::timestamptz, now());
+
+-- name: IdempotencyGet :one
+SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point,
+       k.status, k.headers, k.body, k.created_at, k.updated_at, k.completed_at, k.expires_at,
+       pgcoord_idempotency_held(k.scope, k.key) AS held,
+       coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+FROM pgcoord_idempotency_keys k
+WHERE k.scope = @scope::text AND k.key = @key::text;
+
+-- name: IdempotencyList :many
+-- held is whether a live attempt holds the key (its advisory lock is granted); an in-flight
+-- key nobody holds is stuck: its holder died and no retry has recovered it yet.
+SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point,
+       k.status, coalesce(octet_length(k.body), 0)::int AS body_bytes, k.created_at, k.updated_at,
+       k.completed_at, k.expires_at,
+       (k.state = 'in_flight' AND pgcoord_idempotency_held(k.scope, k.key))::boolean AS held,
+       coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+FROM pgcoord_idempotency_keys k
+WHERE (k.scope, k.key) > (@after_scope::text, @after_key::text)
+  AND (NOT @in_flight_only::boolean OR k.state = 'in_flight')
+  AND (NOT @stuck_only::boolean OR (k.state = 'in_flight' AND NOT pgcoord_idempotency_held(k.scope, k.key)))
+ORDER BY k.scope, k.key
+LIMIT @max_rows::int;
