@@ -1,0 +1,153 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/pgcoord/pgcoord/internal/ui"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// EnvUIToken is the variable read when `pgcoord ui --auth-token` is not given.
+const EnvUIToken = "PGCOORD_UI_TOKEN"
+
+func (a *app) uiCommand() *cobra.Command {
+	var (
+		listen, token              string
+		allowActions, showPayloads bool
+		refresh, maxStaleness      time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "ui",
+		Short: "Serve the operator dashboard (leases, jobs, semaphores) and /metrics over HTTP",
+		Long: `Serve a web dashboard from this binary: an overview with health findings and counts,
+and pages for leases (holder, metadata, fence token, time left), jobs (last success and
+failure, overdue flag, a strip of recent ticks) and semaphores (permits against the limit,
+waiters, admitted share against weight). Pages refresh themselves every --refresh while the
+browser tab is visible. /metrics serves the Prometheus metrics of 'pgcoord metrics'.
+
+It listens on loopback (127.0.0.1:8080) by default. Any other --listen address needs a
+token (--auth-token, else $` + EnvUIToken + `): then every request needs
+"Authorization: Bearer <token>", or a browser signs in once with the token (a cookie).
+Without a token the dashboard refuses to start on a non-loopback address (exit 2).
+
+Operator actions — expire a lease, set a semaphore limit — are off unless --allow-actions:
+then each is a confirmed POST with a CSRF token, and is recorded in the audit table in the
+same transaction ('pgcoord audit list'). Payloads and stored response bodies are never
+shown unless --show-payloads.
+
+It runs until interrupted (Ctrl-C, SIGTERM).`,
+		Example: `  pgcoord ui
+  pgcoord ui --allow-actions
+  PGCOORD_UI_TOKEN=$(openssl rand -hex 16) pgcoord ui --listen 0.0.0.0:8080`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			token = a.tokenFrom(token, EnvUIToken)
+			if err := checkListen(listen, token, EnvUIToken); err != nil {
+				return err
+			}
+			if refresh < time.Second {
+				return usagef("--refresh %s: want at least 1s", refresh)
+			}
+			if maxStaleness < 0 {
+				return usagef("--max-staleness %s: want 0 or more", maxStaleness)
+			}
+			pool, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			srv, err := ui.New(ui.Config{Pool: pool, Token: token, AllowActions: allowActions, ShowPayloads: showPayloads,
+				Refresh: refresh, MaxStaleness: maxStaleness, Logger: a.logger()})
+			if err != nil {
+				return err
+			}
+			a.warnPendingMigrations(ctx, pool)
+			actions := "actions disabled (read-only; --allow-actions enables them)"
+			if allowActions {
+				actions = "actions ENABLED (audited: 'pgcoord audit list')"
+			}
+			auth := "no token (loopback only)"
+			if token != "" {
+				auth = "token required"
+			}
+			return a.serve(ctx, listen, srv, "dashboard", actions+"; "+auth)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to listen on (host:port); beyond loopback needs a token")
+	f.StringVar(&token, "auth-token", "", "token every request must carry (default $"+EnvUIToken+")")
+	f.BoolVar(&allowActions, "allow-actions", false, "enable operator actions (expire a lease, set a semaphore limit)")
+	f.BoolVar(&showPayloads, "show-payloads", false, "show message payloads and stored response bodies")
+	f.DurationVar(&refresh, "refresh", ui.DefaultRefresh, "how often pages refresh themselves")
+	f.DurationVar(&maxStaleness, "max-staleness", defaultMaxStaleness, "how long past its period a job may go without success before it is overdue")
+	return cmd
+}
+
+// checkListen checks --listen before anything starts: a usage error for a bad address, or
+// for one beyond loopback without a token (saying where the token may come from).
+func checkListen(addr, token, env string) error {
+	err := ui.CheckListen(addr, token != "")
+	if errors.Is(err, ui.ErrNeedsToken) {
+		return usagef("%v (--auth-token, or $%s)", err, env)
+	}
+	if err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+// tokenFrom returns flag, else the value of the variable env.
+func (a *app) tokenFrom(flag, env string) string {
+	if flag != "" {
+		return flag
+	}
+	v, _ := a.lookupEnv(env)
+	return v
+}
+
+// logger writes the server's logs to the error stream.
+func (a *app) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(a.errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// warnPendingMigrations says on stderr when the schema lacks migrations this build ships
+// (without the audit table, actions fail).
+func (a *app) warnPendingMigrations(ctx context.Context, pool *pgxpool.Pool) {
+	if _, err := pgcoord.CheckSchema(ctx, pool); errors.Is(err, pgcoord.ErrSchemaOutdated) {
+		fmt.Fprintln(a.errOut, "pgcoord: warning: the schema has pending migrations ('pgcoord migrate up'); pages of missing features fail")
+	}
+}
+
+// serve serves h on addr until ctx is done, saying on stderr where it listens.
+func (a *app) serve(ctx context.Context, addr string, h http.Handler, what, mode string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(a.errOut, "pgcoord: %s listening on http://%s/ — %s\n", what, ln.Addr(), mode)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(stop); err != nil {
+			return err
+		}
+		fmt.Fprintf(a.errOut, "pgcoord: %s stopped\n", what)
+		return nil
+	}
+}

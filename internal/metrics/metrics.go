@@ -1,0 +1,194 @@
+// Package metrics exports pgcoord's state to Prometheus: a custom Collector that reads the
+// database at scrape time through the same public API the CLI uses (leases.List,
+// semaphore.List, singleton.ListJobs), with one bounded query per primitive per scrape.
+// `pgcoord metrics --listen` serves it alone; `pgcoord ui` serves it at /metrics beside the
+// dashboard.
+//
+// Each primitive is a source registered by its own file (leases.go, semaphores.go,
+// jobs.go): adding one (the outbox, idempotency keys) is one more file with a register
+// call in its init.
+//
+// # Guarantees
+//
+//   - A scrape runs at most one List query per source, each capped at Opts.MaxRows rows,
+//     whatever the number of leases, keys or jobs: pgcoord_rows_truncated{source} says
+//     when a source had more rows than it read (its counts are then lower bounds).
+//   - Ages and expiries are judged by the database clock of the query, never this
+//     process's.
+//   - A source whose query fails reports pgcoord_up{source} 0 and none of its other
+//     metrics; the other sources still report. The scrape itself succeeds.
+//
+// # Failure modes
+//
+//   - Metrics measured inside worker processes — lease near misses (leases.Metrics),
+//     semaphore acquire waits (semaphore.Metrics) — exist only in those processes. They
+//     are exported only when Opts names them, i.e. when the collector runs in the process
+//     that measured them; `pgcoord metrics` and `pgcoord ui` measure none.
+//   - A per-name metric (one series per lease, key or job) is bounded by Opts.MaxRows; with
+//     many thousands of tenants, lower it or scrape the counts only.
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pgcoord/pgcoord/leases"
+	"github.com/pgcoord/pgcoord/pgcoord"
+	"github.com/pgcoord/pgcoord/semaphore"
+	"github.com/pgcoord/pgcoord/singleton"
+)
+
+// Defaults of Opts.
+const (
+	DefaultMaxRows      = 1000
+	DefaultMaxStaleness = 5 * time.Minute
+	DefaultTimeout      = 10 * time.Second
+)
+
+// Opts are the options of New. A nil *Opts means the defaults.
+type Opts struct {
+	// MaxRows caps the rows one source reads per scrape. Default DefaultMaxRows; at most
+	// pgcoord.MaxListLimit.
+	MaxRows int
+	// MaxStaleness is how long past its period a job may go without success before it is
+	// overdue (as `pgcoord jobs check --max-staleness`). Default DefaultMaxStaleness.
+	MaxStaleness time.Duration
+	// Timeout bounds one scrape's queries. Default DefaultTimeout.
+	Timeout time.Duration
+	// Leases, if set, are keep-alive counts measured in this process (leases.Do) to export
+	// beside the database's state.
+	Leases *leases.Metrics
+	// Semaphores, if set, are admission counts and waits measured in this process.
+	Semaphores *semaphore.Metrics
+	// Logger receives the errors of failed sources. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Collector is a prometheus.Collector that reads pgcoord's state from the database at
+// every scrape.
+type Collector struct {
+	db   pgcoord.DBTX
+	opts Opts
+}
+
+// New returns a Collector reading from db (a pool: scrapes may run concurrently). It
+// returns an error wrapping pgcoord.ErrInvalidArgument for a nil db or an out-of-range
+// option.
+func New(db pgcoord.DBTX, opts *Opts) (*Collector, error) {
+	if err := pgcoord.CheckDB(db); err != nil {
+		return nil, err
+	}
+	var o Opts
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxRows == 0 {
+		o.MaxRows = DefaultMaxRows
+	}
+	if _, err := pgcoord.ListLimit(o.MaxRows); err != nil {
+		return nil, err
+	}
+	if o.MaxStaleness < 0 || o.Timeout < 0 {
+		return nil, fmt.Errorf("%w: metrics: negative MaxStaleness or Timeout", pgcoord.ErrInvalidArgument)
+	}
+	if o.MaxStaleness == 0 {
+		o.MaxStaleness = DefaultMaxStaleness
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Collector{db: db, opts: o}, nil
+}
+
+// Handler serves the collector's metrics in the Prometheus text format, from a registry of
+// their own (no Go runtime metrics).
+func Handler(c *Collector) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// source is one primitive's metrics.
+type source struct {
+	name  string
+	descs []*prometheus.Desc
+	// collect reads the primitive's state and returns its metrics; truncated reports that
+	// there were more rows than it read.
+	collect func(ctx context.Context, db pgcoord.DBTX, o *Opts) (ms []prometheus.Metric, truncated bool, err error)
+}
+
+var sources []source
+
+// register adds a source; called from the init of each source's file.
+func register(s source) { sources = append(sources, s) }
+
+var (
+	upDesc = prometheus.NewDesc("pgcoord_up",
+		"1 if the last scrape read the source's state from the database, 0 if its query failed.", []string{"source"}, nil)
+	truncatedDesc = prometheus.NewDesc("pgcoord_rows_truncated",
+		"1 if the source had more rows than one scrape reads (Opts.MaxRows): its counts are lower bounds.", []string{"source"}, nil)
+)
+
+// Describe sends the descriptors of every metric the collector may send.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- upDesc
+	ch <- truncatedDesc
+	for _, s := range sources {
+		for _, d := range s.descs {
+			ch <- d
+		}
+	}
+}
+
+// Collect reads every source from the database and sends its metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
+	defer cancel()
+	for _, s := range sources {
+		ms, truncated, err := s.collect(ctx, c.db, &c.opts)
+		if err != nil {
+			c.opts.Logger.Error("pgcoord metrics: source failed", "source", s.name, "err", err)
+			ch <- gauge(upDesc, 0, s.name)
+			continue
+		}
+		ch <- gauge(upDesc, 1, s.name)
+		ch <- gauge(truncatedDesc, boolValue(truncated), s.name)
+		for _, m := range ms {
+			ch <- m
+		}
+	}
+}
+
+func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func counter(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// JudgeJob is the verdict of `pgcoord jobs check` on one job: failing when its last run
+// failed, overdue when it has not succeeded within its period plus maxStaleness (counted
+// from its first tick if it never succeeded).
+func JudgeJob(s singleton.JobStatus, maxStaleness time.Duration) (overdue, failing bool) {
+	failing = s.ConsecutiveFailures > 0 || s.LastState == "failed"
+	stale := s
+	stale.ConsecutiveFailures = 0 // Overdue counts failures too; judge staleness alone
+	return stale.Overdue(maxStaleness), failing
+}

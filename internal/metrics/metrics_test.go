@@ -1,0 +1,153 @@
+package metrics_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgcoord/pgcoord/internal/metrics"
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/leases"
+	"github.com/pgcoord/pgcoord/pgcoord"
+	"github.com/pgcoord/pgcoord/semaphore"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// scrape serves c once and returns the exposition text.
+func scrape(t *testing.T, c *metrics.Collector) string {
+	t.Helper()
+	srv := httptest.NewServer(metrics.Handler(c))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape = %d: %s", resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+// sample returns the value of the series (name with its labels, as exposed), failing the
+// test if it is absent.
+func sample(t *testing.T, text, series string) string {
+	t.Helper()
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("no series %s in:\n%s", series, text)
+	return ""
+}
+
+func newCollector(t *testing.T, db pgcoord.DBTX, o *metrics.Opts) *metrics.Collector {
+	t.Helper()
+	c, err := metrics.New(db, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestMetricsInProcess: counts measured in this process (leases.Do's near misses,
+// semaphore admissions and waits) are exported when Opts names them, and only then.
+func TestMetricsInProcess(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	lm := &leases.Metrics{}
+	lm.NearMisses.Add(3)
+	lm.Renewals.Add(7)
+	sm := semaphore.NewMetrics()
+	if _, err := semaphore.TryAcquire(t.Context(), pool, "tenant:1", 1, time.Minute, &semaphore.AcquireOpts{Metrics: sm}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := semaphore.TryAcquire(t.Context(), pool, "tenant:1", 1, time.Minute, &semaphore.AcquireOpts{Metrics: sm}); !errors.Is(err, semaphore.ErrFull) {
+		t.Fatalf("second acquire = %v, want ErrFull", err)
+	}
+	text := scrape(t, newCollector(t, pool, &metrics.Opts{Leases: lm, Semaphores: sm}))
+	for series, want := range map[string]string{
+		"pgcoord_lease_near_misses_total":                                        "3",
+		"pgcoord_lease_renewals_total":                                           "7",
+		`pgcoord_semaphore_client_admissions_total{key="tenant:1"}`:              "1",
+		`pgcoord_semaphore_client_refusals_total{key="tenant:1"}`:                "1",
+		`pgcoord_semaphore_permits{key="tenant:1"}`:                              "1",
+		`pgcoord_semaphore_acquire_wait_seconds{key="tenant:1",quantile="0.99"}`: "",
+	} {
+		if got := sample(t, text, series); want != "" && got != want {
+			t.Errorf("%s = %s, want %s", series, got, want)
+		}
+	}
+	plain := scrape(t, newCollector(t, pool, nil))
+	for _, name := range []string{"pgcoord_lease_near_misses_total", "pgcoord_semaphore_acquire_wait_seconds"} {
+		if strings.Contains(plain, name) {
+			t.Errorf("%s exported without an in-process source", name)
+		}
+	}
+}
+
+// TestMetricsSourceFails: a source whose query fails (here: no pgcoord schema) reports
+// pgcoord_up 0 and nothing else; the scrape still succeeds.
+func TestMetricsSourceFails(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.Schema(t) // not migrated
+	text := scrape(t, newCollector(t, pool, &metrics.Opts{Logger: discard()}))
+	for _, src := range []string{"leases", "semaphores", "jobs"} {
+		if v := sample(t, text, fmt.Sprintf(`pgcoord_up{source=%q}`, src)); v != "0" {
+			t.Errorf("pgcoord_up{source=%q} = %s, want 0", src, v)
+		}
+	}
+	if strings.Contains(text, "pgcoord_leases_held") {
+		t.Fatal("a failed source exported its metrics")
+	}
+}
+
+// TestMetricsBounded: a source reads at most MaxRows rows per scrape and says so.
+func TestMetricsBounded(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	for i := range 3 {
+		if _, err := leases.TryAcquire(t.Context(), pool, fmt.Sprintf("l%d", i), time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text := scrape(t, newCollector(t, pool, &metrics.Opts{MaxRows: 2}))
+	if v := sample(t, text, `pgcoord_rows_truncated{source="leases"}`); v != "1" {
+		t.Errorf("truncated = %s, want 1", v)
+	}
+	if v := sample(t, text, "pgcoord_leases_held"); v != "2" {
+		t.Errorf("held = %s, want 2 (a lower bound)", v)
+	}
+	text = scrape(t, newCollector(t, pool, nil))
+	if v := sample(t, text, `pgcoord_rows_truncated{source="leases"}`); v != "0" {
+		t.Errorf("truncated = %s with room, want 0", v)
+	}
+	if v := sample(t, text, "pgcoord_leases_held"); v != "3" {
+		t.Errorf("held = %s, want 3", v)
+	}
+}
+
+// TestMetricsNewRejects: bad options fail before any query.
+func TestMetricsNewRejects(t *testing.T) {
+	t.Parallel()
+	if _, err := metrics.New(nil, nil); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+		t.Errorf("nil db: %v", err)
+	}
+	pool := pgtest.Pool(t)
+	for _, o := range []metrics.Opts{{MaxRows: -1}, {MaxRows: pgcoord.MaxListLimit + 1}, {Timeout: -time.Second}, {MaxStaleness: -time.Second}} {
+		if _, err := metrics.New(pool, &o); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidArgument", o, err)
+		}
+	}
+}
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,0 +1,75 @@
+package ui
+
+import (
+	"fmt"
+	"html/template"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// funcs are the template helpers.
+var funcs = template.FuncMap{
+	"age":  age,
+	"dur":  humanDuration,
+	"ts":   timestamp,
+	"meta": formatMetadata,
+	"pct":  pct,
+	"mul":  func(a, b int) int { return a * b },
+}
+
+// age is now - t for people ("5m12s"); "-" for the zero time.
+func age(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return humanDuration(max(now.Sub(t), 0))
+}
+
+// humanDuration rounds d to what matters at its size: "2ms", "1.2s", "5m10s", "1h30m".
+func humanDuration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		d = d.Round(time.Second)
+	default:
+		d = d.Round(time.Minute)
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") { // "5m0s" -> "5m", "24h0m0s" -> "24h0m"
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") { // "24h0m" -> "24h"
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// timestamp formats t in UTC with milliseconds; "-" for the zero time.
+func timestamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000Z")
+}
+
+// formatMetadata shows metadata as sorted key=value pairs.
+func formatMetadata(m map[string]string) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s=%s", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// pct is part/whole in percent, within 0..100; 0 when whole is not positive.
+func pct(part, whole float64) float64 {
+	if whole <= 0 {
+		return 0
+	}
+	return min(max(100*part/whole, 0), 100)
+}

@@ -1,0 +1,188 @@
+package ui_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/internal/ui"
+	"github.com/pgcoord/pgcoord/internal/ui/audit"
+	"github.com/pgcoord/pgcoord/leases"
+	"github.com/pgcoord/pgcoord/semaphore"
+	"github.com/pgcoord/pgcoord/singleton"
+)
+
+// dash is a dashboard on a fresh migrated schema, served by httptest, with a browser-like
+// client: it keeps cookies and does not follow redirects.
+type dash struct {
+	pool   *pgxpool.Pool
+	url    string
+	client *http.Client
+}
+
+func newDash(t *testing.T, cfg ui.Config) *dash {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	cfg.Pool = pool
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	}
+	srv, err := ui.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	jar, _ := cookiejar.New(nil)
+	return &dash{pool: pool, url: hs.URL, client: &http.Client{
+		Jar: jar, Timeout: pgtest.WaitLimit,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
+}
+
+// do sends a request with the given headers (pairs) and returns the status, body and
+// response.
+func (d *dash) do(t *testing.T, method, path string, form url.Values, headers ...string) (int, string, *http.Response) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, d.url+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b), resp
+}
+
+// page GETs path as a browser does and fails unless it answers 200.
+func (d *dash) page(t *testing.T, path string) string {
+	t.Helper()
+	code, body, _ := d.do(t, http.MethodGet, path, nil, "Accept", "text/html")
+	if code != http.StatusOK {
+		t.Fatalf("GET %s = %d: %s", path, code, body)
+	}
+	return body
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+// csrf reads the CSRF token from a page's forms.
+func csrf(t *testing.T, body string) string {
+	t.Helper()
+	m := csrfField.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("no CSRF token in the page (are actions enabled?)")
+	}
+	return m[1]
+}
+
+// contains fails the test unless body contains every want.
+func contains(t *testing.T, what, body string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("%s lacks %q", what, w)
+		}
+	}
+	if t.Failed() {
+		t.Logf("%s:\n%s", what, body)
+		t.FailNow()
+	}
+}
+
+func holdLease(t *testing.T, pool *pgxpool.Pool, name, holder string, ttl time.Duration, now time.Time, meta map[string]string) leases.Lease {
+	t.Helper()
+	l, err := leases.TryAcquire(t.Context(), pool, name, ttl, &leases.AcquireOpts{Holder: holder, Now: now, Metadata: meta})
+	if err != nil {
+		t.Fatalf("acquire %s: %v", name, err)
+	}
+	return l
+}
+
+func leaseInfo(t *testing.T, pool *pgxpool.Pool, name string) leases.Info {
+	t.Helper()
+	i, err := leases.Get(t.Context(), pool, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+func permit(t *testing.T, pool *pgxpool.Pool, key, holder string, limit int, ttl time.Duration, now time.Time) {
+	t.Helper()
+	if _, err := semaphore.TryAcquire(t.Context(), pool, key, limit, ttl, &semaphore.AcquireOpts{Holder: holder, Now: now}); err != nil {
+		t.Fatalf("acquire %s for %s: %v", key, holder, err)
+	}
+}
+
+// tick claims job's tick as of at and finishes it with runErr (it stays running when
+// finish is false).
+func tick(t *testing.T, pool *pgxpool.Pool, job singleton.Job, at time.Time, finish bool, runErr error) {
+	t.Helper()
+	run, err := singleton.ClaimTick(t.Context(), pool, job, &singleton.ClaimOpts{Now: at})
+	if err != nil {
+		t.Fatalf("claim %s at %v: %v", job.Name, at, err)
+	}
+	if finish {
+		if err := singleton.FinishTick(t.Context(), pool, run, runErr); err != nil {
+			t.Fatalf("finish %s: %v", job.Name, err)
+		}
+	}
+}
+
+func auditEntries(t *testing.T, pool *pgxpool.Pool) []audit.Entry {
+	t.Helper()
+	es, err := audit.List(context.Background(), pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es
+}
+
+var errBoom = errors.New("boom: upstream refused")
+
+// dbNow is the database clock.
+func dbNow(t *testing.T, pool *pgxpool.Pool) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := pool.QueryRow(t.Context(), "SELECT now()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+// newDashClient is another browser on the same dashboard: no cookies.
+func newDashClient(d *dash) *dash {
+	jar, _ := cookiejar.New(nil)
+	c := *d.client
+	c.Jar = jar
+	return &dash{pool: d.pool, url: d.url, client: &c}
+}

@@ -1,0 +1,340 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/internal/metrics"
+	"github.com/pgcoord/pgcoord/internal/ui/audit"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// Defaults of Config.
+const (
+	DefaultRefresh      = 5 * time.Second
+	DefaultDoctorEvery  = 30 * time.Second
+	DefaultMaxStaleness = metrics.DefaultMaxStaleness
+)
+
+// Page sizes: each bounds the rows, and so the queries, one page view costs.
+const (
+	pageSize     = 50   // leases and semaphore keys per page
+	jobsPageSize = 20   // jobs per page: one ListRuns each
+	stripTicks   = 30   // ticks per job in the Jobs page's strip
+	summaryRows  = 1000 // rows per primitive the Overview reads
+)
+
+// Config configures a Server.
+type Config struct {
+	// Pool is the database. Required.
+	Pool *pgxpool.Pool
+	// Token, if set, is required of every request (Bearer header or login cookie). It
+	// must be set when the server listens beyond loopback (see CheckListen).
+	Token string
+	// AllowActions enables the operator actions (expire a lease, set a semaphore limit).
+	AllowActions bool
+	// ShowPayloads shows message payloads and stored response bodies (outbox,
+	// idempotency); hidden by default.
+	ShowPayloads bool
+	// Refresh is how often pages refresh themselves. Default DefaultRefresh.
+	Refresh time.Duration
+	// MaxStaleness is how long past its period a job may go without success before it is
+	// overdue. Default DefaultMaxStaleness.
+	MaxStaleness time.Duration
+	// DoctorEvery is how often the Overview runs the checks of `pgcoord doctor` again
+	// (they read every row of each primitive and send a notification: too much for every
+	// refresh). Default DefaultDoctorEvery.
+	DoctorEvery time.Duration
+	// Logger receives request errors. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the dashboard: an http.Handler.
+type Server struct {
+	cfg    Config
+	secret []byte // per-server: keys the CSRF tokens and the login cookie
+	tmpl   *template.Template
+	mux    *http.ServeMux
+	nav    []navItem
+	doctor doctorCache
+}
+
+//go:embed assets
+var assets embed.FS
+
+// New returns the dashboard for cfg. It returns an error wrapping
+// pgcoord.ErrInvalidArgument for a nil pool or a negative duration.
+func New(cfg Config) (*Server, error) {
+	if cfg.Pool == nil {
+		return nil, fmt.Errorf("%w: ui: nil pool", pgcoord.ErrInvalidArgument)
+	}
+	if cfg.Refresh < 0 || cfg.MaxStaleness < 0 || cfg.DoctorEvery < 0 {
+		return nil, fmt.Errorf("%w: ui: negative Refresh, MaxStaleness or DoctorEvery", pgcoord.ErrInvalidArgument)
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.MaxStaleness == 0 {
+		cfg.MaxStaleness = DefaultMaxStaleness
+	}
+	if cfg.DoctorEvery == 0 {
+		cfg.DoctorEvery = DefaultDoctorEvery
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, secret: make([]byte, 32), mux: http.NewServeMux()}
+	if _, err := rand.Read(s.secret); err != nil {
+		return nil, err
+	}
+	tmpl, err := template.New("").Funcs(funcs).ParseFS(assets, "assets/*.html")
+	if err != nil {
+		return nil, err
+	}
+	s.tmpl = tmpl
+	coll, err := metrics.New(cfg.Pool, &metrics.Opts{MaxStaleness: cfg.MaxStaleness, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+
+	static, _ := fs.Sub(assets, "assets/static")
+	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	s.mux.HandleFunc("GET /login", s.loginPage)
+	s.mux.HandleFunc("POST /login", s.login)
+	s.mux.Handle("GET /metrics", metrics.Handler(coll))
+	for _, p := range pages {
+		s.nav = append(s.nav, navItem{Path: p.path, Title: p.title})
+		s.mux.HandleFunc("GET "+muxPath(p.path), s.pageHandler(p))
+	}
+	for _, a := range actions {
+		s.mux.HandleFunc("POST "+a.path, s.actionHandler(a))
+	}
+	return s, nil
+}
+
+// ServeHTTP serves the dashboard: security headers, then authentication, then the route.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	if !s.authenticated(r) && !publicPath(r.URL.Path) {
+		s.refuseUnauthenticated(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// muxPath is the route of a page: "/" matches only itself.
+func muxPath(p string) string {
+	if p == "/" {
+		return "/{$}"
+	}
+	return p
+}
+
+// page is one dashboard page, registered by its file's init.
+type page struct {
+	rank  int    // place in the navigation bar, lowest first
+	path  string // "/leases"
+	title string // in the navigation bar
+	tmpl  string // the template that draws the page's content
+	// load reads the page's data with a bounded number of queries.
+	load func(ctx context.Context, s *Server, q url.Values) (any, error)
+	// summarize, if set, is the primitive's part of the Overview, read with a bounded
+	// number of queries.
+	summarize func(ctx context.Context, s *Server) summary
+}
+
+// summary is one primitive's card on the Overview: its counts, or why they are missing.
+type summary struct {
+	Name, Path string
+	Counts     []count
+	Err        string
+}
+
+type count struct {
+	Label   string
+	Value   int
+	AtLeast bool // the primitive had more rows than the Overview reads
+}
+
+// action is one operator action, registered by its page's file.
+type action struct {
+	path string // POST route, "/actions/lease/expire"
+	name string // audit action, "lease.expire"
+	// run performs the action in tx from the form's fields and returns its target, the
+	// details to audit and a sentence for the operator. A *userError is shown as is.
+	run  func(ctx context.Context, tx pgx.Tx, s *Server, form url.Values, actor string) (target string, details map[string]any, msg string, err error)
+	back string // the page to return to
+}
+
+var (
+	pages   []page // in navigation order
+	actions []action
+)
+
+// registerPage adds a page; called from the init of the page's file.
+func registerPage(p page) {
+	pages = append(pages, p)
+	slices.SortStableFunc(pages, func(a, b page) int { return a.rank - b.rank })
+}
+
+// registerAction adds an action; called from the init of its page's file.
+func registerAction(a action) { actions = append(actions, a) }
+
+// userError is an action's refusal to show the operator, with its HTTP status.
+type userError struct {
+	status int
+	msg    string
+}
+
+func (e *userError) Error() string { return e.msg }
+
+func userErrorf(status int, format string, args ...any) error {
+	return &userError{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+// navItem is one link of the navigation bar.
+type navItem struct{ Path, Title string }
+
+// view is what the layout template draws.
+type view struct {
+	Title, Path  string
+	Nav          []navItem
+	Data         any
+	Body         template.HTML // the page's content, drawn by its template
+	CSRF         string
+	AllowActions bool
+	ShowPayloads bool
+	RefreshMS    int64
+	Message      string
+	Error        string
+}
+
+func (s *Server) pageHandler(p page) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		data, err := p.load(r.Context(), s, q)
+		v := view{
+			Title: p.title, Path: p.path, Nav: s.nav, Data: data,
+			CSRF: s.csrfToken(w, r), AllowActions: s.cfg.AllowActions, ShowPayloads: s.cfg.ShowPayloads,
+			RefreshMS: s.cfg.Refresh.Milliseconds(), Message: q.Get("msg"),
+		}
+		status, tmpl := http.StatusOK, p.tmpl
+		if err != nil {
+			s.cfg.Logger.Error("pgcoord ui: page failed", "page", p.path, "err", err)
+			v.Data, v.Error, status, tmpl = nil, err.Error(), http.StatusInternalServerError, "error"
+		}
+		if q.Get("fragment") == "1" { // the page's periodic refresh: its content only
+			s.render(w, status, tmpl, v)
+			return
+		}
+		s.renderPage(w, status, tmpl, v)
+	}
+}
+
+// renderPage draws the content template tmpl inside the layout.
+func (s *Server) renderPage(w http.ResponseWriter, status int, tmpl string, v view) {
+	var body bytes.Buffer
+	if err := s.tmpl.ExecuteTemplate(&body, tmpl, v); err != nil {
+		s.templateFailed(w, tmpl, err)
+		return
+	}
+	v.Body = template.HTML(body.String()) // drawn by html/template: already escaped
+	s.render(w, status, "layout", v)
+}
+
+// render draws the template name alone.
+func (s *Server) render(w http.ResponseWriter, status int, name string, v any) {
+	var buf bytes.Buffer
+	if err := s.tmpl.ExecuteTemplate(&buf, name, v); err != nil {
+		s.templateFailed(w, name, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (s *Server) templateFailed(w http.ResponseWriter, name string, err error) {
+	s.cfg.Logger.Error("pgcoord ui: template failed", "template", name, "err", err)
+	http.Error(w, "template error", http.StatusInternalServerError)
+}
+
+// actionHandler runs an action: enabled, CSRF-checked and confirmed, in one transaction
+// with its audit row.
+func (s *Server) actionHandler(a action) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.cfg.AllowActions {
+			s.refuse(w, r, http.StatusForbidden, "actions are disabled: start the dashboard with --allow-actions")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		if err := r.ParseForm(); err != nil {
+			s.refuse(w, r, http.StatusBadRequest, "bad form: "+err.Error())
+			return
+		}
+		if err := s.checkCSRF(r); err != nil {
+			s.refuse(w, r, http.StatusForbidden, err.Error())
+			return
+		}
+		if r.PostForm.Get("confirmed") != "yes" {
+			s.refuse(w, r, http.StatusBadRequest, "not confirmed: the action needs confirmed=yes (the page asks before it sends)")
+			return
+		}
+		actor := s.identity()
+		var msg string
+		err := pgx.BeginFunc(r.Context(), s.cfg.Pool, func(tx pgx.Tx) error {
+			target, details, m, err := a.run(r.Context(), tx, s, r.PostForm, actor)
+			if err != nil {
+				return err
+			}
+			msg = m
+			_, err = audit.Record(r.Context(), tx, audit.Entry{
+				Actor: actor, RemoteAddr: r.RemoteAddr, Action: a.name, Target: target, Details: details,
+			})
+			return err
+		})
+		var ue *userError
+		switch {
+		case errors.As(err, &ue):
+			s.refuse(w, r, ue.status, ue.msg)
+			return
+		case errors.Is(err, pgcoord.ErrInvalidName) || errors.Is(err, pgcoord.ErrInvalidArgument) || errors.Is(err, audit.ErrInvalid):
+			s.refuse(w, r, http.StatusBadRequest, err.Error())
+			return
+		case err != nil:
+			s.cfg.Logger.Error("pgcoord ui: action failed", "action", a.name, "err", err)
+			s.refuse(w, r, http.StatusInternalServerError, a.name+" failed: "+err.Error())
+			return
+		}
+		s.cfg.Logger.Info("pgcoord ui: action", "action", a.name, "actor", actor, "remote_addr", r.RemoteAddr, "result", msg)
+		http.Redirect(w, r, a.back+"?msg="+url.QueryEscape(msg), http.StatusSeeOther)
+	}
+}
+
+// refuse answers with status and a short page (or plain text for non-browsers).
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if !strings.Contains(r.Header.Get("Accept"), "text/html") {
+		http.Error(w, msg, status)
+		return
+	}
+	s.renderPage(w, status, "error", view{Title: http.StatusText(status), Nav: s.nav, Error: msg})
+}
