@@ -23,6 +23,11 @@ demo: ## replay the three incidents of the mission, naive vs pgcoord ($$PGCOORD_
 test: ## run every test against real PostgreSQL (see README: Testing)
 	source scripts/test-env.sh && go test $(GO_TEST_FLAGS) -json ./... | go run ./internal/tools/testreport
 
+.PHONY: soak
+soak: ## run the fault-injection suite for SOAK (default 10m); PGCOORD_FAULT_SEED=N replays a seed
+	source scripts/test-env.sh && PGCOORD_FAULT_DURATION=$${SOAK:-10m} \
+	  go test -race -count=1 -timeout 0 -run '^TestFaults$$' -v ./integration_test
+
 .PHONY: build
 build: ## build bin/pgcoord
 	go build -o bin/pgcoord ./cmd/pgcoord

@@ -1,0 +1,214 @@
+//go:build unix
+
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/dedupe"
+	"github.com/pgcoord/pgcoord/fenced"
+	"github.com/pgcoord/pgcoord/leases"
+	"github.com/pgcoord/pgcoord/semaphore"
+	"github.com/pgcoord/pgcoord/singleton"
+)
+
+// The fault worker: one process of the fault-injection suite (faults_test.go). It runs three
+// workloads at once until it is told to stop (or killed), and says what it did, line by
+// line, with timestamps from the host's clock (shared by every process of the machine):
+//
+//	op <id> call <ns> write <register> <token> <value>   then   op <id> ret <ns> ok|stale
+//	op <id> call <ns> read <register>                    then   op <id> ret <ns> <token> <value>
+//	trust <register> <token> <from ns> <until ns>        a grant, trusted from its reply until its deadline
+//	untrust <register> <token> <ns>                      ... or until its release
+//	permit <token> start <db ns> <expires db ns>         then   permit <token> end <db ns>
+//	tick <unix µs> <token> <attempt>                     a cron run that recorded its effect
+//
+// An op without "ret" had an unknown outcome (the process died, the connection was cut).
+
+const faultRole = "fault"
+
+// The workloads' parameters.
+const (
+	faultRegisters = 2                      // fenced registers, each guarded by a lease of its name
+	faultLeaseTTL  = 400 * time.Millisecond // short, so that pauses outlast it
+	faultSemKey    = "fault-sem"
+	faultSemLimit  = 2
+	faultSemTTL    = 400 * time.Millisecond
+	faultCronJob   = "fault-cron"
+	faultCronEvery = time.Second
+	faultCronTTL   = 500 * time.Millisecond
+	faultOpTimeout = 3 * time.Second // bounds every statement, so a cut link cannot hang a loop
+)
+
+func init() { workerRoles[faultRole] = faultWorker }
+
+// faultWorker runs the register, semaphore and cron workloads until "stop". Parameters:
+// NAME, SEED.
+func faultWorker(ctx context.Context, w *workerEnv) error {
+	name := w.Param("NAME")
+	seed, err := strconv.ParseUint(w.Param("SEED"), 10, 64)
+	if err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		_ = w.Await("stop")
+		stop()
+	}()
+	w.Say("started")
+	loops := []func(context.Context, *workerEnv, string, *rand.Rand){faultRegisterLoop, faultSemaphoreLoop, faultCronLoop}
+	done := make(chan struct{})
+	for i, loop := range loops {
+		go func() {
+			loop(ctx, w, name, rand.New(rand.NewPCG(seed, uint64(i))))
+			done <- struct{}{}
+		}()
+	}
+	for range loops {
+		<-done
+	}
+	return nil
+}
+
+// faultRegisterLoop takes the lease of a random register and writes the register under the
+// grant's fence token a few times, with pauses in between; or reads a register. It never
+// checks that it still holds the lease: stale writes are what the fence must refuse.
+func faultRegisterLoop(ctx context.Context, w *workerEnv, name string, rng *rand.Rand) {
+	var seq int64
+	opID := func() string { seq++; return fmt.Sprintf("%s-%d", name, seq) }
+	for ctx.Err() == nil {
+		reg := fmt.Sprintf("reg-%d", rng.IntN(faultRegisters))
+		if rng.IntN(4) == 0 {
+			id := opID()
+			w.Say("op %s call %d read %s", id, time.Now().UnixNano(), reg)
+			var token, value int64
+			err := withTimeout(ctx, func(ctx context.Context) error {
+				return w.Pool.QueryRow(ctx, `SELECT token, value FROM fault_register WHERE name = $1`, reg).Scan(&token, &value)
+			})
+			if err == nil {
+				w.Say("op %s ret %d %d %d", id, time.Now().UnixNano(), token, value)
+			}
+			continue
+		}
+		var l leases.Lease
+		err := withTimeout(ctx, func(ctx context.Context) (err error) {
+			l, err = leases.TryAcquire(ctx, w.Pool, reg, faultLeaseTTL, &leases.AcquireOpts{Holder: name})
+			return err
+		})
+		if err != nil {
+			sleepRand(ctx, rng, 20*time.Millisecond)
+			continue
+		}
+		// Trusted from the reply's arrival until its trust deadline.
+		w.Say("trust %s %d %d %d", reg, l.Token, time.Now().UnixNano(), l.TrustUntil.UnixNano())
+		for range 1 + rng.IntN(3) {
+			sleepRand(ctx, rng, 150*time.Millisecond) // work; a pause here outlasts the lease
+			id := opID()
+			value := rng.Int64N(1 << 40)
+			w.Say("op %s call %d write %s %d %d", id, time.Now().UnixNano(), reg, l.Token, value)
+			err := withTimeout(ctx, func(ctx context.Context) error {
+				return pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
+					_, err := fenced.Write(ctx, tx, reg, l.Token,
+						`UPDATE fault_register SET token = $2, value = $3 WHERE name = $1`, reg, l.Token, value)
+					return err
+				})
+			})
+			switch {
+			case errors.Is(err, fenced.ErrStale):
+				w.Say("op %s ret %d stale", id, time.Now().UnixNano())
+			case err == nil:
+				w.Say("op %s ret %d ok", id, time.Now().UnixNano())
+			}
+			// Any other error: the outcome is unknown (the commit may have happened).
+		}
+		w.Say("untrust %s %d %d", reg, l.Token, time.Now().UnixNano()) // it stops trusting as it releases
+		_ = withTimeout(ctx, func(ctx context.Context) error { return leases.Release(ctx, w.Pool, l, nil) })
+	}
+}
+
+// faultSemaphoreLoop takes permits of one key and holds each for a while. Each permit's
+// life is said by the database clock: from after the admission to before the release, or
+// to its expiry if it was not released.
+func faultSemaphoreLoop(ctx context.Context, w *workerEnv, name string, rng *rand.Rand) {
+	for ctx.Err() == nil {
+		var p semaphore.Permit
+		err := withTimeout(ctx, func(ctx context.Context) (err error) {
+			p, err = semaphore.TryAcquire(ctx, w.Pool, faultSemKey, faultSemLimit, faultSemTTL, &semaphore.AcquireOpts{Holder: name})
+			return err
+		})
+		if err != nil {
+			sleepRand(ctx, rng, 30*time.Millisecond)
+			continue
+		}
+		start, err := dbNow(ctx, w.Pool)
+		if err != nil {
+			// Its start is unknown: let it expire unused, as a dead worker's would.
+			continue
+		}
+		w.Say("permit %d start %d %d", p.Token, start.UnixNano(), p.ExpiresAt.UnixNano())
+		sleepRand(ctx, rng, 120*time.Millisecond) // the job
+		end, err := dbNow(ctx, w.Pool)
+		if err != nil {
+			continue // not released: it ends at its expiry, which the start line says
+		}
+		// Live until end at least (and not past its expiry), whatever the release's outcome:
+		// a release whose reply is lost may have committed.
+		w.Say("permit %d end %d", p.Token, min(end.UnixNano(), p.ExpiresAt.UnixNano()))
+		_ = withTimeout(ctx, func(ctx context.Context) error { return semaphore.Release(ctx, w.Pool, p) })
+	}
+}
+
+// faultCronLoop runs the cron job on this replica. Each run records its tick's effect once,
+// in the dedupe table, in the transaction that inserts the effect row.
+func faultCronLoop(ctx context.Context, w *workerEnv, name string, rng *rand.Rand) {
+	job := singleton.Job{Name: faultCronJob, Every: faultCronEvery, TTL: faultCronTTL}
+	_ = singleton.Schedule(ctx, w.Pool, job, func(ctx context.Context, run singleton.Run) error {
+		sleepRand(ctx, rng, 200*time.Millisecond) // the run's work
+		tick := run.ScheduledFor.UnixMicro()
+		err := withTimeout(ctx, func(ctx context.Context) error {
+			return pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
+				first, err := dedupe.Claim(ctx, tx, faultCronJob, strconv.FormatInt(tick, 10), nil)
+				if err != nil || !first {
+					return err
+				}
+				_, err = tx.Exec(ctx, `INSERT INTO fault_effects (tick, worker, token) VALUES ($1, $2, $3)`, tick, name, run.Token)
+				return err
+			})
+		})
+		if err == nil {
+			w.Say("tick %d %d %d", tick, run.Token, run.Attempt)
+		}
+		return err
+	}, &singleton.ScheduleOpts{Holder: name, Logger: slog.New(slog.DiscardHandler)})
+}
+
+// withTimeout runs f with a context bounded by faultOpTimeout.
+func withTimeout(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, faultOpTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
+func dbNow(ctx context.Context, pool *pgxpool.Pool) (t time.Time, err error) {
+	err = withTimeout(ctx, func(ctx context.Context) error {
+		return pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t)
+	})
+	return t, err
+}
+
+func sleepRand(ctx context.Context, rng *rand.Rand, most time.Duration) {
+	select {
+	case <-time.After(time.Duration(rng.Int64N(int64(most)))):
+	case <-ctx.Done():
+	}
+}
