@@ -26,6 +26,7 @@ func (a *app) doctorCommand() *cobra.Command {
   leases        held and expired leases
   semaphores    keys over their limit or with leaked permits (details: semaphores verify)
   jobs          cron jobs overdue or failing (details: jobs check)
+  idempotency   keys left in flight by a dead attempt that no client retried
 
 Each finding is ok, info (worth knowing, nothing to fix) or attention. Exit 3 when any
 needs attention, 0 otherwise. With --json: an array of {"check", "status", "summary",

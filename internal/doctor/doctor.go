@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
@@ -31,7 +32,7 @@ const (
 // Finding is the outcome of one check.
 type Finding struct {
 	// Check names the check: schema, notify, clock, transactions, replication, leases,
-	// semaphores, jobs.
+	// semaphores, jobs, idempotency.
 	Check string `json:"check"`
 	// Status grades it.
 	Status Status `json:"status"`
@@ -85,6 +86,7 @@ var checks = []check{
 	{"leases", checkLeases, true},
 	{"semaphores", checkSemaphores, true},
 	{"jobs", checkJobs, true},
+	{"idempotency", checkIdempotency, true},
 }
 
 // Run runs every check against the schema pool's connections resolve to and returns the
@@ -355,10 +357,38 @@ func checkJobs(ctx context.Context, pool *pgxpool.Pool, o Options) Finding {
 		Explain: "A job that stopped running is a failure too. Details: pgcoord jobs check."}
 }
 
-// eachPage calls page with the last key of the previous page ("" first) until a page is
-// shorter than pgcoord.MaxListLimit.
-func eachPage(page func(after string) (last string, n int, err error)) error {
-	after := ""
+// checkIdempotency reports idempotency keys left in flight by an attempt that died.
+func checkIdempotency(ctx context.Context, pool *pgxpool.Pool, _ Options) Finding {
+	var stuck []string
+	type cursor struct{ scope, key string }
+	err := eachPage(func(after cursor) (cursor, int, error) {
+		page, err := idempotency.List(ctx, pool, &idempotency.ListOpts{Stuck: true,
+			AfterScope: after.scope, AfterKey: after.key, Limit: pgcoord.MaxListLimit})
+		for _, k := range page {
+			stuck = append(stuck, fmt.Sprintf("%s/%s (%d attempt(s), recovery point %q)", k.Scope, k.Key, k.Attempts, k.RecoveryPoint))
+		}
+		if len(page) == 0 {
+			return cursor{}, 0, err
+		}
+		last := page[len(page)-1]
+		return cursor{last.Scope, last.Key}, len(page), err
+	})
+	if err != nil {
+		return failed(err)
+	}
+	if len(stuck) == 0 {
+		return Finding{Status: OK, Summary: "no idempotency key left in flight by a dead attempt"}
+	}
+	return Finding{Status: Attention, Summary: fmt.Sprintf("%d idempotency key(s) stuck in flight: %s", len(stuck), list(stuck)),
+		Explain: "Their attempts died after recording a recovery point, and no client has retried since: the " +
+			"operation may be half done. The next retry with the key resumes it at once; " +
+			"pgcoord idempotency show SCOPE KEY shows where it stopped."}
+}
+
+// eachPage calls page with the cursor of the previous page's last row (the zero value
+// first) until a page is shorter than pgcoord.MaxListLimit.
+func eachPage[C any](page func(after C) (last C, n int, err error)) error {
+	var after C
 	for {
 		last, n, err := page(after)
 		if err != nil || n < pgcoord.MaxListLimit {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/internal/doctor"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -46,7 +47,7 @@ func TestHealthySchema(t *testing.T) {
 			t.Errorf("%s needs attention in a fresh schema: %s", f.Check, f.Summary)
 		}
 	}
-	if got, want := strings.Join(checks, ","), "schema,notify,clock,transactions,replication,leases,semaphores,jobs"; got != want {
+	if got, want := strings.Join(checks, ","), "schema,notify,clock,transactions,replication,leases,semaphores,jobs,idempotency"; got != want {
 		t.Errorf("checks %s, want %s", got, want)
 	}
 	if doctor.NeedsAttention(fs) {
@@ -75,7 +76,7 @@ func TestSchemaNotInstalledOrBehind(t *testing.T) {
 		if name == "behind" && !strings.Contains(s.Summary, "pending") {
 			t.Errorf("behind: %q does not say migrations are pending", s.Summary)
 		}
-		for _, c := range []string{"leases", "semaphores", "jobs"} {
+		for _, c := range []string{"leases", "semaphores", "jobs", "idempotency"} {
 			if f, ok := byCheck[c]; ok {
 				t.Errorf("%s: check %s ran against a schema that is not current: %+v", name, c, f)
 			}
@@ -143,5 +144,37 @@ func TestLeakedPermitAndOverdueJob(t *testing.T) {
 	}
 	if f := byCheck["jobs"]; f.Status != doctor.Attention || !strings.Contains(f.Summary, "hourly-export") {
 		t.Errorf("jobs: %+v", f)
+	}
+}
+
+// An idempotency attempt that recorded a recovery point and then died (its connection
+// terminated) leaves a key in flight that nobody holds: stuck until a client retries.
+func TestStuckIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	fp := idempotency.Fingerprint("POST", "/charges", []byte("{}"), nil)
+	for _, key := range []string{"alive", "dead"} {
+		a, err := idempotency.Begin(ctx, pool, "payments", key, fp, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close(ctx)
+		if err := a.Checkpoint(ctx, "charged", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The dead attempt's backend: the one holding its key's advisory lock.
+	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(l.pid, 5000) FROM pg_locks l
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		  AND l.classid = ((pgcoord_idempotency_lock_key('payments', 'dead') >> 32) & 4294967295)::oid
+		  AND l.objid = (pgcoord_idempotency_lock_key('payments', 'dead') & 4294967295)::oid`); err != nil {
+		t.Fatal(err)
+	}
+	byCheck := findings(t, ctx, func() ([]doctor.Finding, error) { return doctor.Run(ctx, pool, doctor.Options{}) })
+	f := byCheck["idempotency"]
+	if f.Status != doctor.Attention || !strings.Contains(f.Summary, "payments/dead") || strings.Contains(f.Summary, "alive") ||
+		!strings.Contains(f.Summary, `"charged"`) {
+		t.Errorf("idempotency: %+v", f)
 	}
 }
