@@ -27,7 +27,8 @@ import (
 )
 
 // The fault-injection suite. Worker processes (faultworker_test.go) run fenced registers
-// under leases, a semaphore and a cron job against a PostgreSQL server of the test's own,
+// under leases, a semaphore, a cron job and idempotent charges against a PostgreSQL server
+// of the test's own,
 // through a proxy, while the test injects faults at random: it pauses workers past their
 // leases (SIGSTOP, SIGCONT), kills them (SIGKILL) and starts replacements, terminates their
 // backends, delays or cuts the network, and restarts the server with a fast or an immediate
@@ -39,7 +40,9 @@ import (
 //   - no lease token was granted twice, and no two grants of a register were trusted at
 //     the same instant (each from its reply to its trust deadline);
 //   - never more than the limit of semaphore permits live at once, by the database clock;
-//   - each cron tick's effect recorded at most once, and once for every tick that succeeded.
+//   - each cron tick's effect recorded at most once, and once for every tick that succeeded;
+//   - each idempotency key's side effect (a charge) made at most once, and once for every
+//     key whose response was stored.
 //
 // The run is seeded: a failure prints the seed, and PGCOORD_FAULT_SEED=<seed> replays the
 // same choices of faults (timing still varies). PGCOORD_FAULT_DURATION sets how long faults
@@ -63,7 +66,8 @@ BEGIN
 	RETURN NEW;
 END $$;
 CREATE TRIGGER fault_register_logged AFTER UPDATE ON fault_register FOR EACH ROW EXECUTE FUNCTION fault_register_logged();
-CREATE TABLE fault_effects (tick bigint NOT NULL, worker text NOT NULL, token bigint NOT NULL);`
+CREATE TABLE fault_effects (tick bigint NOT NULL, worker text NOT NULL, token bigint NOT NULL);
+CREATE TABLE fault_charges (key text NOT NULL, worker text NOT NULL); -- no UNIQUE: duplicates must show`
 
 func TestFaults(t *testing.T) {
 	t.Parallel()
@@ -308,6 +312,31 @@ func (h *faultHarness) check() {
 	h.checkGrants(hist)
 	h.checkPermits(hist)
 	h.checkTicks()
+	h.checkCharges()
+}
+
+// checkCharges checks that each idempotency key charged at most once, and exactly once if
+// its response was stored.
+func (h *faultHarness) checkCharges() {
+	var keys, doubled, missing int
+	err := h.admin.QueryRow(h.ctx, `SELECT
+			(SELECT count(*) FROM pgcoord_idempotency_keys WHERE scope = $1 AND state = 'completed'),
+			(SELECT count(*) FROM (SELECT key FROM fault_charges GROUP BY key HAVING count(*) > 1) d),
+			(SELECT count(*) FROM pgcoord_idempotency_keys k WHERE k.scope = $1 AND k.state = 'completed'
+			   AND NOT EXISTS (SELECT FROM fault_charges c WHERE c.key = k.key))`, faultPayScope).Scan(&keys, &doubled, &missing)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Logf("idempotency: %d keys completed", keys)
+	if keys == 0 {
+		h.t.Error("no idempotency key completed: the workload did nothing")
+	}
+	if doubled > 0 {
+		h.t.Errorf("%d idempotency keys charged more than once", doubled)
+	}
+	if missing > 0 {
+		h.t.Errorf("%d idempotency keys completed without their charge", missing)
+	}
 }
 
 // checkRegisters checks the registers' history for linearizability, with the test's own

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgcoord/pgcoord/dedupe"
 	"github.com/pgcoord/pgcoord/fenced"
+	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/semaphore"
 	"github.com/pgcoord/pgcoord/singleton"
@@ -46,6 +47,8 @@ const (
 	faultCronJob   = "fault-cron"
 	faultCronEvery = time.Second
 	faultCronTTL   = 500 * time.Millisecond
+	faultPayScope  = "faults"
+	faultPayKeys   = 400
 	faultOpTimeout = 3 * time.Second // bounds every statement, so a cut link cannot hang a loop
 )
 
@@ -66,7 +69,7 @@ func faultWorker(ctx context.Context, w *workerEnv) error {
 		stop()
 	}()
 	w.Say("started")
-	loops := []func(context.Context, *workerEnv, string, *rand.Rand){faultRegisterLoop, faultSemaphoreLoop, faultCronLoop}
+	loops := []func(context.Context, *workerEnv, string, *rand.Rand){faultRegisterLoop, faultSemaphoreLoop, faultCronLoop, faultIdempotencyLoop}
 	done := make(chan struct{})
 	for i, loop := range loops {
 		go func() {
@@ -190,6 +193,33 @@ func faultCronLoop(ctx context.Context, w *workerEnv, name string, rng *rand.Ran
 		}
 		return err
 	}, &singleton.ScheduleOpts{Holder: name, Logger: slog.New(slog.DiscardHandler)})
+}
+
+// faultIdempotencyLoop charges payments by idempotency key, in Atomic mode: the charge row
+// commits with the stored response, or not at all. The keys come from a space shared by
+// every worker, so the same key is often tried by several at once, and by the next worker
+// after one died holding it.
+func faultIdempotencyLoop(ctx context.Context, w *workerEnv, name string, rng *rand.Rand) {
+	fp := idempotency.Fingerprint("POST", "/charges", nil, nil)
+	for ctx.Err() == nil {
+		key := fmt.Sprintf("pay-%d", rng.IntN(faultPayKeys))
+		_ = withTimeout(ctx, func(ctx context.Context) error {
+			a, err := idempotency.Begin(ctx, w.Pool, faultPayScope, key, fp, &idempotency.BeginOpts{Atomic: true})
+			if err != nil {
+				return err
+			}
+			defer a.Close(context.WithoutCancel(ctx))
+			if a.Replay() != nil {
+				return nil
+			}
+			sleepRand(ctx, rng, 100*time.Millisecond) // the handler's work; a pause here
+			if _, err := a.Tx().Exec(ctx, `INSERT INTO fault_charges (key, worker) VALUES ($1, $2)`, key, name); err != nil {
+				return err
+			}
+			return a.Complete(ctx, idempotency.Response{Status: 201, Body: []byte(name)})
+		})
+		sleepRand(ctx, rng, 30*time.Millisecond)
+	}
 }
 
 // withTimeout runs f with a context bounded by faultOpTimeout.

@@ -102,7 +102,7 @@ func runWorker() error {
 	ctx, cancel := context.WithTimeout(context.Background(), workerLifetime)
 	defer cancel()
 	cfg, err := pgconfig.Pool(os.Getenv(envWorkerURL), pgconfig.Options{
-		AppName: "pgcoord-test-worker", Schema: os.Getenv(envWorkerSchema), MaxConns: 4,
+		AppName: "pgcoord-test-worker", Schema: os.Getenv(envWorkerSchema), MaxConns: 8,
 	})
 	if err != nil {
 		return err
