@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -64,36 +63,34 @@ func (d *ReplyDropper) dial(ctx context.Context, network, addr string) (net.Conn
 	return &droppingConn{Conn: c, d: d}, nil
 }
 
+// droppingConn is one connection of a DropPool. Write and Read share only the atomic
+// tripped flag: a Read blocked on the server (pgx's background reader on an idle
+// connection) must never keep a Write — the Terminate message of a Close — waiting.
+// Reads come from one goroutine at a time, so pending needs no lock.
 type droppingConn struct {
 	net.Conn
 	d       *ReplyDropper
-	mu      sync.Mutex
-	tripped bool
+	tripped atomic.Bool
 	pending bytes.Buffer // server bytes read ahead and not yet given to the client
 }
 
 func (c *droppingConn) Write(b []byte) (int, error) {
-	c.mu.Lock()
 	if c.d.armed.Load() && bytes.Contains(b, c.d.marker) {
-		c.tripped = true
+		c.tripped.Store(true)
 	}
-	c.mu.Unlock()
 	return c.Conn.Write(b)
 }
 
 func (c *droppingConn) Read(b []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.pending.Len() > 0 {
 		return c.pending.Read(b)
 	}
-	if !c.tripped {
+	if !c.tripped.Swap(false) {
 		return c.Conn.Read(b)
 	}
 	// Read the whole answer, up to ReadyForQuery. If it completed a command (the statement
 	// ran and its transaction committed), cut the connection instead of delivering it;
 	// otherwise (the statement was only being prepared) pass it on.
-	c.tripped = false
 	completed := false
 	for {
 		var header [5]byte
@@ -114,7 +111,7 @@ func (c *droppingConn) Read(b []byte) (int, error) {
 		}
 	}
 	if !completed {
-		c.tripped = true // the execution is still to come
+		c.tripped.Store(true) // the execution is still to come
 		return c.pending.Read(b)
 	}
 	c.pending.Reset()
