@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgcoord/pgcoord/internal/batch"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -159,32 +160,15 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 	if o.Batch < 1 || o.Batch > MaxGCBatch {
 		return 0, fmt.Errorf("%w: dedupe: GC batch %d is outside 1..%d", pgcoord.ErrInvalidArgument, o.Batch, MaxGCBatch)
 	}
-	if o.DryRun {
-		n, err := queries.DedupeCountExpired(ctx, db, dbarg.Now(o.Now))
-		if err != nil {
-			return 0, fmt.Errorf("dedupe: count expired claims: %w", err)
-		}
-		if o.Progress != nil {
-			o.Progress(n)
-		}
-		return n, nil
+	deleted, err = batch.Delete(ctx, o.Batch, o.DryRun, o.Progress,
+		func(ctx context.Context) (int64, error) { return queries.DedupeCountExpired(ctx, db, dbarg.Now(o.Now)) },
+		func(ctx context.Context) (int64, error) {
+			return queries.DedupeGC(ctx, db, dbsqlc.DedupeGCParams{Now: dbarg.Now(o.Now), Batch: int32(o.Batch)})
+		})
+	if err != nil {
+		return deleted, fmt.Errorf("dedupe: GC: %w", err)
 	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return deleted, fmt.Errorf("dedupe: GC: %w", err)
-		}
-		n, err := queries.DedupeGC(ctx, db, dbsqlc.DedupeGCParams{Now: dbarg.Now(o.Now), Batch: int32(o.Batch)})
-		if err != nil {
-			return deleted, fmt.Errorf("dedupe: GC: %w", err)
-		}
-		deleted += n
-		if o.Progress != nil && n > 0 {
-			o.Progress(deleted)
-		}
-		if n < int64(o.Batch) {
-			return deleted, nil
-		}
-	}
+	return deleted, nil
 }
 
 // IsUniqueViolation reports whether err is, or wraps, a PostgreSQL unique violation

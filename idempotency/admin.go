@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgcoord/pgcoord/internal/batch"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -68,33 +69,16 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 		return 0, fmt.Errorf("%w: idempotency: tombstone %v is outside 0..%v", pgcoord.ErrInvalidArgument, o.Tombstone, MaxRetention)
 	}
 	now := dbarg.Now(o.Now)
-	if o.DryRun {
-		n, err := queries.IdempotencyCountExpired(ctx, db, now)
-		if err != nil {
-			return 0, fmt.Errorf("idempotency: count expired keys: %w", err)
-		}
-		if o.Progress != nil {
-			o.Progress(n)
-		}
-		return n, nil
+	deleted, err = batch.Delete(ctx, o.Batch, o.DryRun, o.Progress,
+		func(ctx context.Context) (int64, error) { return queries.IdempotencyCountExpired(ctx, db, now) },
+		func(ctx context.Context) (int64, error) {
+			return queries.IdempotencyGC(ctx, db, dbsqlc.IdempotencyGCParams{
+				Batch: int32(o.Batch), Tombstone: dbarg.Interval(o.Tombstone), Now: now})
+		})
+	if err != nil {
+		return deleted, fmt.Errorf("idempotency: GC: %w", err)
 	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return deleted, fmt.Errorf("idempotency: GC: %w", err)
-		}
-		n, err := queries.IdempotencyGC(ctx, db, dbsqlc.IdempotencyGCParams{
-			Batch: int32(o.Batch), Tombstone: dbarg.Interval(o.Tombstone), Now: now})
-		if err != nil {
-			return deleted, fmt.Errorf("idempotency: GC: %w", err)
-		}
-		deleted += n
-		if o.Progress != nil && n > 0 {
-			o.Progress(deleted)
-		}
-		if n < int64(o.Batch) {
-			return deleted, nil
-		}
-	}
+	return deleted, nil
 }
 
 // KeyInfo describes a key for operators (List, Get).
