@@ -1,0 +1,251 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/internal/cli"
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/outbox"
+)
+
+// obEnqueue commits msgs through the API and returns their ids.
+func obEnqueue(t *testing.T, pool *pgxpool.Pool, msgs ...outbox.Message) []int64 {
+	t.Helper()
+	var ids []int64
+	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		got, err := outbox.EnqueueBatch(t.Context(), tx, msgs)
+		for _, m := range got {
+			ids = append(ids, m.ID)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// obKill makes message "poison" of topic audit dead: one failed attempt with MaxAttempts 1.
+func obKill(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	r, err := outbox.NewRelay(pool, &outbox.Config{Topics: []string{"audit"}, MaxAttempts: 1,
+		Handler: outbox.HandlerFunc(func(context.Context, outbox.Message) error { return fmt.Errorf("downstream said no") })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RunBatch(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func obMsg(topic, key, payload string) outbox.Message {
+	return outbox.Message{Topic: topic, Key: key, Payload: []byte(payload), JSON: true}
+}
+
+func TestOutboxStatsListRetry(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	ids := obEnqueue(t, d.pool, obMsg("orders", "o-1", `{"n":1}`), obMsg("orders", "o-2", `{"n":2}`), obMsg("audit", "a", `"poison"`))
+	obKill(t, d.pool)
+
+	code, out, errOut := d.run(t, "--json", "outbox", "stats")
+	if code != cli.ExitOK {
+		t.Fatalf("outbox stats --json = %d, %s", code, errOut)
+	}
+	var stats []map[string]any
+	if err := json.Unmarshal([]byte(out), &stats); err != nil {
+		t.Fatal(err)
+	}
+	wantKeys := []string{"db_now", "dead", "due", "in_flight", "max_attempts", "oldest_pending_age_ms", "oldest_pending_at", "pending", "topic"}
+	if len(stats) != 2 || !slices.Equal(slices.Sorted(maps.Keys(stats[0])), wantKeys) {
+		t.Fatalf("stats %s", out)
+	}
+	if stats[0]["topic"] != "audit" || stats[0]["dead"] != 1.0 || stats[0]["pending"] != 0.0 || stats[0]["oldest_pending_at"] != nil ||
+		stats[1]["topic"] != "orders" || stats[1]["pending"] != 2.0 || stats[1]["due"] != 2.0 {
+		t.Fatalf("stats %s", out)
+	}
+	if code, out, _ := d.run(t, "outbox", "stats"); code != cli.ExitOK || !strings.Contains(out, "OLDEST PENDING") || !strings.Contains(out, "orders") {
+		t.Fatalf("outbox stats = %d\n%s", code, out)
+	}
+
+	code, out, errOut = d.run(t, "--json", "outbox", "list", "--dead")
+	var dead []map[string]any
+	if code != cli.ExitOK || json.Unmarshal([]byte(out), &dead) != nil || len(dead) != 1 ||
+		dead[0]["id"] != float64(ids[2]) || dead[0]["last_error"] != "downstream said no" || dead[0]["payload"] != "poison" {
+		t.Fatalf("outbox list --dead --json = %d %s %s", code, out, errOut)
+	}
+	if code, out, _ := d.run(t, "outbox", "list", "--topic", "orders"); code != cli.ExitOK || strings.Count(out, "\n") != 3 || !strings.Contains(out, "o-2") {
+		t.Fatalf("outbox list --topic orders = %d\n%s", code, out)
+	}
+	if code, out, _ := d.run(t, "--json", "outbox", "list", "--state", "delivered"); code != cli.ExitOK || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("empty list = %d %q, want []", code, out)
+	}
+	if code, _, _ := d.run(t, "outbox", "list", "--state", "lost"); code != cli.ExitUsage {
+		t.Fatalf("bad --state: exit %d, want %d", code, cli.ExitUsage)
+	}
+
+	// retry: dry run changes nothing; then the dead message is pending again.
+	if code, out, _ := d.run(t, "outbox", "retry", "--all-dead", "--dry-run"); code != cli.ExitOK || !strings.Contains(out, "1 dead messages would be retried") {
+		t.Fatalf("retry --all-dead --dry-run = %d %q", code, out)
+	}
+	if m, _ := outbox.Get(t.Context(), d.pool, ids[2]); m.State != outbox.Dead {
+		t.Fatalf("dry run changed the message: %+v", m)
+	}
+	if code, out, errOut := d.run(t, "outbox", "retry", fmt.Sprint(ids[2])); code != cli.ExitOK || !strings.Contains(out, "retried message") {
+		t.Fatalf("retry ID = %d %q %q", code, out, errOut)
+	}
+	if m, _ := outbox.Get(t.Context(), d.pool, ids[2]); m.State != outbox.Pending || m.Attempts != 0 {
+		t.Fatalf("after retry: %+v", m)
+	}
+	for _, args := range [][]string{{"retry"}, {"retry", "x"}, {"retry", "1", "--all-dead"}, {"retry", "1", "--topic", "t"}} {
+		if code, _, _ := d.run(t, append([]string{"outbox"}, args...)...); code != cli.ExitUsage {
+			t.Errorf("outbox %v: exit %d, want %d", args, code, cli.ExitUsage)
+		}
+	}
+	if code, _, errOut := d.run(t, "outbox", "retry", "999999"); code != cli.ExitFailure || !strings.Contains(errOut, "no such message") {
+		t.Fatalf("retry of an unknown id: %d %q", code, errOut)
+	}
+}
+
+// The relay sidecar with the stdout sink: JSON lines in commit order per key, and a clean
+// stop with the final counts when interrupted.
+func TestOutboxRelayStdout(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	ids := obEnqueue(t, d.pool, obMsg("orders", "o-1", `{"n":1}`), obMsg("orders", "o-1", `{"n":2}`),
+		outbox.Message{Topic: "orders", Key: "o-2", Payload: []byte{0xff}})
+	ctx, stop := context.WithCancel(t.Context())
+	ch := d.start(ctx, "outbox", "relay", "--sink", "stdout", "--poll-interval", "50ms")
+	waitCond(t, func() bool {
+		s, err := outbox.Stats(t.Context(), d.pool, nil)
+		return err == nil && len(s) == 0
+	})
+	stop() // as SIGINT does: main cancels the command's context
+	r := await(t, ch, pgtest.WaitLimit)
+	if r.code != cli.ExitOK {
+		t.Fatalf("relay exit %d, stderr %s", r.code, r.errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(r.out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("stdout %q: want 3 JSON lines", r.out)
+	}
+	var got []map[string]any
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		got = append(got, m)
+	}
+	if got[0]["id"] != float64(ids[0]) || got[1]["id"] != float64(ids[1]) || got[2]["payload_base64"] != "/w==" {
+		t.Fatalf("lines %s", r.out)
+	}
+	if p, _ := json.Marshal(got[1]["payload"]); string(p) != `{"n":2}` {
+		t.Fatalf("JSON payload %s", p)
+	}
+	if !strings.Contains(r.errOut, "relay stopped: delivered 3, failed 0, dead 0") {
+		t.Fatalf("stderr %q: want the final counts", r.errOut)
+	}
+}
+
+// The webhook sink sends the message id as Idempotency-Key; a failing endpoint parks its key.
+func TestOutboxRelayWebhook(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	var mu sync.Mutex
+	var keys []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		if string(body) == `{"fail":true}` {
+			http.Error(w, "no", http.StatusInternalServerError)
+			return
+		}
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+	}))
+	defer srv.Close()
+	ids := obEnqueue(t, d.pool, obMsg("orders", "bad", `{"fail":true}`), obMsg("orders", "bad", `{"n":2}`), obMsg("orders", "good", `{"n":3}`))
+	ctx, stop := context.WithCancel(t.Context())
+	ch := d.start(ctx, "outbox", "relay", "--sink", "webhook="+srv.URL, "--backoff", "1h", "--max-backoff", "1h")
+	waitCond(t, func() bool {
+		m, err := outbox.Get(t.Context(), d.pool, ids[2])
+		f, _ := outbox.Get(t.Context(), d.pool, ids[0])
+		return err == nil && m.State == outbox.Delivered && f.Attempts == 1
+	})
+	stop()
+	r := await(t, ch, pgtest.WaitLimit)
+	if r.code != cli.ExitOK || !strings.Contains(r.errOut, "delivered 1, failed 1") {
+		t.Fatalf("relay exit %d, stderr %s", r.code, r.errOut)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 1 || keys[0] != fmt.Sprint(ids[2]) {
+		t.Fatalf("Idempotency-Keys %v, want only the good key's message %d", keys, ids[2])
+	}
+	if m, _ := outbox.Get(t.Context(), d.pool, ids[1]); m.State != outbox.Pending || m.Attempts != 0 {
+		t.Fatalf("message behind the failure: %+v; want it waiting, untried", m)
+	}
+}
+
+func TestOutboxRelayUsage(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"outbox", "relay"}, {"outbox", "relay", "--sink", "kafka"}, {"outbox", "relay", "--sink", "webhook=ftp://x"},
+		{"outbox", "prune", "--older-than", "0s"}, {"outbox", "prune", "--batch", "0"}, {"outbox", "bogus"},
+	} {
+		if code, _, errOut := run(t, append([]string{"--database-url", "postgres://127.0.0.1:1/none"}, args...)...); code != cli.ExitUsage {
+			t.Errorf("pgcoord %v: exit %d (%s), want %d", args, code, errOut, cli.ExitUsage)
+		}
+	}
+}
+
+func TestOutboxPrune(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	obEnqueue(t, d.pool, obMsg("orders", "a", "1"), obMsg("orders", "b", "2"), obMsg("orders", "c", "3"))
+	r, err := outbox.NewRelay(d.pool, &outbox.Config{Handler: outbox.HandlerFunc(func(context.Context, outbox.Message) error { return nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RunBatch(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	obEnqueue(t, d.pool, obMsg("orders", "p", "4"))
+	if code, out, _ := d.run(t, "--json", "outbox", "prune", "--older-than", "1us", "--dry-run"); code != cli.ExitOK ||
+		strings.Join(strings.Fields(out), "") != `{"deleted":0,"would_delete":3,"dry_run":true}` {
+		t.Fatalf("prune --dry-run = %d %q", code, out)
+	}
+	if code, out, _ := d.run(t, "outbox", "prune", "--older-than", "1us", "--batch", "2"); code != cli.ExitOK || !strings.Contains(out, "deleted 3 outbox messages") {
+		t.Fatalf("prune = %d %q", code, out)
+	}
+	if s, _ := outbox.Stats(t.Context(), d.pool, nil); len(s) != 1 || s[0].Pending != 1 {
+		t.Fatalf("after prune: %+v; want the pending message kept", s)
+	}
+}
+
+// waitCond waits, at most pgtest.WaitLimit, until cond holds.
+func waitCond(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(pgtest.WaitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", pgtest.WaitLimit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

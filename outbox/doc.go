@@ -1,0 +1,125 @@
+// Package outbox is a transactional outbox: write a message in the same transaction as the
+// business change, deliver it at least once, and (with package inbox) apply it exactly once
+// downstream.
+//
+//	tx, _ := pool.Begin(ctx)
+//	defer tx.Rollback(ctx)
+//	// ... the business change, with tx ...
+//	_, err := outbox.Enqueue(ctx, tx, outbox.Message{Topic: "orders", Key: orderID, Payload: body, JSON: true})
+//	if err != nil { return err }
+//	return tx.Commit(ctx) // the message exists if and only if the change committed
+//
+// A Relay (NewRelay, Run) delivers the messages through a Handler — a broker, a webhook
+// (package sink), or the application's own code — and several relays share the work.
+// Stats, List, Retry, RetryDead and Prune serve operators (`pgcoord outbox ...`). Triggers
+// and other languages write messages with the SQL function pgcoord_outbox_enqueue.
+//
+// # How the relay works
+//
+// A message is pending until delivered or dead. A claim (one statement) walks the keys
+// that have pending messages, in (topic, key) order from where the relay's previous claim
+// stopped, and for each key whose oldest pending message — its head — is due and not under
+// a live claim, locks that head (FOR UPDATE SKIP LOCKED, so relays never wait for each
+// other) and claims it with up to KeyBatchSize messages right behind it. Every row of the
+// claim is stamped with a new claim token from a sequence and an expiry, ClaimTTL ahead by
+// the database clock. The relay delivers each key's messages in id order, stopping at the
+// key's first failure, then records every outcome of the batch in one statement: delivered,
+// failed (retried after an exponential backoff with jitter computed by the database clock,
+// or dead after MaxAttempts), or released untried. A relay with nothing to do registers
+// as idle and LISTENs; while any relay is idle, a statement-level trigger sends one
+// notification per INSERT statement into the outbox, delivered at commit, which wakes it
+// (busy relays need no wake-up, and a notification serializes commits server-wide, so
+// producers send none then). PollInterval is the fallback.
+//
+// # Guarantees
+//
+//   - Atomic with the business change: a message is visible to relays only once the
+//     producer's transaction commits, and a rollback leaves nothing.
+//   - At least once: every committed message is handed to a Handler until one returns nil
+//     (then it is delivered) or it has failed MaxAttempts times (then it is dead, listed,
+//     and can be retried). A relay that crashes or stalls loses its claim when ClaimTTL
+//     passes, and the messages are claimed again.
+//   - No message is skipped by a late commit (see below).
+//   - Per-key order: the messages of one (topic, key) are delivered in the order their
+//     transactions committed, and never two at once: message n+1 is first handed to a
+//     Handler only after message n was delivered or went dead (see below). Different keys
+//     are delivered in parallel, by several relays and by Concurrency within a relay.
+//   - A failing message parks its own key only: while it waits out its backoff, the key's
+//     later messages wait too, and every other key flows.
+//   - Fenced outcomes: a relay records outcomes only for rows that still carry its claim
+//     token. A relay paused past its claim (a GC pause, SIGSTOP) whose messages another
+//     relay has claimed since can neither mark them delivered, nor count a failure, nor
+//     release them; it learns that its outcomes were refused (RelayStats.Fenced).
+//   - The database clock decides delays, backoffs, claim expiry and retention.
+//   - Prune deletes only delivered (and, if asked, dead) messages past their retention,
+//     never pending ones, in batches.
+//
+// # Why no message is skipped by a late commit
+//
+// Identity ids are drawn when a row is inserted, not when its transaction commits, so a
+// transaction can commit message 7 after message 9 was committed and delivered. A relay
+// that remembered "delivered everything up to id 9" would skip message 7 forever. This
+// relay remembers nothing of the kind: claiming is by state. A message is claimable
+// whenever it is pending and due, whatever ids were delivered before it; a message
+// becomes pending once, at its commit, and leaves that state only through a recorded
+// outcome (delivered or dead) of a relay that had claimed it. So a late-committing
+// message is found by the first claim whose snapshot sees it — the relay's cursor only
+// orders the walk over keys and wraps around whenever a claim comes back short — and the
+// commit's notification wakes a relay to take that claim.
+//
+// # Why per-key order holds
+//
+// "The oldest pending message of a key" must mean the first committed, but ids follow
+// insertion. Enqueue therefore takes a transaction-level advisory lock on (topic, key)
+// before it inserts, held until the producer's transaction ends. A second transaction
+// writing the same key waits in Enqueue until the first has committed (or rolled back)
+// before it draws its id, and PostgreSQL makes the first transaction visible to every new
+// snapshot before it releases its locks. Hence, within one key: ids increase with commit
+// order, and any snapshot that sees message n+1 also sees message n. A claim takes a key
+// only through its head — the smallest pending id the claim's snapshot sees, which by the
+// above has no older pending message — locked and re-checked on the latest row version,
+// and only if no live claim covers it; the messages it takes behind the head are the
+// next ones in id order. All rows of one claim share one expiry and are settled by one
+// statement, so a key has at most one live claim at a time, and a relay hands a key's
+// messages to its Handler one after the other, stopping at the first failure. The next
+// claim of the key starts again at its head, which is the failed message (now in backoff)
+// or the first message not yet delivered.
+//
+// The cost is that writers of one key are serialized until commit (measured in
+// docs/outbox.md and `pgcoord bench outbox.enqueue`). Writers of different keys are not.
+//
+// # Failure modes
+//
+//   - Duplicates: a relay that delivered a message but died (or was paused past ClaimTTL)
+//     before recording it causes a redelivery, possibly after later messages of the key
+//     were delivered by another relay. Make consumers idempotent on Message.ID: the
+//     inbox (package inbox) applies each message once, in order of first application.
+//   - A batch not delivered within ClaimTTL: the relay stops handing out that batch a
+//     tenth of ClaimTTL before it ends (by its own clock) and releases the rest; a Handler
+//     call still running then is cancelled through its context. Keep ClaimTTL well above
+//     KeyBatchSize times the slowest delivery.
+//   - Deadlocks between producers: Enqueue locks its key until commit, so a transaction
+//     enqueuing to keys x then y and another enqueuing to y then x can deadlock
+//     (SQLSTATE 40P01; PostgreSQL aborts one). Enqueue a transaction's keys in a
+//     consistent order (sorted), as with any row locks.
+//   - Lock table: each distinct key a transaction enqueues to holds one slot of the
+//     server's lock table until commit (max_locks_per_transaction × max_connections in
+//     all). Enqueue tens of thousands of distinct keys in one transaction only after
+//     raising it.
+//   - A delayed message, or one in backoff, holds back the later messages of its key.
+//     Give messages that need no mutual order distinct keys.
+//   - A poison message that crashes the relay process (rather than returning an error)
+//     is redelivered after every ClaimTTL without counting attempts; find it with
+//     `pgcoord outbox list` (its ClaimedBy changes) and fix or prune it by hand.
+//   - Retry of a dead message puts it back at the head of its key, before the key's
+//     messages that were delivered or written since: consumers see it out of order.
+//   - Behind a transaction-mode pooler (PgBouncer) notifications are not delivered: set
+//     NoListen, and relays poll every PollInterval. A listening relay holds one pool
+//     connection while it runs.
+//   - Keys are walked one index probe at a time: a claim costs one probe per key with
+//     pending messages that it passes over (parked, claimed by other relays, or of other
+//     topics when Topics is set), not one per message.
+//   - With asynchronous replication, an enqueue or an outcome committed on a primary that
+//     fails before the standby has it is lost on failover: a message may vanish with its
+//     business change, or be delivered again.
+package outbox

@@ -1,0 +1,387 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/outbox"
+)
+
+// Producers commit in an order unrelated to their ids, some roll back, while three relays
+// run side by side: every committed message is delivered, no rolled-back one is, and each
+// key's messages are first delivered in commit order (which, per key, is id order).
+func TestRelaysDeliverCommittedMessagesInKeyOrder(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.PoolMax(t, 20)
+
+	var mu sync.Mutex
+	first := map[int64]bool{}     // ids delivered at least once
+	order := map[string][]int64{} // per key: ids in the order of their first delivery
+	handler := outbox.HandlerFunc(func(_ context.Context, m outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !first[m.ID] {
+			first[m.ID] = true
+			order[m.Key] = append(order[m.Key], m.ID)
+		}
+		return nil
+	})
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 3 {
+		r := newRelay(t, pool, handler, outbox.Config{BatchSize: 7, KeyBatchSize: 3, PollInterval: 20 * time.Millisecond})
+		wg.Go(func() { _ = r.Run(rctx) })
+	}
+	defer func() { stop(); wg.Wait() }()
+
+	// Transactions of several producers interleave, so they commit in an order unrelated
+	// to when their ids were drawn. Writers of one key wait for each other inside Enqueue;
+	// a transaction writes its keys in sorted order, so two never wait for each other in
+	// a cycle (a deadlock).
+	const producers, perProducer = 8, 25
+	keys := []string{"a", "b", "c", "d", "e"}
+	var committed, rolledBack sync.Map // id -> key
+	var pw sync.WaitGroup
+	for p := range producers {
+		pw.Go(func() {
+			for i := range perProducer {
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var ids []int64
+				txKeys := make([]string, 1+rand.IntN(3))
+				for j := range txKeys {
+					txKeys[j] = keys[rand.IntN(len(keys))]
+				}
+				slices.Sort(txKeys)
+				for _, k := range txKeys {
+					m, err := outbox.Enqueue(ctx, tx, msg(k, fmt.Sprintf("p%d-%d", p, i)))
+					if err != nil {
+						t.Error(err)
+						_ = tx.Rollback(ctx)
+						return
+					}
+					ids = append(ids, m.ID)
+				}
+				if rand.IntN(4) == 0 {
+					_ = tx.Rollback(ctx)
+					for _, id := range ids {
+						rolledBack.Store(id, true)
+					}
+					continue
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+				for _, id := range ids {
+					committed.Store(id, true)
+				}
+			}
+		})
+	}
+	pw.Wait()
+	waitFor(t, "every committed message delivered", func() bool { return pending(t, pool) == 0 })
+
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	committed.Range(func(id, _ any) bool {
+		n++
+		if !first[id.(int64)] {
+			t.Errorf("committed message %d never delivered", id)
+		}
+		return true
+	})
+	rolledBack.Range(func(id, _ any) bool {
+		if first[id.(int64)] {
+			t.Errorf("rolled-back message %d delivered", id)
+		}
+		return true
+	})
+	for k, ids := range order {
+		if !slices.IsSorted(ids) {
+			t.Errorf("key %s first delivered in order %v, not in commit (id) order", k, ids)
+		}
+	}
+	if n == 0 || len(first) != n {
+		t.Fatalf("%d committed, %d delivered", n, len(first))
+	}
+}
+
+// A message whose transaction commits after later messages were delivered is still
+// delivered: claiming works on state, not on an id horizon.
+func TestLateCommitIsNotSkipped(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	late, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback(ctx)
+	early, err := outbox.Enqueue(ctx, late, msg("k1", "late"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := enqueue(t, pool, msg("k2", "on time"))[0]
+	if after.ID <= early.ID {
+		t.Fatalf("ids %d, %d: want the late transaction's id lower", early.ID, after.ID)
+	}
+	rec := &recorder{}
+	r := newRelay(t, pool, rec, outbox.Config{})
+	runBatch(t, r)
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runBatch(t, r)
+	if got := strings.Join(rec.payloads(), ","); got != "on time,late" {
+		t.Fatalf("delivered %q", got)
+	}
+}
+
+// A failure is retried after an exponential backoff with jitter, by the database clock;
+// after MaxAttempts failures the message is dead, and Retry brings it back.
+func TestRetryBackoffDeadAndRetry(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	m := enqueue(t, pool, msg("k", "poison"))[0]
+	clk := &clock{now: dbNow(t, pool)}
+	rec := &recorder{fail: map[string]bool{"poison": true}}
+	r := newRelay(t, pool, rec, outbox.Config{MaxAttempts: 3, Backoff: 10 * time.Second, MaxBackoff: time.Hour, Now: clk.Now})
+
+	for attempt, backoff := range []time.Duration{10 * time.Second, 20 * time.Second} {
+		if n := runBatch(t, r); n != 1 {
+			t.Fatalf("attempt %d: claimed %d", attempt+1, n)
+		}
+		got := get(t, pool, m.ID)
+		wait := got.AvailableAt.Sub(clk.Now())
+		if got.State != outbox.Pending || got.Attempts != attempt+1 || got.LastError != "boom" ||
+			wait < backoff*8/10 || wait > backoff*12/10 {
+			t.Fatalf("after failure %d: %+v, due in %v; want pending, due in %v ±20%%", attempt+1, got, wait, backoff)
+		}
+		if n := runBatch(t, r); n != 0 {
+			t.Fatalf("claimed %d during the backoff", n)
+		}
+		clk.Add(wait)
+	}
+	runBatch(t, r)
+	dead := get(t, pool, m.ID)
+	if dead.State != outbox.Dead || dead.Attempts != 3 || dead.DeadAt.IsZero() {
+		t.Fatalf("after 3 failures: %+v; want dead", dead)
+	}
+	if s := r.Stats(); s.Failed != 3 || s.Dead != 1 || s.Delivered != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	clk.Add(24 * time.Hour)
+	if n := runBatch(t, r); n != 0 {
+		t.Fatalf("claimed a dead message")
+	}
+	if err := outbox.Retry(ctx, pool, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	delete(rec.fail, "poison")
+	if n := runBatch(t, r); n != 1 {
+		t.Fatalf("claimed %d after Retry", n)
+	}
+	if got := get(t, pool, m.ID); got.State != outbox.Delivered || got.Attempts != 0 {
+		t.Fatalf("after Retry: %+v", got)
+	}
+	if err := outbox.Retry(ctx, pool, m.ID); err == nil {
+		t.Fatal("Retry of a delivered message succeeded")
+	}
+}
+
+// A failing message parks its own key only: the key's later messages wait, other keys
+// flow, and the key resumes in order once the message is delivered or dead.
+func TestPoisonMessageParksOnlyItsKey(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	enqueue(t, pool, msg("a", "a1"), msg("a", "a2"), msg("b", "b1"), msg("a", "a3"), msg("b", "b2"))
+	clk := &clock{now: dbNow(t, pool)}
+	rec := &recorder{fail: map[string]bool{"a1": true}}
+	r := newRelay(t, pool, rec, outbox.Config{MaxAttempts: 2, Backoff: time.Minute, MaxBackoff: time.Minute, Now: clk.Now})
+	runBatch(t, r)
+	if got := strings.Join(rec.payloads(), ","); got != "a1,b1,b2" {
+		t.Fatalf("first batch delivered %q; want a1 (failing), then key b only", got)
+	}
+	if s := r.Stats(); s.Released != 2 || s.Delivered != 2 || s.Failed != 1 {
+		t.Fatalf("stats %+v: want a2, a3 released untried", s)
+	}
+	enqueue(t, pool, msg("b", "b3"), msg("c", "c1"))
+	clk.now = dbNow(t, pool) // a1's backoff (1m) has not passed
+	runBatch(t, r)
+	if got := strings.Join(rec.payloads(), ","); got != "a1,b1,b2,b3,c1" {
+		t.Fatalf("while a1 waits, delivered %q; want b3 and c1 only", got)
+	}
+	clk.Add(2 * time.Minute)
+	runBatch(t, r) // a1 fails again: dead, and the key moves on
+	runBatch(t, r)
+	if got := strings.Join(rec.payloads(), ","); got != "a1,b1,b2,b3,c1,a1,a2,a3" {
+		t.Fatalf("delivered %q; want a1 twice, then a2, a3", got)
+	}
+}
+
+// A relay paused past its claim cannot record outcomes for messages another relay has
+// claimed since.
+func TestTakenOverClaimIsFenced(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	m := enqueue(t, pool, msg("k", "x"))[0]
+	clk := &clock{now: dbNow(t, pool)}
+	entered, release := make(chan struct{}), make(chan struct{})
+	slow := newRelay(t, pool, outbox.HandlerFunc(func(context.Context, outbox.Message) error {
+		close(entered)
+		<-release // paused, past its claim by the database clock
+		return nil
+	}), outbox.Config{ClaimTTL: time.Hour, Now: clk.Now, Claimant: "slow"})
+	call := pgtest.Go(func() (int, error) { return slow.RunBatch(ctx) })
+	<-entered
+
+	rec := &recorder{fail: map[string]bool{"x": true}}
+	later := &clock{now: clk.Now().Add(time.Hour + time.Second)}
+	fast := newRelay(t, pool, rec, outbox.Config{Now: later.Now, Claimant: "fast", Backoff: time.Minute, MaxBackoff: time.Minute})
+	if n := runBatch(t, fast); n != 1 {
+		t.Fatalf("the expired claim was not taken over: claimed %d", n)
+	}
+	close(release)
+	if _, err := call.Wait(t); err != nil {
+		t.Fatal(err)
+	}
+	got := get(t, pool, m.ID)
+	if got.State != outbox.Pending || got.Attempts != 1 || got.ClaimedBy != "fast" {
+		t.Fatalf("message %+v: want the new claimant's failure recorded, not the stale relay's delivery", got)
+	}
+	if s := slow.Stats(); s.Fenced != 1 || s.Delivered != 0 {
+		t.Fatalf("stale relay stats %+v: want its outcome refused", s)
+	}
+}
+
+// A commit wakes an idle relay through NOTIFY, long before its poll interval.
+func TestNotifyWakesIdleRelay(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	delivered := make(chan string, 1)
+	r := newRelay(t, pool, outbox.HandlerFunc(func(_ context.Context, m outbox.Message) error {
+		delivered <- string(m.Payload)
+		return nil
+	}), outbox.Config{PollInterval: time.Hour})
+	rctx, stop := context.WithCancel(ctx)
+	done := pgtest.Go(func() (struct{}, error) { return struct{}{}, r.Run(rctx) })
+	defer func() { stop(); done.Wait(t) }()
+
+	// Wait until the relay idles: listening, and registered as waiting.
+	waitFor(t, "relay waiting", func() bool {
+		var n int
+		_ = pool.QueryRow(ctx, `SELECT count(*) FROM pgcoord_outbox_idle WHERE claimant = $1`, r.Claimant()).Scan(&n)
+		return n == 1
+	})
+	enqueue(t, pool, msg("k", "wake"))
+	select {
+	case got := <-delivered:
+		if got != "wake" {
+			t.Fatalf("delivered %q", got)
+		}
+	case <-time.After(pgtest.WaitLimit):
+		t.Fatalf("not delivered within %v with a 1h poll interval: NOTIFY did not wake the relay", pgtest.WaitLimit)
+	}
+}
+
+func TestRelayConfigValidation(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	h := &recorder{}
+	for _, cfg := range []*outbox.Config{
+		nil, {}, {Handler: h, BatchSize: -1}, {Handler: h, BatchSize: outbox.MaxBatchSize + 1},
+		{Handler: h, BatchSize: 10, KeyBatchSize: 11}, {Handler: h, ClaimTTL: time.Millisecond},
+		{Handler: h, MaxAttempts: -1}, {Handler: h, Backoff: time.Hour, MaxBackoff: time.Minute},
+		{Handler: h, Topics: []string{""}}, {Handler: h, Concurrency: -2},
+	} {
+		if _, err := outbox.NewRelay(pool, cfg); err == nil {
+			t.Errorf("NewRelay(%+v) accepted", cfg)
+		}
+	}
+	if _, err := outbox.NewRelay(nil, &outbox.Config{Handler: h}); err == nil {
+		t.Error("NewRelay(nil pool) accepted")
+	}
+}
+
+// Topics restricts a relay; Concurrency delivers keys in parallel, each key in order.
+func TestRelayTopicsAndConcurrency(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	var msgs []outbox.Message
+	for i := range 40 {
+		msgs = append(msgs, outbox.Message{Topic: "orders", Key: fmt.Sprint("k", i%8), Payload: []byte(fmt.Sprint(i))})
+	}
+	msgs = append(msgs, outbox.Message{Topic: "audit", Key: "k", Payload: []byte("audit")})
+	enqueue(t, pool, msgs...)
+	rec := &recorder{}
+	r := newRelay(t, pool, rec, outbox.Config{Topics: []string{"orders"}, Concurrency: 4})
+	for runBatch(t, r) > 0 {
+	}
+	got := rec.payloads()
+	if len(got) != 40 || slices.Contains(got, "audit") {
+		t.Fatalf("delivered %d messages %v; want the 40 of topic orders", len(got), got)
+	}
+	last := map[string]int{}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, m := range rec.got {
+		var i int
+		fmt.Sscan(string(m.Payload), &i)
+		if prev, ok := last[m.Key]; ok && i < prev {
+			t.Fatalf("key %s: %d delivered after %d", m.Key, i, prev)
+		}
+		last[m.Key] = i
+	}
+}
+
+// A relay's registration as idle waits for producers that checked for idle relays before
+// it (and so will not notify): once it returns, the relay's next claim sees their messages.
+func TestIdleRegistrationWaitsForUncommittedProducers(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	producer, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Rollback(ctx)
+	if _, err := outbox.Enqueue(ctx, producer, msg("k", "x")); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	waiter, blocker := pgtest.BackendPID(t, conn), pgtest.BackendPID(t, producer)
+	call := pgtest.Go(func() (struct{}, error) {
+		_, err := conn.Exec(ctx, `SELECT pgcoord_outbox_idle('relay', '1 minute')`)
+		return struct{}{}, err
+	})
+	pgtest.WaitBlocked(t, pool, call, waiter, blocker)
+	if err := producer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := call.Wait(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := runBatch(t, newRelay(t, pool, &recorder{}, outbox.Config{})); n != 1 {
+		t.Fatalf("claim after the registration found %d messages, want the producer's", n)
+	}
+}

@@ -1,0 +1,197 @@
+// Package sink holds the outbox handlers the pgcoord CLI relay offers (`pgcoord outbox
+// relay --sink webhook=URL|stdout`), so the relay can run as a sidecar without Go code:
+// an HTTP webhook and JSON lines on a stream. They are ordinary outbox.Handlers, usable
+// from Go as well; anything else (Kafka, NATS, SQS) is a Handler of your own.
+//
+// # Guarantees
+//
+//   - Webhook: a message counts as delivered only when the endpoint answered 2xx. Every
+//     request carries the message id in an Idempotency-Key header, the same on every
+//     redelivery, so the endpoint can apply each message once.
+//   - JSONLines: a message counts as delivered once its line was written to the stream
+//     (not necessarily flushed to disk or read by anyone). Lines of concurrent deliveries
+//     never interleave.
+//
+// # Failure modes
+//
+//   - Delivery is at least once: an endpoint that applied a message but whose answer was
+//     lost (timeout, connection reset) gets it again. Deduplicate on Idempotency-Key.
+//   - A slow endpoint holds its key (and, with relay Concurrency 1, the relay): set
+//     WebhookOpts.Timeout well below the relay's ClaimTTL.
+package sink
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/pgcoord/pgcoord/outbox"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// Headers the webhook sink sets on every request.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key" // the message id, in decimal
+	HeaderTopic          = "Pgcoord-Topic"
+	HeaderKey            = "Pgcoord-Key"
+	HeaderAttempt        = "Pgcoord-Attempt" // 1 for the first delivery, 2 after one failure, ...
+)
+
+// DefaultWebhookTimeout bounds one webhook request when WebhookOpts.Timeout is zero.
+const DefaultWebhookTimeout = 10 * time.Second
+
+// WebhookOpts are the options of Webhook. A nil *WebhookOpts means the defaults.
+type WebhookOpts struct {
+	// Client sends the requests. Default: a client with no overall timeout of its own
+	// (Timeout applies per request).
+	Client *http.Client
+	// Timeout bounds each request. Default DefaultWebhookTimeout (10s).
+	Timeout time.Duration
+}
+
+// Webhook returns a handler that POSTs each message to endpoint (an http or https URL):
+// the payload as the body (Content-Type application/json for JSON messages, else
+// application/octet-stream), the message id in an Idempotency-Key header, the topic, key
+// and attempt in Pgcoord-Topic, Pgcoord-Key and Pgcoord-Attempt, and the message's
+// headers as request headers (those whose names are valid HTTP header names). A 2xx
+// answer means delivered; anything else, or no answer within the timeout, is an error
+// (the relay retries the message). A bad endpoint or timeout returns an error wrapping
+// pgcoord.ErrInvalidArgument.
+func Webhook(endpoint string, opts *WebhookOpts) (outbox.Handler, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: sink: webhook URL %q: want http(s)://host/...", pgcoord.ErrInvalidArgument, endpoint)
+	}
+	var o WebhookOpts
+	if opts != nil {
+		o = *opts
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultWebhookTimeout
+	}
+	if o.Timeout < 0 {
+		return nil, fmt.Errorf("%w: sink: negative webhook timeout %v", pgcoord.ErrInvalidArgument, o.Timeout)
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{}
+	}
+	return &webhook{url: u.String(), opts: o}, nil
+}
+
+type webhook struct {
+	url  string
+	opts WebhookOpts
+}
+
+func (w *webhook) Handle(ctx context.Context, msg outbox.Message) error {
+	ctx, cancel := context.WithTimeout(ctx, w.opts.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(msg.Payload))
+	if err != nil {
+		return err
+	}
+	for name, v := range msg.Headers {
+		if validHeaderName(name) {
+			req.Header.Set(name, v)
+		}
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	if msg.JSON {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set(HeaderIdempotencyKey, strconv.FormatInt(msg.ID, 10))
+	req.Header.Set(HeaderTopic, msg.Topic)
+	req.Header.Set(HeaderKey, msg.Key)
+	req.Header.Set(HeaderAttempt, strconv.Itoa(msg.Attempts+1))
+	resp, err := w.opts.Client.Do(req)
+	if err != nil {
+		return fmt.Errorf("sink: webhook: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // let the connection be reused
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("sink: webhook answered %s: %s", resp.Status, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
+// validHeaderName reports whether name is an HTTP token (RFC 9110), so it can be sent
+// as a header name.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			bytes.IndexByte([]byte("!#$%&'*+-.^_`|~"), c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Line is one line the JSONLines sink writes, as JSON. Payload holds a JSON message's
+// payload as is; other payloads are in PayloadBase64 (standard encoding).
+type Line struct {
+	ID            int64             `json:"id"`
+	Topic         string            `json:"topic"`
+	Key           string            `json:"key"`
+	Payload       json.RawMessage   `json:"payload,omitempty"`
+	PayloadBase64 *string           `json:"payload_base64,omitempty"`
+	Headers       map[string]string `json:"headers"`
+	Attempt       int               `json:"attempt"`
+	CreatedAt     string            `json:"created_at"`
+}
+
+// JSONLines returns a handler that writes each message to w as one line of JSON (see
+// Line), safe for concurrent use: `pgcoord outbox relay --sink stdout` writes to standard
+// output. A write error fails the delivery (the relay retries it).
+func JSONLines(w io.Writer) outbox.Handler {
+	if w == nil {
+		w = io.Discard
+	}
+	return &jsonLines{w: w}
+}
+
+type jsonLines struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (j *jsonLines) Handle(_ context.Context, msg outbox.Message) error {
+	l := Line{
+		ID: msg.ID, Topic: msg.Topic, Key: msg.Key, Headers: msg.Headers, Attempt: msg.Attempts + 1,
+		CreatedAt: msg.CreatedAt.UTC().Format(time.RFC3339Nano),
+	}
+	if l.Headers == nil {
+		l.Headers = map[string]string{}
+	}
+	if msg.JSON && json.Valid(msg.Payload) {
+		l.Payload = msg.Payload
+	} else {
+		s := base64.StdEncoding.EncodeToString(msg.Payload)
+		l.PayloadBase64 = &s
+	}
+	b, err := json.Marshal(l)
+	if err != nil {
+		return fmt.Errorf("sink: json lines: %w", err)
+	}
+	b = append(b, '\n')
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if _, err := j.w.Write(b); err != nil {
+		return fmt.Errorf("sink: json lines: %w", err)
+	}
+	return nil
+}

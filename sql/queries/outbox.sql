@@ -1,0 +1,142 @@
+-- Outbox operations go through the SQL API functions of 00006_outbox.sql where a relay in
+-- another language would need the same logic (enqueue, claim, settle); the operator's
+-- reads and repairs are plain statements.
+
+-- name: OutboxEnqueue :one
+-- pgcoord_outbox_enqueue_bytes as one plain statement, for the Go library, which checks
+-- the message before sending it: the key's lock is taken (in l) before the row's id is
+-- drawn, and plain SQL saves the function call's overhead on the hottest path.
+WITH l AS (
+    SELECT pg_advisory_xact_lock(pgcoord_outbox_lock_key(@topic::text, @key::text))
+)
+INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
+SELECT @topic::text, @key::text, @payload::bytea, @is_json::boolean, @headers::jsonb,
+       now() + coalesce(sqlc.narg('delay')::interval, interval '0')
+FROM l
+RETURNING id, created_at, available_at;
+
+-- name: OutboxEnqueueMany :many
+-- pgcoord_outbox_enqueue_many as plain SQL, for the Go library, which checks the messages
+-- first: every (topic, key) lock is taken, in (topic, key) order, before the first id is
+-- drawn (l is one row, joined before any row is inserted), and ids follow the arrays' order.
+WITH l AS (
+    SELECT count(*) AS locked FROM (
+        SELECT pg_advisory_xact_lock(pgcoord_outbox_lock_key(k.topic, k.key))
+          FROM (SELECT DISTINCT (@topics::text[])[i] AS topic, (@keys::text[])[i] AS key
+                  FROM generate_subscripts(@topics::text[], 1) AS i
+                 ORDER BY 1, 2) k) x
+), ins AS (
+    INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
+    SELECT (@topics::text[])[i], (@keys::text[])[i], (@payloads::bytea[])[i], (@is_json::boolean[])[i],
+           (@headers::jsonb[])[i], now() + coalesce((@delays::interval[])[i], interval '0')
+      FROM l, generate_subscripts(@topics::text[], 1) AS i
+     WHERE l.locked >= 0
+     ORDER BY i
+    RETURNING id, created_at, available_at
+)
+SELECT ins.id, ins.created_at, ins.available_at FROM ins ORDER BY ins.id;
+
+-- name: OutboxClaim :many
+SELECT o.* FROM pgcoord_outbox_claim(@claimant::text, @max_rows::int, @key_limit::int, @ttl::interval,
+                                     sqlc.narg('topics')::text[], @after_topic::text, @after_key::text,
+                                     sqlc.narg('now')::timestamptz) o;
+
+-- name: OutboxSettle :one
+SELECT pgcoord_outbox_settle(@token::bigint, @delivered::bigint[], @failed::bigint[], @errors::text[],
+                             @released::bigint[], @max_attempts::int, @backoff::interval,
+                             @max_backoff::interval, sqlc.narg('now')::timestamptz)::int AS settled;
+
+-- name: OutboxIdle :exec
+SELECT pgcoord_outbox_idle(@claimant::text, sqlc.narg('ttl')::interval);
+
+-- name: OutboxChannel :one
+SELECT pgcoord_channel('outbox')::text AS channel;
+
+-- name: OutboxStats :many
+-- Per topic. oldest_pending is 'epoch' when the topic has no pending message.
+WITH p AS (
+    SELECT o.topic, count(*) AS pending,
+           count(*) FILTER (WHERE o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+                              AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))) AS due,
+           count(*) FILTER (WHERE o.claim_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())) AS in_flight,
+           min(o.created_at) AS oldest_pending,
+           max(o.attempts) AS max_attempts
+      FROM pgcoord_outbox o WHERE o.state = 'pending' GROUP BY o.topic
+), d AS (
+    SELECT o.topic, count(*) AS dead FROM pgcoord_outbox o WHERE o.state = 'dead' GROUP BY o.topic
+)
+SELECT coalesce(p.topic, d.topic)::text AS topic,
+       coalesce(p.pending, 0)::bigint AS pending,
+       coalesce(p.due, 0)::bigint AS due,
+       coalesce(p.in_flight, 0)::bigint AS in_flight,
+       coalesce(d.dead, 0)::bigint AS dead,
+       coalesce(p.oldest_pending, 'epoch')::timestamptz AS oldest_pending,
+       coalesce(p.max_attempts, 0)::int AS max_attempts,
+       coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+FROM p FULL JOIN d ON d.topic = p.topic
+WHERE sqlc.narg('only_topic')::text IS NULL OR coalesce(p.topic, d.topic) = sqlc.narg('only_topic')::text
+ORDER BY 1;
+
+-- name: OutboxList :many
+SELECT sqlc.embed(o)
+FROM pgcoord_outbox o
+WHERE (sqlc.narg('state')::text IS NULL OR o.state = sqlc.narg('state')::text)
+  AND (sqlc.narg('topic')::text IS NULL OR o.topic = sqlc.narg('topic')::text)
+  AND o.id > @after_id::bigint
+ORDER BY o.id
+LIMIT @max_rows::int;
+
+-- name: OutboxGet :one
+SELECT o.* FROM pgcoord_outbox o WHERE o.id = @id::bigint;
+
+-- name: OutboxRetry :execrows
+-- A dead message becomes pending again with a fresh count of attempts; a pending one in
+-- backoff becomes due now. A claimed message keeps its claim.
+UPDATE pgcoord_outbox
+   SET state = 'pending', dead_at = NULL,
+       attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END,
+       available_at = least(available_at, now())
+ WHERE id = @id::bigint AND state IN ('pending', 'dead');
+
+-- name: OutboxRetryDead :execrows
+UPDATE pgcoord_outbox
+   SET state = 'pending', dead_at = NULL, attempts = 0, available_at = now()
+ WHERE state = 'dead' AND (sqlc.narg('topic')::text IS NULL OR topic = sqlc.narg('topic')::text);
+
+-- name: OutboxCountDead :one
+SELECT count(*) FROM pgcoord_outbox
+WHERE state = 'dead' AND (sqlc.narg('topic')::text IS NULL OR topic = sqlc.narg('topic')::text);
+
+-- name: OutboxPrune :execrows
+-- Delivered (and, with include_dead, dead) messages finished before cutoff, at most batch.
+DELETE FROM pgcoord_outbox
+WHERE id = ANY (ARRAY(
+    SELECT o.id FROM pgcoord_outbox o
+     WHERE (o.state = 'delivered' AND o.delivered_at < @cutoff::timestamptz)
+        OR (@include_dead::boolean AND o.state = 'dead' AND o.dead_at < @cutoff::timestamptz)
+     ORDER BY o.id
+     LIMIT @batch::int))
+  AND state IN ('delivered', 'dead');
+
+-- name: OutboxCountPrunable :one
+SELECT count(*) FROM pgcoord_outbox o
+WHERE (o.state = 'delivered' AND o.delivered_at < @cutoff::timestamptz)
+   OR (@include_dead::boolean AND o.state = 'dead' AND o.dead_at < @cutoff::timestamptz);
+
+-- name: OutboxCutoff :one
+-- The database clock minus an age: the cutoff of Prune and inbox GC.
+SELECT (coalesce(sqlc.narg('now')::timestamptz, now()) - @age::interval)::timestamptz AS cutoff;
+
+-- name: InboxClaim :execrows
+INSERT INTO pgcoord_outbox_inbox (consumer, message_id, applied_at)
+VALUES (@consumer::text, @message_id::bigint, coalesce(sqlc.narg('now')::timestamptz, now()))
+ON CONFLICT (consumer, message_id) DO NOTHING;
+
+-- name: InboxGC :execrows
+DELETE FROM pgcoord_outbox_inbox
+WHERE ctid = ANY (ARRAY(
+    SELECT i.ctid FROM pgcoord_outbox_inbox i WHERE i.applied_at < @cutoff::timestamptz LIMIT @batch::int))
+  AND applied_at < @cutoff::timestamptz;
+
+-- name: InboxCountExpired :one
+SELECT count(*) FROM pgcoord_outbox_inbox WHERE applied_at < @cutoff::timestamptz;
