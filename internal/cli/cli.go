@@ -112,6 +112,9 @@ Exit codes: 0 ok, 1 failure, 2 usage error, 3 a check ran and answered "no".`,
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of a table (read commands)")
 	pf.DurationVar(&a.statementTimeout, "statement-timeout", 30*time.Second, "server-side timeout of each statement")
 	root.AddCommand(a.versionCommand(), a.migrateCommand(), a.benchCommand(), a.leasesCommand(), a.fenceCommand(), a.dedupeCommand(), a.jobsCommand(), a.semaphoresCommand())
+	root.AddCommand(a.outboxCommand())
+	root.AddCommand(a.idempotencyCommand())
+	root.AddCommand(a.uiCommand(), a.metricsCommand(), a.auditCommand())
 	root.AddCommand(a.doctorCommand())
 	return root
 }
