@@ -27,6 +27,8 @@ func (a *app) doctorCommand() *cobra.Command {
   semaphores    keys over their limit or with leaked permits (details: semaphores verify)
   jobs          cron jobs overdue or failing (details: jobs check)
   idempotency   keys left in flight by a dead attempt that no client retried
+  outbox        dead messages, and topics whose oldest pending message is older than
+                --outbox-lag
 
 Each finding is ok, info (worth knowing, nothing to fix) or attention. Exit 3 when any
 needs attention, 0 otherwise. With --json: an array of {"check", "status", "summary",
@@ -37,7 +39,8 @@ needs attention, 0 otherwise. With --json: an array of {"check", "status", "summ
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			for name, d := range map[string]int64{"--long-transaction": int64(o.LongTransaction),
-				"--max-staleness": int64(o.MaxStaleness), "--notify-timeout": int64(o.NotifyTimeout)} {
+				"--max-staleness": int64(o.MaxStaleness), "--notify-timeout": int64(o.NotifyTimeout),
+				"--outbox-lag": int64(o.OutboxLag)} {
 				if d <= 0 {
 					return usagef("%s: want a positive duration", name)
 				}
@@ -80,6 +83,7 @@ needs attention, 0 otherwise. With --json: an array of {"check", "status", "summ
 	f.DurationVar(&o.LongTransaction, "long-transaction", doctorDefaults.LongTransaction, "report transactions open longer than this")
 	f.DurationVar(&o.MaxStaleness, "max-staleness", doctorDefaults.MaxStaleness, "a job is overdue when it has not succeeded for its period plus this")
 	f.DurationVar(&o.NotifyTimeout, "notify-timeout", doctorDefaults.NotifyTimeout, "how long to wait for the LISTEN/NOTIFY probe")
+	f.DurationVar(&o.OutboxLag, "outbox-lag", doctorDefaults.OutboxLag, "report outbox topics whose oldest pending message is older than this")
 	return cmd
 }
 

@@ -15,7 +15,8 @@ func TestDoctor(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("doctor on a fresh schema: exit %d\n%s%s", code, out, errOut)
 	}
-	for _, check := range []string{"schema", "notify", "clock", "transactions", "replication", "leases", "semaphores", "jobs"} {
+	for _, check := range []string{"schema", "notify", "clock", "transactions", "replication", "leases", "semaphores", "jobs",
+		"idempotency", "outbox"} {
 		if !strings.Contains(out, " "+check+" ") {
 			t.Errorf("the report lacks the %s check:\n%s", check, out)
 		}
@@ -49,7 +50,7 @@ func TestDoctor(t *testing.T) {
 
 func TestDoctorBadFlags(t *testing.T) {
 	t.Parallel()
-	for _, flag := range []string{"--long-transaction=0s", "--max-staleness=-1s", "--notify-timeout=0s"} {
+	for _, flag := range []string{"--long-transaction=0s", "--max-staleness=-1s", "--notify-timeout=0s", "--outbox-lag=0s"} {
 		code, _, errOut := run(t, "--database-url", "postgres://nobody@127.0.0.1:1/none", "doctor", flag)
 		if code != 2 || !strings.Contains(errOut, strings.SplitN(flag, "=", 2)[0]) {
 			t.Errorf("doctor %s: exit %d, %q; want 2 naming the flag", flag, code, errOut)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/leases"
+	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
 	"github.com/pgcoord/pgcoord/singleton"
@@ -32,7 +33,7 @@ const (
 // Finding is the outcome of one check.
 type Finding struct {
 	// Check names the check: schema, notify, clock, transactions, replication, leases,
-	// semaphores, jobs, idempotency.
+	// semaphores, jobs, idempotency, outbox.
 	Check string `json:"check"`
 	// Status grades it.
 	Status Status `json:"status"`
@@ -51,6 +52,9 @@ type Options struct {
 	// MaxStaleness is the slack after a job's period before it counts as overdue, as in
 	// `pgcoord jobs check`. Default 5m.
 	MaxStaleness time.Duration
+	// OutboxLag is the age from which the oldest pending outbox message of a topic is
+	// reported: its relays are down, or cannot keep up, or its key is parked. Default 5m.
+	OutboxLag time.Duration
 	// ClockTolerance is the clock difference between this host and the database from
 	// which it is reported. Default 1s.
 	ClockTolerance time.Duration
@@ -67,6 +71,7 @@ func (o Options) WithDefaults() Options {
 	def(&o.LongTransaction, 5*time.Minute)
 	def(&o.MaxStaleness, 5*time.Minute)
 	def(&o.ClockTolerance, time.Second)
+	def(&o.OutboxLag, 5*time.Minute)
 	return o
 }
 
@@ -87,6 +92,7 @@ var checks = []check{
 	{"semaphores", checkSemaphores, true},
 	{"jobs", checkJobs, true},
 	{"idempotency", checkIdempotency, true},
+	{"outbox", checkOutbox, true},
 }
 
 // Run runs every check against the schema pool's connections resolve to and returns the
@@ -383,6 +389,34 @@ func checkIdempotency(ctx context.Context, pool *pgxpool.Pool, _ Options) Findin
 		Explain: "Their attempts died after recording a recovery point, and no client has retried since: the " +
 			"operation may be half done. The next retry with the key resumes it at once; " +
 			"pgcoord idempotency show SCOPE KEY shows where it stopped."}
+}
+
+// checkOutbox reports dead messages and topics whose oldest pending message is older than
+// o.OutboxLag.
+func checkOutbox(ctx context.Context, pool *pgxpool.Pool, o Options) Finding {
+	topics, err := outbox.Stats(ctx, pool, nil)
+	if err != nil {
+		return failed(err)
+	}
+	var pending, dead int64
+	var bad []string
+	for _, t := range topics {
+		pending += t.Pending
+		dead += t.Dead
+		if t.Dead > 0 {
+			bad = append(bad, fmt.Sprintf("%s (%d dead)", t.Topic, t.Dead))
+		}
+		if age := t.OldestPendingAge(); t.Pending > 0 && age > o.OutboxLag {
+			bad = append(bad, fmt.Sprintf("%s (oldest pending %v old, %d attempt(s) at most)", t.Topic, age.Round(time.Second), t.MaxAttempts))
+		}
+	}
+	if len(bad) == 0 {
+		return Finding{Status: OK, Summary: fmt.Sprintf("%d pending outbox message(s), none dead or older than %v", pending, o.OutboxLag)}
+	}
+	return Finding{Status: Attention, Summary: fmt.Sprintf("outbox: %d pending, %d dead: %s", pending, dead, list(bad)),
+		Explain: "A dead message failed its relay's MaxAttempts deliveries: fix the cause, then pgcoord outbox retry. " +
+			"An old pending message means no relay runs for its topic, the relays cannot keep up, or its key waits " +
+			"behind a failing message (pgcoord outbox list shows its attempts and last error)."}
 }
 
 // eachPage calls page with the cursor of the previous page's last row (the zero value

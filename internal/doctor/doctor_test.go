@@ -2,14 +2,18 @@ package doctor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/internal/doctor"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
 	"github.com/pgcoord/pgcoord/singleton"
@@ -47,7 +51,7 @@ func TestHealthySchema(t *testing.T) {
 			t.Errorf("%s needs attention in a fresh schema: %s", f.Check, f.Summary)
 		}
 	}
-	if got, want := strings.Join(checks, ","), "schema,notify,clock,transactions,replication,leases,semaphores,jobs,idempotency"; got != want {
+	if got, want := strings.Join(checks, ","), "schema,notify,clock,transactions,replication,leases,semaphores,jobs,idempotency,outbox"; got != want {
 		t.Errorf("checks %s, want %s", got, want)
 	}
 	if doctor.NeedsAttention(fs) {
@@ -76,7 +80,7 @@ func TestSchemaNotInstalledOrBehind(t *testing.T) {
 		if name == "behind" && !strings.Contains(s.Summary, "pending") {
 			t.Errorf("behind: %q does not say migrations are pending", s.Summary)
 		}
-		for _, c := range []string{"leases", "semaphores", "jobs", "idempotency"} {
+		for _, c := range []string{"leases", "semaphores", "jobs", "idempotency", "outbox"} {
 			if f, ok := byCheck[c]; ok {
 				t.Errorf("%s: check %s ran against a schema that is not current: %+v", name, c, f)
 			}
@@ -176,5 +180,47 @@ func TestStuckIdempotencyKey(t *testing.T) {
 	if f.Status != doctor.Attention || !strings.Contains(f.Summary, "payments/dead") || strings.Contains(f.Summary, "alive") ||
 		!strings.Contains(f.Summary, `"charged"`) {
 		t.Errorf("idempotency: %+v", f)
+	}
+}
+
+// A message whose relay gave up on it is dead; a topic whose oldest pending message is older
+// than the lag has no relay keeping up.
+func TestOutboxDeadAndLagging(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	enqueue := func(topic, key string) {
+		t.Helper()
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := outbox.Enqueue(ctx, tx, outbox.Message{Topic: topic, Key: key, Payload: []byte("x")})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue("fresh", "k1")
+	byCheck := findings(t, ctx, func() ([]doctor.Finding, error) { return doctor.Run(ctx, pool, doctor.Options{}) })
+	if f := byCheck["outbox"]; f.Status != doctor.OK || !strings.Contains(f.Summary, "1 pending") {
+		t.Errorf("a fresh pending message: %+v", f)
+	}
+
+	enqueue("orders", "k2")
+	relay, err := outbox.NewRelay(pool, &outbox.Config{Topics: []string{"orders"}, MaxAttempts: 1,
+		Handler: outbox.HandlerFunc(func(context.Context, outbox.Message) error { return errors.New("broker down") })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.RunBatch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// "fresh" was written a few statements ago: older than a lag of a microsecond.
+	byCheck = findings(t, ctx, func() ([]doctor.Finding, error) {
+		return doctor.Run(ctx, pool, doctor.Options{OutboxLag: time.Microsecond})
+	})
+	f := byCheck["outbox"]
+	if f.Status != doctor.Attention || !strings.Contains(f.Summary, "orders (1 dead)") ||
+		!strings.Contains(f.Summary, "fresh (oldest pending") || f.Explain == "" {
+		t.Errorf("a dead message and a lagging topic: %+v", f)
 	}
 }
