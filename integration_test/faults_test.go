@@ -27,8 +27,8 @@ import (
 )
 
 // The fault-injection suite. Worker processes (faultworker_test.go) run fenced registers
-// under leases, a semaphore, a cron job and idempotent charges against a PostgreSQL server
-// of the test's own,
+// under leases, a semaphore, a cron job, idempotent charges and an outbox with relays and an
+// inbox against a PostgreSQL server of the test's own,
 // through a proxy, while the test injects faults at random: it pauses workers past their
 // leases (SIGSTOP, SIGCONT), kills them (SIGKILL) and starts replacements, terminates their
 // backends, delays or cuts the network, and restarts the server with a fast or an immediate
@@ -42,7 +42,9 @@ import (
 //   - never more than the limit of semaphore permits live at once, by the database clock;
 //   - each cron tick's effect recorded at most once, and once for every tick that succeeded;
 //   - each idempotency key's side effect (a charge) made at most once, and once for every
-//     key whose response was stored.
+//     key whose response was stored;
+//   - each committed outbox message applied exactly once through the inbox, in its key's
+//     order, and no rolled-back message applied.
 //
 // The run is seeded: a failure prints the seed, and PGCOORD_FAULT_SEED=<seed> replays the
 // same choices of faults (timing still varies). PGCOORD_FAULT_DURATION sets how long faults
@@ -67,7 +69,8 @@ BEGIN
 END $$;
 CREATE TRIGGER fault_register_logged AFTER UPDATE ON fault_register FOR EACH ROW EXECUTE FUNCTION fault_register_logged();
 CREATE TABLE fault_effects (tick bigint NOT NULL, worker text NOT NULL, token bigint NOT NULL);
-CREATE TABLE fault_charges (key text NOT NULL, worker text NOT NULL); -- no UNIQUE: duplicates must show`
+CREATE TABLE fault_charges (key text NOT NULL, worker text NOT NULL); -- no UNIQUE: duplicates must show
+CREATE TABLE fault_applied (seq bigserial PRIMARY KEY, message_id bigint NOT NULL, key text NOT NULL, worker text NOT NULL);`
 
 func TestFaults(t *testing.T) {
 	t.Parallel()
@@ -313,6 +316,61 @@ func (h *faultHarness) check() {
 	h.checkPermits(hist)
 	h.checkTicks()
 	h.checkCharges()
+	h.checkOutbox()
+}
+
+// checkOutbox drains what the workers' relays left, then checks that every committed
+// message was applied exactly once, no rolled-back one was, and each key's messages were
+// first applied in order.
+func (h *faultHarness) checkOutbox() {
+	relay, err := newFaultRelay(h.admin, "drain")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var pending int
+		if err := h.admin.QueryRow(h.ctx, `SELECT count(*) FROM pgcoord_outbox WHERE topic = $1 AND state = 'pending'`,
+			faultTopic).Scan(&pending); err != nil {
+			h.t.Fatal(err)
+		}
+		if pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%d outbox messages still pending 60s after the faults", pending)
+		}
+		if n, err := relay.RunBatch(h.ctx); err != nil {
+			h.t.Fatal(err)
+		} else if n == 0 {
+			time.Sleep(50 * time.Millisecond) // the rest are in backoff or under an expiring claim
+		}
+	}
+	var messages, notOnce, phantom, outOfOrder int
+	err = h.admin.QueryRow(h.ctx, `SELECT
+			(SELECT count(*) FROM pgcoord_outbox WHERE topic = $1),
+			(SELECT count(*) FROM pgcoord_outbox o WHERE o.topic = $1
+			   AND (SELECT count(*) FROM fault_applied a WHERE a.message_id = o.id) <> 1),
+			(SELECT count(*) FROM fault_applied a WHERE NOT EXISTS (SELECT FROM pgcoord_outbox o WHERE o.id = a.message_id)),
+			(SELECT count(*) FROM (SELECT message_id, lag(message_id) OVER (PARTITION BY key ORDER BY seq) AS prev
+			                         FROM fault_applied) x WHERE prev > message_id)`, faultTopic).
+		Scan(&messages, &notOnce, &phantom, &outOfOrder)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Logf("outbox: %d committed messages", messages)
+	if messages == 0 {
+		h.t.Error("no outbox message committed: the workload did nothing")
+	}
+	if notOnce > 0 {
+		h.t.Errorf("%d committed outbox messages not applied exactly once", notOnce)
+	}
+	if phantom > 0 {
+		h.t.Errorf("%d applied messages were never committed (rolled back)", phantom)
+	}
+	if outOfOrder > 0 {
+		h.t.Errorf("%d messages first applied before an earlier message of their key", outOfOrder)
+	}
 }
 
 // checkCharges checks that each idempotency key charged at most once, and exactly once if

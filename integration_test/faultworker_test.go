@@ -18,6 +18,8 @@ import (
 	"github.com/pgcoord/pgcoord/fenced"
 	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/leases"
+	"github.com/pgcoord/pgcoord/outbox"
+	"github.com/pgcoord/pgcoord/outbox/inbox"
 	"github.com/pgcoord/pgcoord/semaphore"
 	"github.com/pgcoord/pgcoord/singleton"
 )
@@ -39,17 +41,20 @@ const faultRole = "fault"
 
 // The workloads' parameters.
 const (
-	faultRegisters = 2                      // fenced registers, each guarded by a lease of its name
-	faultLeaseTTL  = 400 * time.Millisecond // short, so that pauses outlast it
-	faultSemKey    = "fault-sem"
-	faultSemLimit  = 2
-	faultSemTTL    = 400 * time.Millisecond
-	faultCronJob   = "fault-cron"
-	faultCronEvery = time.Second
-	faultCronTTL   = 500 * time.Millisecond
-	faultPayScope  = "faults"
-	faultPayKeys   = 400
-	faultOpTimeout = 3 * time.Second // bounds every statement, so a cut link cannot hang a loop
+	faultRegisters  = 2                      // fenced registers, each guarded by a lease of its name
+	faultLeaseTTL   = 400 * time.Millisecond // short, so that pauses outlast it
+	faultSemKey     = "fault-sem"
+	faultSemLimit   = 2
+	faultSemTTL     = 400 * time.Millisecond
+	faultCronJob    = "fault-cron"
+	faultCronEvery  = time.Second
+	faultCronTTL    = 500 * time.Millisecond
+	faultTopic      = "fault-orders"
+	faultOutboxKeys = 20
+	faultConsumer   = "fault-consumer"
+	faultPayScope   = "faults"
+	faultPayKeys    = 1500
+	faultOpTimeout  = 3 * time.Second // bounds every statement, so a cut link cannot hang a loop
 )
 
 func init() { workerRoles[faultRole] = faultWorker }
@@ -69,7 +74,8 @@ func faultWorker(ctx context.Context, w *workerEnv) error {
 		stop()
 	}()
 	w.Say("started")
-	loops := []func(context.Context, *workerEnv, string, *rand.Rand){faultRegisterLoop, faultSemaphoreLoop, faultCronLoop, faultIdempotencyLoop}
+	loops := []func(context.Context, *workerEnv, string, *rand.Rand){faultRegisterLoop, faultSemaphoreLoop, faultCronLoop,
+		faultIdempotencyLoop, faultProducerLoop, faultRelayLoop}
 	done := make(chan struct{})
 	for i, loop := range loops {
 		go func() {
@@ -220,6 +226,62 @@ func faultIdempotencyLoop(ctx context.Context, w *workerEnv, name string, rng *r
 		})
 		sleepRand(ctx, rng, 30*time.Millisecond)
 	}
+}
+
+// faultProducerLoop enqueues messages for keys shared by every worker, a few per
+// transaction, and rolls back about one transaction in five: those messages must never
+// be applied.
+func faultProducerLoop(ctx context.Context, w *workerEnv, name string, rng *rand.Rand) {
+	for ctx.Err() == nil {
+		rollback := rng.IntN(5) == 0
+		_ = withTimeout(ctx, func(ctx context.Context) error {
+			tx, err := w.Pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // after Commit: a no-op
+			for range 1 + rng.IntN(3) {
+				msg := outbox.Message{Topic: faultTopic, Key: fmt.Sprintf("acct-%d", rng.IntN(faultOutboxKeys)), Payload: []byte(name)}
+				if _, err := outbox.Enqueue(ctx, tx, msg); err != nil {
+					return err
+				}
+			}
+			sleepRand(ctx, rng, 30*time.Millisecond) // the business transaction's work
+			if rollback {
+				return nil
+			}
+			return tx.Commit(ctx)
+		})
+		sleepRand(ctx, rng, 50*time.Millisecond)
+	}
+}
+
+// faultRelayLoop runs a relay of the fault topic (see newFaultRelay).
+func faultRelayLoop(ctx context.Context, w *workerEnv, name string, _ *rand.Rand) {
+	relay, err := newFaultRelay(w.Pool, name)
+	if err != nil {
+		w.Say("error %v", err)
+		return
+	}
+	_ = relay.Run(ctx) // it retries database errors itself, until ctx ends
+}
+
+// newFaultRelay returns a relay whose handler applies each message through the inbox, in
+// the consumer's transaction, recording the application in fault_applied.
+func newFaultRelay(pool *pgxpool.Pool, name string) (*outbox.Relay, error) {
+	apply := func(ctx context.Context, msg outbox.Message) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			first, err := inbox.Claim(ctx, tx, faultConsumer, msg.ID)
+			if err != nil || !first {
+				return err
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO fault_applied (message_id, key, worker) VALUES ($1, $2, $3)`, msg.ID, msg.Key, name)
+			return err
+		})
+	}
+	return outbox.NewRelay(pool, &outbox.Config{Handler: outbox.HandlerFunc(apply), Topics: []string{faultTopic},
+		ClaimTTL: time.Second, PollInterval: 200 * time.Millisecond, Backoff: 50 * time.Millisecond, MaxBackoff: time.Second,
+		Claimant: name, Logger: slog.New(slog.DiscardHandler)})
 }
 
 // withTimeout runs f with a context bounded by faultOpTimeout.
