@@ -28,11 +28,10 @@ import (
 
 // The fault-injection suite. Worker processes (faultworker_test.go) run fenced registers
 // under leases, a semaphore, a cron job, idempotent charges and an outbox with relays and an
-// inbox against a PostgreSQL server of the test's own,
-// through a proxy, while the test injects faults at random: it pauses workers past their
-// leases (SIGSTOP, SIGCONT), kills them (SIGKILL) and starts replacements, terminates their
-// backends, delays or cuts the network, and restarts the server with a fast or an immediate
-// shutdown. Then it checks the whole history against the invariants of every primitive:
+// inbox against a PostgreSQL server of the test's own, through a proxy, while the test
+// injects faults at random: it pauses workers past their leases (SIGSTOP, SIGCONT), kills
+// them (SIGKILL) and starts replacements, terminates their backends, delays or cuts the
+// network, and restarts the server with a fast or an immediate shutdown. Then it checks the whole history against the invariants of every primitive:
 //
 //   - the fenced registers' history is linearizable (porcupine), with a write accepted iff
 //     its token is not lower than the register's: no stale-token write was ever accepted;
