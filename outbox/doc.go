@@ -27,7 +27,7 @@
 // failed (retried after an exponential backoff with jitter computed by the database clock,
 // or dead after MaxAttempts), or released untried. A relay with nothing to do registers
 // as idle and LISTENs; while any relay is idle, a statement-level trigger sends one
-// notification per INSERT statement into the outbox, delivered at commit, which wakes it
+// notification per transaction that inserts into the outbox, delivered at commit, which wakes it
 // (busy relays need no wake-up, and a notification serializes commits server-wide, so
 // producers send none then). PollInterval is the fallback.
 //

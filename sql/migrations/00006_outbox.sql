@@ -80,12 +80,22 @@ CREATE TABLE pgcoord_outbox_idle (
 
 COMMENT ON TABLE pgcoord_outbox_idle IS 'pgcoord: outbox relays waiting for a notification';
 
--- One notification per INSERT statement, and only while a relay waits, delivered at
--- commit (and collapsed with the transaction's other identical notifications): a batch
--- insert wakes the relays once, a rolled-back insert never.
+-- One notification per transaction that inserts, and only while a relay waits, delivered
+-- at commit: a batch insert wakes the relays once, a rolled-back insert never. Only the
+-- transaction's first INSERT statement checks.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    -- Set once the transaction has checked: its shared lock is held until it ends, so a
+    -- relay cannot register unseen in between, and any notification already queued covers
+    -- the later statements. A rolled-back savepoint undoes the flag, the lock and the
+    -- notification together. Named after the table, so two schemas keep separate flags.
+    checked constant text := 'pgcoord.outbox_checked_' || TG_RELID::oid::bigint;
 BEGIN
+    IF current_setting(checked, true) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config(checked, 'on', true);
     PERFORM pg_advisory_xact_lock_shared(pgcoord_lock_key('outbox:wakeup'));
     IF EXISTS (SELECT FROM pgcoord_outbox_idle WHERE until > now()) THEN
         PERFORM pg_notify(pgcoord_channel('outbox'), '');
