@@ -127,7 +127,7 @@ func (d *demo) step(format string, args ...any) {
 // showState prints the live state left by the demo, with pgcoord's own CLI.
 func (d *demo) showState(ctx context.Context) error {
 	fmt.Fprintf(d.Out, "\nThe state pgcoord keeps, as an operator sees it:\n")
-	for _, args := range [][]string{{"leases", "list"}, {"jobs", "list"}, {"semaphores", "list"}} {
+	for _, args := range [][]string{{"leases", "list"}, {"jobs", "list"}, {"semaphores", "list"}, {"outbox", "stats"}} {
 		fmt.Fprintf(d.Out, "\n$ pgcoord %s %s\n", args[0], args[1])
 		all := append([]string{"--database-url", d.url, "--schema", d.schema}, args...)
 		if code := cli.Run(ctx, all, d.Out, d.Out); code != cli.ExitOK {

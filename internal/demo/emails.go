@@ -4,9 +4,11 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgcoord/pgcoord/dedupe"
+	"github.com/pgcoord/pgcoord/outbox"
+	"github.com/pgcoord/pgcoord/outbox/inbox"
 	"github.com/pgcoord/pgcoord/singleton"
 )
 
@@ -24,10 +28,11 @@ import (
 //   - naive: an in-process cron in every replica. At the scheduled moment each one sends
 //     the report to every customer: three emails each.
 //   - pgcoord: singleton.Schedule claims each tick once in the job ledger, and each email
-//     is claimed in a dedupe table in the transaction that records it. The replica that
-//     runs the tick is killed (SIGKILL) a third of the way through: its run stops
-//     heartbeating, another replica takes the tick over once the run's lease expires, and
-//     the dedupe table skips the customers already served.
+//     is claimed in a dedupe table in the transaction that writes it to the outbox; a
+//     relay hands the outbox's emails to the mail provider, which applies each message
+//     once (an inbox). The replica that runs the tick is killed (SIGKILL) a third of the
+//     way through: its run stops heartbeating, another replica takes the tick over once
+//     the run's lease expires, and the dedupe table skips the customers already served.
 
 const (
 	emailRole      = "emails"
@@ -39,6 +44,8 @@ const (
 	emailTTL = time.Second
 	// emailPace is the time one email takes to send.
 	emailPace = 10 * time.Millisecond
+	// emailTopic is the outbox topic of the emails.
+	emailTopic = "emails"
 )
 
 // Email modes.
@@ -60,7 +67,7 @@ func (d *demo) emails(ctx context.Context) (EmailResult, error) {
 	res := EmailResult{MostPerCustomer: map[string]int{}, FewestPerCustomer: map[string]int{}}
 	for _, mode := range []string{mailNaive, mailPgcoord} {
 		d.step("incident 2, %s: three replicas of the app run the weekly report", mode)
-		campaign, err := d.emailRound(mode, &res)
+		campaign, err := d.emailRound(ctx, mode, &res)
 		if err != nil {
 			return res, fmt.Errorf("%s: %w", mode, err)
 		}
@@ -77,7 +84,18 @@ func (d *demo) emails(ctx context.Context) (EmailResult, error) {
 }
 
 // emailRound runs the three replicas in one mode and returns the campaign they sent.
-func (d *demo) emailRound(mode string, res *EmailResult) (string, error) {
+func (d *demo) emailRound(ctx context.Context, mode string, res *EmailResult) (string, error) {
+	if mode == mailPgcoord { // the mail provider, fed by the outbox
+		relay, err := outbox.NewRelay(d.pool, &outbox.Config{Handler: outbox.HandlerFunc(d.sendEmail),
+			Topics: []string{emailTopic}, PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return "", err
+		}
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { _ = relay.Run(rctx); close(done) }()
+		defer func() { stop(); <-done }()
+	}
 	var procs []*proc
 	fireAt := time.Now().Add(time.Second) // every replica's own timer says: now
 	for i := 1; i <= emailReplicas; i++ {
@@ -120,7 +138,50 @@ func (d *demo) emailRound(mode string, res *EmailResult) (string, error) {
 	res.TookOver = ran.p.name
 	res.TakeoverAttempt, _ = strconv.Atoi(f[2])
 	g.send("stop")
-	return f[1], nil
+	return f[1], d.drainOutbox(ctx)
+}
+
+// drainOutbox waits until the relay has delivered every email of the outbox.
+func (d *demo) drainOutbox(ctx context.Context) error {
+	deadline := time.Now().Add(stepTimeout)
+	for {
+		topics, err := outbox.Stats(ctx, d.pool, &outbox.StatsOpts{Topic: emailTopic})
+		if err != nil {
+			return err
+		}
+		if len(topics) == 0 || topics[0].Pending == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d emails still in the outbox after %v", topics[0].Pending, stepTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// email is an outbox message of the weekly report.
+type email struct {
+	Campaign string `json:"campaign"`
+	Customer int    `json:"customer"`
+	Replica  string `json:"replica"`
+}
+
+// sendEmail is the mail provider: it sends each outbox message once, however often the
+// relay delivers it (the inbox remembers the message ids it applied).
+func (d *demo) sendEmail(ctx context.Context, m outbox.Message) error {
+	var e email
+	if err := json.Unmarshal(m.Payload, &e); err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		first, err := inbox.Claim(ctx, tx, "mail-provider", m.ID)
+		if err != nil || !first {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO demo_emails (mode, campaign, customer, replica) VALUES ($1, $2, $3, $4)`,
+			mailPgcoord, e.Campaign, e.Customer, e.Replica)
+		return err
+	})
 }
 
 // emailWorker is one replica. Naive: at FIRE_AT its own timer sends the report to every
@@ -168,16 +229,20 @@ func emailWorker(ctx context.Context, w *worker) error {
 				<-ctx.Done() // the demo kills this process
 				return ctx.Err()
 			}
-			// The email and its dedupe claim commit together: a customer already served by
-			// an earlier attempt is skipped.
+			// The email goes to the outbox in the transaction of its dedupe claim: a
+			// customer already served by an earlier attempt is skipped, and an email is
+			// sent only if its claim committed.
 			err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 				first, err := dedupe.Claim(ctx, tx, "weekly-report:"+campaign, strconv.Itoa(c), nil)
 				if err != nil || !first {
 					return err
 				}
 				sent++
-				_, err = tx.Exec(ctx, `INSERT INTO demo_emails (mode, campaign, customer, replica) VALUES ($1, $2, $3, $4)`,
-					mailPgcoord, campaign, c, name)
+				payload, err := json.Marshal(email{Campaign: campaign, Customer: c, Replica: name})
+				if err != nil {
+					return err
+				}
+				_, err = outbox.Enqueue(ctx, tx, outbox.Message{Topic: emailTopic, Key: strconv.Itoa(c), Payload: payload, JSON: true})
 				return err
 			})
 			if err != nil {
@@ -199,7 +264,7 @@ func (r EmailResult) print(out io.Writer) {
 2. Three weekly emails: the app runs in %d replicas; the report goes to %d customers.
    With pgcoord, %s was killed (SIGKILL) after %d emails; %s took the tick over (attempt %d).
 
-                              cron in every replica    singleton + dedupe table
+                              cron in every replica    singleton + dedupe + outbox
    emails per customer        %-24s %s
 `, emailReplicas, emailCustomers, r.Killed, r.SentBeforeKill, r.TookOver, r.TakeoverAttempt,
 		perCustomer(r.FewestPerCustomer[mailNaive], r.MostPerCustomer[mailNaive]),
