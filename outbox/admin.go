@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgcoord/pgcoord/internal/batch"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -266,27 +267,15 @@ func Prune(ctx context.Context, db pgcoord.DBTX, opts *PruneOpts) (deleted int64
 	if err != nil {
 		return 0, fmt.Errorf("outbox: prune: %w", err)
 	}
-	if o.DryRun {
-		n, err := queries.OutboxCountPrunable(ctx, db, dbsqlc.OutboxCountPrunableParams{Cutoff: cutoff, IncludeDead: o.Dead})
-		if err != nil {
-			return 0, fmt.Errorf("outbox: prune: %w", err)
-		}
-		return n, nil
+	deleted, err = batch.Delete(ctx, o.Batch, o.DryRun, o.Progress,
+		func(ctx context.Context) (int64, error) {
+			return queries.OutboxCountPrunable(ctx, db, dbsqlc.OutboxCountPrunableParams{Cutoff: cutoff, IncludeDead: o.Dead})
+		},
+		func(ctx context.Context) (int64, error) {
+			return queries.OutboxPrune(ctx, db, dbsqlc.OutboxPruneParams{Cutoff: cutoff, IncludeDead: o.Dead, Batch: int32(o.Batch)})
+		})
+	if err != nil {
+		return deleted, fmt.Errorf("outbox: prune: %w", err)
 	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return deleted, fmt.Errorf("outbox: prune: %w", err)
-		}
-		n, err := queries.OutboxPrune(ctx, db, dbsqlc.OutboxPruneParams{Cutoff: cutoff, IncludeDead: o.Dead, Batch: int32(o.Batch)})
-		if err != nil {
-			return deleted, fmt.Errorf("outbox: prune: %w", err)
-		}
-		deleted += n
-		if o.Progress != nil && n > 0 {
-			o.Progress(deleted)
-		}
-		if n < int64(o.Batch) {
-			return deleted, nil
-		}
-	}
+	return deleted, nil
 }

@@ -56,6 +56,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgcoord/pgcoord/internal/batch"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -137,29 +138,17 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 	if err != nil {
 		return 0, fmt.Errorf("inbox: GC: %w", err)
 	}
-	if o.DryRun {
-		n, err := queries.InboxCountExpired(ctx, db, cutoff)
-		if err != nil {
-			return 0, fmt.Errorf("inbox: GC: %w", err)
-		}
-		return n, nil
+	deleted, err = batch.Delete(ctx, o.Batch, o.DryRun, o.Progress,
+		func(ctx context.Context) (int64, error) {
+			return queries.InboxCountExpired(ctx, db, cutoff)
+		},
+		func(ctx context.Context) (int64, error) {
+			return queries.InboxGC(ctx, db, dbsqlc.InboxGCParams{Cutoff: cutoff, Batch: int32(o.Batch)})
+		})
+	if err != nil {
+		return deleted, fmt.Errorf("inbox: GC: %w", err)
 	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return deleted, fmt.Errorf("inbox: GC: %w", err)
-		}
-		n, err := queries.InboxGC(ctx, db, dbsqlc.InboxGCParams{Cutoff: cutoff, Batch: int32(o.Batch)})
-		if err != nil {
-			return deleted, fmt.Errorf("inbox: GC: %w", err)
-		}
-		deleted += n
-		if o.Progress != nil && n > 0 {
-			o.Progress(deleted)
-		}
-		if n < int64(o.Batch) {
-			return deleted, nil
-		}
-	}
+	return deleted, nil
 }
 
 var queries dbsqlc.Queries
