@@ -40,14 +40,14 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Dura
 	w, err := newWaiter(ctx, conn, o.NoListen)
 	if err != nil {
 		conn.Release()
-		return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, err)
+		return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, pgcoord.TranslateError(err))
 	}
 	defer w.Close()
 	for {
 		start := time.Now()
 		row, err := queries.WaitLease(ctx, conn, dbsqlc.WaitLeaseParams{
 			Name: name, Holder: o.Holder, Ttl: dbarg.Interval(ttl), Want: dbarg.Interval(2 * o.PollInterval),
-			Metadata: meta.json, Now: dbarg.Now(o.Now),
+			Metadata: meta.json, Now: dbarg.Now(o.Now), SyncCommit: o.SyncCommit,
 		})
 		var wait time.Duration
 		switch {
@@ -62,7 +62,7 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Dura
 		case ctx.Err() != nil:
 			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, ctx.Err())
 		default:
-			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, err)
+			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, pgcoord.TranslateError(err))
 		}
 		if err := w.Wait(ctx, name, wait); err != nil {
 			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, err)

@@ -28,7 +28,11 @@
 //     clock. Concurrent acquirers of a free lease get exactly one winner.
 //   - Fence tokens of a name strictly increase with each grant and are never reused: not
 //     after release, expiry, operator expiry, restart or crash recovery. Rows of the lease
-//     table are kept and cannot be deleted or truncated.
+//     table are kept and cannot be deleted or truncated. Nor after a failover: a promoted
+//     standby issues tokens above every token of the old primary's timeline, even those of
+//     grants it never received (see docs/failover.md).
+//   - Only a primary grants: on a standby, acquires, renewals and releases fail with
+//     pgcoord.ErrReadOnly (Get and List work there).
 //   - Expiry is judged by the database clock only. A holder stops trusting its grant at
 //     Lease.TrustUntil, computed from its own monotonic clock as the instant it sent the
 //     request plus the TTL the database reported left, minus a safety margin: never later
@@ -56,8 +60,10 @@
 //     the current grant).
 //   - A waiting Acquire holds one connection of the pool until it returns.
 //   - With asynchronous replication, a grant committed on a primary that fails before the
-//     standby receives it can be granted again, with the same token, on the promoted
-//     standby. Use synchronous replication where fencing must survive failover.
+//     standby receives it is lost: the promoted standby can grant the lease again (with a
+//     higher token) while the first holder still trusts it. Where grants must survive a
+//     failover, use a synchronous standby, for every commit or for grants only
+//     (AcquireOpts.SyncCommit); see docs/failover.md.
 //   - Two callers that set the same AcquireOpts.Holder are one holder to pgcoord: they
 //     share the grant.
 package leases

@@ -60,6 +60,11 @@ type ElectorConfig struct {
 	// transaction-mode pooler, where notifications are not delivered. Failover after a
 	// resignation then takes up to PollInterval instead of a few milliseconds.
 	NoListen bool
+	// SyncCommit is the synchronous_commit level of each grant of leadership, as
+	// AcquireOpts.SyncCommit: set it (e.g. "on") so that a leader elected before a
+	// failover to a synchronous standby is still the leader after it. Default "": the
+	// server's setting.
+	SyncCommit string
 
 	// OnStartedLeading runs, in Run's goroutine, each time this candidate becomes leader.
 	// Its context is cancelled when leadership ends: lost (a renewal found the lease taken
@@ -151,6 +156,9 @@ func NewElector(pool *pgxpool.Pool, cfg *ElectorConfig) (*Elector, error) {
 	} else if err := pgcoord.ValidateName("holder", c.Holder); err != nil {
 		return nil, err
 	}
+	if err := pgcoord.CheckSyncCommit(c.SyncCommit); err != nil {
+		return nil, fmt.Errorf("leases: %w", err)
+	}
 	if c.SafetyMargin == 0 {
 		c.SafetyMargin = c.TTL / 10
 	}
@@ -217,7 +225,7 @@ func (e *Elector) Run(ctx context.Context) error {
 	opts := &DoOpts{
 		AcquireOpts: AcquireOpts{
 			Holder: e.cfg.Holder, Metadata: e.cfg.Metadata, SafetyMargin: e.cfg.SafetyMargin,
-			PollInterval: e.cfg.PollInterval, NoListen: e.cfg.NoListen,
+			PollInterval: e.cfg.PollInterval, NoListen: e.cfg.NoListen, SyncCommit: e.cfg.SyncCommit,
 		},
 		RenewEvery: e.cfg.RenewEvery,
 		Logger:     e.cfg.Logger,

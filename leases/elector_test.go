@@ -322,6 +322,7 @@ func TestElectorOneLeaderAtATime(t *testing.T) {
 // interval (5s) and the TTL (10s) are long, so only the notification explains a handoff
 // well under a second.
 func TestElectorFailoverOnResignIsPrompt(t *testing.T) {
+	pgtest.NeedsSession(t, "LISTEN: a handoff faster than the poll interval is the notification's; behind a pooler candidates poll")
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	var cs []*electorCandidate
@@ -564,6 +565,7 @@ func TestNewElectorRejectsBadConfig(t *testing.T) {
 		{"margin not below ttl", &leases.ElectorConfig{Name: "x", TTL: time.Second, SafetyMargin: time.Second}},
 		{"negative poll", &leases.ElectorConfig{Name: "x", PollInterval: -time.Second}},
 		{"bad holder", &leases.ElectorConfig{Name: "x", Holder: string(make([]byte, 300))}},
+		{"sync commit off", &leases.ElectorConfig{Name: "x", SyncCommit: "off"}},
 	} {
 		_, err := leases.NewElector(pool, tc.cfg)
 		if !errors.Is(err, pgcoord.ErrInvalidArgument) && !errors.Is(err, pgcoord.ErrInvalidName) {

@@ -85,6 +85,13 @@ type AcquireOpts struct {
 	// NoListen makes Acquire poll only, without LISTEN: for connections through a
 	// transaction-mode pooler, where notifications are not delivered.
 	NoListen bool
+	// SyncCommit is the synchronous_commit level of the grant's commit: "on" (wait until
+	// the synchronous standbys have flushed it), "remote_write" or "remote_apply". It lets a
+	// server run with synchronous_commit = local for ordinary traffic while grants survive
+	// a failover to a synchronous standby (see docs/failover.md). When db is the caller's
+	// transaction, the level applies to that whole transaction's commit. Default "": the
+	// server's setting. Other values return an error wrapping pgcoord.ErrInvalidArgument.
+	SyncCommit string
 	// Now, if set, judges expiry at this instant instead of the database clock. For tests
 	// only: production code never sets it.
 	Now time.Time
@@ -94,6 +101,9 @@ func (o *AcquireOpts) withDefaults(ttl time.Duration) (AcquireOpts, error) {
 	var v AcquireOpts
 	if o != nil {
 		v = *o
+	}
+	if err := pgcoord.CheckSyncCommit(v.SyncCommit); err != nil {
+		return v, fmt.Errorf("leases: %w", err)
 	}
 	if v.Holder == "" {
 		v.Holder = pgcoord.NewHolderID()
@@ -157,6 +167,7 @@ func tryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Dura
 		start := time.Now()
 		row, err := queries.AcquireLease(ctx, db, dbsqlc.AcquireLeaseParams{
 			Name: name, Holder: o.Holder, Ttl: dbarg.Interval(ttl), Metadata: meta.json, Now: dbarg.Now(o.Now),
+			SyncCommit: o.SyncCommit,
 		})
 		switch {
 		case err == nil:
@@ -166,7 +177,7 @@ func tryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Dura
 		case attempt == 0 && listen.Ambiguous(ctx, err):
 			continue // the grant may have committed: ask again as the same holder
 		default:
-			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, err)
+			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, pgcoord.TranslateError(err))
 		}
 	}
 }
@@ -215,7 +226,7 @@ func Renew(ctx context.Context, db pgcoord.DBTX, l Lease, ttl time.Duration, opt
 		return Lease{}, fmt.Errorf("%w: %q token %d", ErrLost, l.Name, l.Token)
 	}
 	if err != nil {
-		return Lease{}, fmt.Errorf("leases: renew %q: %w", l.Name, err)
+		return Lease{}, fmt.Errorf("leases: renew %q: %w", l.Name, pgcoord.TranslateError(err))
 	}
 	return leaseFrom(dbsqlc.AcquireLeaseRow(row), l.Metadata, start, o.SafetyMargin), nil
 }
@@ -244,7 +255,7 @@ func Release(ctx context.Context, db pgcoord.DBTX, l Lease, opts *ReleaseOpts) e
 		Name: l.Name, Holder: l.Holder, FenceToken: l.Token, Now: dbarg.Now(now),
 	})
 	if err != nil {
-		return fmt.Errorf("leases: release %q: %w", l.Name, err)
+		return fmt.Errorf("leases: release %q: %w", l.Name, pgcoord.TranslateError(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: %q token %d was not current at release", ErrLost, l.Name, l.Token)

@@ -314,6 +314,8 @@ func TestBadInputFailsBeforeSQL(t *testing.T) {
 		"typed nil pool":  errOf(leases.TryAcquire(ctx, nilPool, "x", time.Second, nil)),
 		"margin >= ttl":   errOf(leases.TryAcquire(ctx, pool, "x", time.Second, &leases.AcquireOpts{SafetyMargin: time.Second})),
 		"bad holder":      errOf(leases.TryAcquire(ctx, pool, "x", time.Second, &leases.AcquireOpts{Holder: strings.Repeat("h", 300)})),
+		"sync commit off": errOf(leases.TryAcquire(ctx, pool, "x", time.Second, &leases.AcquireOpts{SyncCommit: "off"})),
+		"sync commit bad": errOf(leases.Acquire(ctx, pool, "x", time.Second, &leases.AcquireOpts{SyncCommit: "ON"})),
 		"acquire nil":     errOf(leases.Acquire(ctx, nil, "x", time.Second, nil)),
 		"renew zero ttl":  errOf(leases.Renew(ctx, pool, l, 0, nil)),
 		"release nil db":  leases.Release(ctx, nil, l, nil),

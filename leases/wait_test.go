@@ -54,6 +54,7 @@ type pgxQuerier interface {
 // A release wakes a waiting Acquire at once: with a poll interval of a minute, only the
 // notification can explain a prompt return.
 func TestAcquireIsWokenByRelease(t *testing.T) {
+	pgtest.NeedsSession(t, "LISTEN: the wake-up by notification; behind a pooler Acquire polls (TestAcquireWithoutListenPolls)")
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	held := mustAcquire(t, pool, "handoff", time.Hour, nil)
@@ -143,7 +144,7 @@ func TestAcquireHonoursContextAndReturnsItsConnection(t *testing.T) {
 func TestReleaseNotifiesOnlyWhenSomeoneWaits(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	conn, err := pool.Acquire(ctx)
+	conn, err := pgtest.Direct(t, pool).Acquire(ctx) // LISTEN needs a session of its own
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,8 +31,12 @@
 //     [ErrSchemaOutdated] with the versions it has and needs. Feature calls against missing
 //     tables fail with the server's "relation does not exist" error.
 //   - Migrating requires a session: goose holds a session-level advisory lock while it
-//     works, which a transaction-mode pooler (PgBouncer) cannot keep. Run migrations on a
-//     direct connection.
+//     works, which a transaction-mode pooler (PgBouncer) cannot keep. [Migrate] and
+//     [Rollback] detect a pooler and refuse with [ErrPooler]; run migrations on a direct
+//     connection (see docs/pgbouncer.md).
+//   - Connected to a standby: the feature packages' grants, renewals and releases fail
+//     with an error wrapping [ErrReadOnly] (see docs/failover.md for what survives a
+//     failover, and [CheckSyncCommit] for the per-grant synchronous_commit option).
 //   - search_path names no existing schema: [Migrate] refuses with a clear error before
 //     creating anything.
 package pgcoord

@@ -56,6 +56,7 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		sent := time.Now()
 		row, rerr := queries.SemaphoreAcquire(rctx, pool, dbsqlc.SemaphoreAcquireParams{
 			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl), Now: dbarg.Now(o.Now),
+			SyncCommit: o.SyncCommit,
 		})
 		if rerr == nil {
 			o.Metrics.admitted(key, time.Since(start))
@@ -65,7 +66,7 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 	if tried {
 		giveUp(ctx, pool, key, o.Holder, generated)
 	}
-	return Permit{}, fmt.Errorf("semaphore: acquire %q: %w", key, err)
+	return Permit{}, fmt.Errorf("semaphore: acquire %q: %w", key, pgcoord.TranslateError(err))
 }
 
 // acquire is Acquire's waiting loop, on one connection of pool. tried reports whether an
@@ -94,6 +95,7 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		sent := time.Now()
 		row, err := queries.SemaphoreAcquire(ctx, conn, dbsqlc.SemaphoreAcquireParams{
 			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl), Wait: want, Now: dbarg.Now(o.Now),
+			SyncCommit: o.SyncCommit,
 		})
 		if err == nil {
 			return permitFrom(row, sent, o.SafetyMargin), true, nil

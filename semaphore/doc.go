@@ -36,7 +36,9 @@
 //     earliest expiry of the key's permits.
 //   - Fence tokens of a key strictly increase with each permit and are never reused: not
 //     after release, expiry, drain, restart or crash recovery (the key's row, which holds
-//     the counter, cannot be deleted).
+//     the counter, cannot be deleted), nor after a failover (docs/failover.md). Only a
+//     primary admits: on a standby, admissions, renewals and releases fail with
+//     pgcoord.ErrReadOnly.
 //   - First come, first served within a key: Acquire callers are admitted in the order
 //     they joined the line, and a TryAcquire or Next never takes a slot while a live
 //     waiter is in line for it. A waiter that stops asking (a dead process) loses its
@@ -131,8 +133,10 @@
 //     the transaction's start (now()), so a permit granted late in a long transaction is
 //     shorter than its TTL.
 //   - With asynchronous replication, a permit committed on a primary that fails before
-//     the standby receives it can be granted again, with the same token, on the promoted
-//     standby.
+//     the standby receives it is lost: the promoted standby can admit one more holder
+//     (with a higher token) than the limit while the first still works. Use a synchronous
+//     standby, for every commit or for admissions only (AcquireOpts.SyncCommit,
+//     NextOpts.SyncCommit); see docs/failover.md.
 //   - Two callers that set the same holder identity are one holder: they share a permit.
 //     Next with a fixed NextOpts.Holder that already holds a permit of the chosen key
 //     returns that permit and still consumes a unit of demand.

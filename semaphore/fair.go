@@ -102,6 +102,8 @@ type NextOpts struct {
 	Keys []string
 	// SafetyMargin as in AcquireOpts. Default: a tenth of the TTL.
 	SafetyMargin time.Duration
+	// SyncCommit as in AcquireOpts. Default "": the server's setting.
+	SyncCommit string
 	// Now as in AcquireOpts: for tests only.
 	Now time.Time
 	// Metrics receives the latency of admissions. Default DefaultMetrics.
@@ -137,6 +139,9 @@ func Next(ctx context.Context, db pgcoord.DBTX, ttl time.Duration, opts *NextOpt
 	if o.SafetyMargin, err = safetyMargin(o.SafetyMargin, ttl); err != nil {
 		return Permit{}, err
 	}
+	if err := pgcoord.CheckSyncCommit(o.SyncCommit); err != nil {
+		return Permit{}, fmt.Errorf("semaphore: %w", err)
+	}
 	for _, k := range o.Keys {
 		if err := validateKey(k); err != nil {
 			return Permit{}, err
@@ -150,13 +155,13 @@ func Next(ctx context.Context, db pgcoord.DBTX, ttl time.Duration, opts *NextOpt
 	}
 	sent := time.Now()
 	row, err := queries.SemaphoreNext(ctx, db, dbsqlc.SemaphoreNextParams{
-		Holder: o.Holder, Ttl: dbarg.Interval(ttl), Keys: o.Keys, Now: dbarg.Now(o.Now),
+		Holder: o.Holder, Ttl: dbarg.Interval(ttl), Keys: o.Keys, Now: dbarg.Now(o.Now), SyncCommit: o.SyncCommit,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Permit{}, ErrNoWork
 	}
 	if err != nil {
-		return Permit{}, fmt.Errorf("semaphore: next: %w", err)
+		return Permit{}, fmt.Errorf("semaphore: next: %w", pgcoord.TranslateError(err))
 	}
 	o.Metrics.admitted(row.Key, time.Since(sent))
 	return permitFrom(dbsqlc.SemaphoreAcquireRow(row), sent, o.SafetyMargin), nil

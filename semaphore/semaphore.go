@@ -94,6 +94,11 @@ type AcquireOpts struct {
 	// NoListen makes Acquire poll only, without LISTEN: for connections through a
 	// transaction-mode pooler, where notifications are not delivered.
 	NoListen bool
+	// SyncCommit is the synchronous_commit level of the admission's commit, as
+	// leases.AcquireOpts.SyncCommit: "on", "remote_write" or "remote_apply" make just this
+	// grant wait for the synchronous standbys (see docs/failover.md). Default "": the
+	// server's setting.
+	SyncCommit string
 	// Now, if set, judges expiry at this instant instead of the database clock. For tests
 	// only: production code never sets it.
 	Now time.Time
@@ -112,6 +117,9 @@ func (o *AcquireOpts) withDefaults(ttl time.Duration) (AcquireOpts, error) {
 	}
 	if v.SafetyMargin, err = safetyMargin(v.SafetyMargin, ttl); err != nil {
 		return v, err
+	}
+	if err := pgcoord.CheckSyncCommit(v.SyncCommit); err != nil {
+		return v, fmt.Errorf("semaphore: %w", err)
 	}
 	if v.PollInterval == 0 {
 		v.PollInterval = time.Second
@@ -197,6 +205,7 @@ func TryAcquire(ctx context.Context, db pgcoord.DBTX, key string, limit int, ttl
 		sent := time.Now()
 		row, err := queries.SemaphoreAcquire(ctx, db, dbsqlc.SemaphoreAcquireParams{
 			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl), Now: dbarg.Now(o.Now),
+			SyncCommit: o.SyncCommit,
 		})
 		switch {
 		case err == nil:
@@ -208,7 +217,7 @@ func TryAcquire(ctx context.Context, db pgcoord.DBTX, key string, limit int, ttl
 		case attempt == 0 && listen.Ambiguous(ctx, err):
 			continue // the grant may have committed: ask again as the same holder
 		default:
-			return Permit{}, fmt.Errorf("semaphore: acquire %q: %w", key, err)
+			return Permit{}, fmt.Errorf("semaphore: acquire %q: %w", key, pgcoord.TranslateError(err))
 		}
 	}
 }
@@ -259,7 +268,7 @@ func Renew(ctx context.Context, db pgcoord.DBTX, p Permit, ttl time.Duration, op
 		return Permit{}, fmt.Errorf("%w: %q token %d", ErrLost, p.Key, p.Token)
 	}
 	if err != nil {
-		return Permit{}, fmt.Errorf("semaphore: renew %q: %w", p.Key, err)
+		return Permit{}, fmt.Errorf("semaphore: renew %q: %w", p.Key, pgcoord.TranslateError(err))
 	}
 	return permitFrom(dbsqlc.SemaphoreAcquireRow(row), sent, margin), nil
 }
@@ -280,7 +289,7 @@ func Release(ctx context.Context, db pgcoord.DBTX, p Permit) error {
 		Key: p.Key, Holder: p.Holder, FenceToken: p.Token,
 	})
 	if err != nil {
-		return fmt.Errorf("semaphore: release %q: %w", p.Key, err)
+		return fmt.Errorf("semaphore: release %q: %w", p.Key, pgcoord.TranslateError(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: %q token %d was not held at release", ErrLost, p.Key, p.Token)

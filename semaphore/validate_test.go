@@ -70,6 +70,14 @@ func TestBadInputIsRefusedBeforeSQL(t *testing.T) {
 			_, err := semaphore.TryAcquire(ctx, db, "k", 1, time.Second, &semaphore.AcquireOpts{SafetyMargin: time.Second})
 			return err
 		}},
+		{"sync commit local", pgcoord.ErrInvalidArgument, func() error {
+			_, err := semaphore.TryAcquire(ctx, db, "k", 1, time.Second, &semaphore.AcquireOpts{SyncCommit: "local"})
+			return err
+		}},
+		{"Next sync commit off", pgcoord.ErrInvalidArgument, func() error {
+			_, err := semaphore.Next(ctx, db, time.Second, &semaphore.NextOpts{SyncCommit: "off"})
+			return err
+		}},
 		{"negative poll", pgcoord.ErrInvalidArgument, func() error {
 			_, err := semaphore.TryAcquire(ctx, db, "k", 1, time.Second, &semaphore.AcquireOpts{PollInterval: -1})
 			return err

@@ -14,9 +14,15 @@ import (
 )
 
 // waitFor starts an Acquire of key in a goroutine and returns once it is in line (the key
-// has want live waiters).
+// has want live waiters). Behind a pooler, where notifications cannot arrive, the waiter
+// polls (NoListen) every 50ms instead, and the tests still assert what waiters get.
 func waitFor(t *testing.T, pool *pgxpool.Pool, key string, want int, opts *semaphore.AcquireOpts) *pgtest.Call[semaphore.Permit] {
 	t.Helper()
+	if pgtest.BehindPooler() {
+		polling := *opts
+		polling.NoListen, polling.PollInterval = true, 50*time.Millisecond
+		opts = &polling
+	}
 	call := pgtest.Go(func() (semaphore.Permit, error) {
 		actx, cancel := context.WithTimeout(ctx, 2*pgtest.WaitLimit)
 		defer cancel()

@@ -56,7 +56,9 @@
 //     replicas claim at once; it is claimed again only when its run's lease expired (its
 //     runner stopped heartbeating), as the next attempt. Fence tokens of a job's runs
 //     strictly increase, so the writes of a runner that was taken over can be fenced
-//     (package fenced, resource "job:"+name).
+//     (package fenced, resource "job:"+name), also across a failover (docs/failover.md).
+//   - Only a primary runs jobs: on a standby, claims, RunOnce and RunSession fail with
+//     pgcoord.ErrReadOnly (an advisory lock taken on a standby would exclude nobody).
 //   - Ticks are computed from the database clock, so replicas whose clocks disagree still
 //     agree on ticks; Schedule also times its claims by the database clock.
 //   - Heartbeats, finishes and takeovers are scoped to one run (job + tick + token): a
@@ -110,5 +112,7 @@
 //   - RunOnce holds a transaction open, and RunSession a connection, for as long as fn
 //     runs; RunTick and Schedule hold a connection only per statement.
 //   - With asynchronous replication, a claim committed on a primary that fails before the
-//     standby receives it can be made again, with the same token, on the promoted standby.
+//     standby receives it is lost: the tick can be claimed and run again (with a higher
+//     token) on the promoted standby. Use a synchronous standby, for every commit or for
+//     claims only (Job.SyncCommit); see docs/failover.md.
 package singleton

@@ -13,7 +13,10 @@ import (
 	"github.com/pgcoord/pgcoord/singleton"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	pgtest.NeedsSessionExamples("^ExampleRunSession$") // a session-level lock: ErrPooler behind a pooler
+	pgtest.Main(m)
+}
 
 // migrated returns a pool of maxConns connections on a fresh schema with pgcoord migrated,
 // and the schema's name.

@@ -74,7 +74,7 @@ func RunOnce(ctx context.Context, pool *pgxpool.Pool, job string, fn func(ctx co
 	}()
 	locked, err := queries.TryXactLock(ctx, tx, LockName(job))
 	if err != nil {
-		return false, fmt.Errorf("singleton: run once %q: lock: %w", job, err)
+		return false, fmt.Errorf("singleton: run once %q: lock: %w", job, pgcoord.TranslateError(err))
 	}
 	if !locked {
 		return false, nil

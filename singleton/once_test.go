@@ -129,7 +129,7 @@ func TestRunOnceSharesItsKeyWithPlainSQL(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := t.Context()
-	conn, err := pool.Acquire(ctx)
+	conn, err := pgtest.Direct(t, pool).Acquire(ctx) // a session lock needs a session of its own
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,7 +139,7 @@ func (s *session) lock(ctx context.Context, allowPooler bool) (bool, error) {
 	s.locked = true // until proven otherwise
 	row, err := queries.TrySessionLock(ctx, tx, LockName(s.job))
 	if err != nil {
-		return false, fmt.Errorf("singleton: run session %q: lock: %w", s.job, err)
+		return false, fmt.Errorf("singleton: run session %q: lock: %w", s.job, pgcoord.TranslateError(err))
 	}
 	pooler := uint32(row.BackendPid) != s.conn.Conn().PgConn().PID()
 	if pooler && !allowPooler {

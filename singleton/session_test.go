@@ -76,6 +76,7 @@ func deref(s *string) string {
 // fn's error is returned and the lock released; a panicking fn leaves no lock behind either
 // (its connection is closed).
 func TestRunSessionReleasesAfterFailure(t *testing.T) {
+	pgtest.NeedsSession(t, "a session-level advisory lock; behind a pooler RunSession returns ErrPooler (pooler_test.go)")
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := t.Context()

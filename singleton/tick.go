@@ -81,6 +81,11 @@ type Job struct {
 	// your time zone with Every = 7*24*time.Hour for a weekly job. Fixed-length slots do
 	// not follow daylight saving time.
 	Origin time.Time
+	// SyncCommit is the synchronous_commit level of each claim's commit, as
+	// leases.AcquireOpts.SyncCommit: "on", "remote_write" or "remote_apply" make the claim
+	// wait for the synchronous standbys, so a tick claimed before a failover is not run
+	// again after it (see docs/failover.md). Default "": the server's setting.
+	SyncCommit string
 	// Overlap is the policy for a tick that comes while an earlier run is still running.
 	// Empty means OverlapForbid.
 	Overlap Overlap
@@ -146,6 +151,9 @@ func (j Job) normalize() (Job, error) {
 		return j, fmt.Errorf("%w: singleton: job %q: overlap policy %q: want %q, %q or %q",
 			pgcoord.ErrInvalidArgument, j.Name, j.Overlap, OverlapAllow, OverlapForbid, OverlapReplace)
 	}
+	if err := pgcoord.CheckSyncCommit(j.SyncCommit); err != nil {
+		return j, fmt.Errorf("singleton: job %q: %w", j.Name, err)
+	}
 	if j.TTL == 0 {
 		j.TTL = DefaultTTL
 	}
@@ -209,13 +217,13 @@ func ClaimTick(ctx context.Context, db pgcoord.DBTX, job Job, opts *ClaimOpts) (
 func claim(ctx context.Context, db pgcoord.DBTX, j Job, holder string, now time.Time) (Run, time.Time, error) {
 	row, err := queries.ClaimTick(ctx, db, dbsqlc.ClaimTickParams{
 		Now: dbarg.Now(now), Job: j.Name, Every: dbarg.Interval(j.Every), Origin: j.Origin,
-		Overlap: string(j.Overlap), Holder: holder, Ttl: dbarg.Interval(j.TTL),
+		Overlap: string(j.Overlap), Holder: holder, Ttl: dbarg.Interval(j.TTL), SyncCommit: j.SyncCommit,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, time.Time{}, fmt.Errorf("%w: job %q", ErrNoTick, j.Name)
 	}
 	if err != nil {
-		return Run{}, time.Time{}, fmt.Errorf("singleton: claim %q: %w", j.Name, err)
+		return Run{}, time.Time{}, fmt.Errorf("singleton: claim %q: %w", j.Name, pgcoord.TranslateError(err))
 	}
 	return runOf(dbsqlc.PgcoordJobRun{
 		Job: row.Job, ScheduledFor: row.ScheduledFor, FenceToken: row.FenceToken, Attempt: row.Attempt,
@@ -237,7 +245,7 @@ func HeartbeatTick(ctx context.Context, db pgcoord.DBTX, run Run, ttl time.Durat
 		return Run{}, err
 	}
 	if err := checkTTL(ttl); err != nil {
-		return Run{}, fmt.Errorf("singleton: heartbeat %q: %w", run.Job, err)
+		return Run{}, fmt.Errorf("singleton: heartbeat %q: %w", run.Job, pgcoord.TranslateError(err))
 	}
 	if err := pgcoord.CheckDB(db); err != nil {
 		return Run{}, err
@@ -255,7 +263,7 @@ func heartbeat(ctx context.Context, db pgcoord.DBTX, run Run, ttl time.Duration)
 			ErrLost, run.Job, run.ScheduledFor.UTC().Format(time.RFC3339Nano), run.Token)
 	}
 	if err != nil {
-		return Run{}, time.Time{}, fmt.Errorf("singleton: heartbeat %q: %w", run.Job, err)
+		return Run{}, time.Time{}, fmt.Errorf("singleton: heartbeat %q: %w", run.Job, pgcoord.TranslateError(err))
 	}
 	return runOf(dbsqlc.PgcoordJobRun{
 		Job: row.Job, ScheduledFor: row.ScheduledFor, FenceToken: row.FenceToken, Attempt: row.Attempt,
@@ -285,7 +293,7 @@ func FinishTick(ctx context.Context, db pgcoord.DBTX, run Run, runErr error) err
 		Job: run.Job, ScheduledFor: run.ScheduledFor, FenceToken: run.Token, Error: msg,
 	})
 	if err != nil {
-		return fmt.Errorf("singleton: finish %q: %w", run.Job, err)
+		return fmt.Errorf("singleton: finish %q: %w", run.Job, pgcoord.TranslateError(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: job %q tick %s token %d was not current at finish",

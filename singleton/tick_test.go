@@ -454,6 +454,12 @@ func TestTickValidation(t *testing.T) {
 			t.Errorf("ClaimTick(%+v, %+v) = %v, want %v", c.job, c.opts, err, c.want)
 		}
 	}
+	// A grant must be durable: lower synchronous_commit levels are refused, before the
+	// handle is looked at.
+	bad := singleton.Job{Name: "j", Every: time.Minute, SyncCommit: "off"}
+	if _, err := singleton.ClaimTick(ctx, nil, bad, nil); !errors.Is(err, pgcoord.ErrInvalidArgument) || !strings.Contains(err.Error(), "synchronous_commit") {
+		t.Errorf("ClaimTick with SyncCommit off: %v, want an invalid-argument error naming synchronous_commit", err)
+	}
 	run := singleton.Run{Job: "ok", Token: 1}
 	if _, err := singleton.HeartbeatTick(ctx, nil, run, 0); !errors.Is(err, pgcoord.ErrInvalidArgument) {
 		t.Errorf("HeartbeatTick with a zero TTL: %v", err)

@@ -15,17 +15,18 @@ import (
 const claimTick = `-- name: ClaimTick :one
 SELECT r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error, coalesce($1::timestamptz, now())::timestamptz AS db_now
 FROM pgcoord_job_claim($2::text, $3::interval, $4::timestamptz, $5::text,
-                       $6::text, $7::interval, $1::timestamptz) r
+                       $6::text, $7::interval, $1::timestamptz, nullif($8::text, '')) r
 `
 
 type ClaimTickParams struct {
-	Now     *time.Time
-	Job     string
-	Every   pgtype.Interval
-	Origin  time.Time
-	Overlap string
-	Holder  string
-	Ttl     pgtype.Interval
+	Now        *time.Time
+	Job        string
+	Every      pgtype.Interval
+	Origin     time.Time
+	Overlap    string
+	Holder     string
+	Ttl        pgtype.Interval
+	SyncCommit string
 }
 
 type ClaimTickRow struct {
@@ -51,6 +52,7 @@ func (q *Queries) ClaimTick(ctx context.Context, db DBTX, arg ClaimTickParams) (
 		arg.Overlap,
 		arg.Holder,
 		arg.Ttl,
+		arg.SyncCommit,
 	)
 	var i ClaimTickRow
 	err := row.Scan(
@@ -294,6 +296,7 @@ func (q *Queries) SessionUnlock(ctx context.Context, db DBTX, name string) (bool
 
 const trySessionLock = `-- name: TrySessionLock :one
 SELECT pg_try_advisory_lock(pgcoord_lock_key($1::text)) AS locked, pg_backend_pid()::int AS backend_pid
+FROM (SELECT pgcoord_token_floor() AS floor) p WHERE p.floor IS NOT NULL
 `
 
 type TrySessionLockRow struct {
@@ -310,8 +313,11 @@ func (q *Queries) TrySessionLock(ctx context.Context, db DBTX, name string) (Try
 
 const tryXactLock = `-- name: TryXactLock :one
 SELECT pg_try_advisory_xact_lock(pgcoord_lock_key($1::text)) AS locked
+FROM (SELECT pgcoord_token_floor() AS floor) p WHERE p.floor IS NOT NULL
 `
 
+// Advisory locks work on a standby too, but lock nothing the primary's sessions see: the
+// lock queries refuse there (pgcoord_token_floor raises SQLSTATE 25006), like every grant.
 func (q *Queries) TryXactLock(ctx context.Context, db DBTX, name string) (bool, error) {
 	row := db.QueryRow(ctx, tryXactLock, name)
 	var locked bool

@@ -15,15 +15,17 @@ import (
 const acquireLease = `-- name: AcquireLease :one
 
 SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce($1::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_lease_acquire($2::text, $3::text, $4::interval, $5::jsonb, $1::timestamptz) l
+FROM pgcoord_lease_acquire($2::text, $3::text, $4::interval, $5::jsonb, $1::timestamptz,
+                           nullif($6::text, '')) l
 `
 
 type AcquireLeaseParams struct {
-	Now      *time.Time
-	Name     string
-	Holder   string
-	Ttl      pgtype.Interval
-	Metadata []byte
+	Now        *time.Time
+	Name       string
+	Holder     string
+	Ttl        pgtype.Interval
+	Metadata   []byte
+	SyncCommit string
 }
 
 type AcquireLeaseRow struct {
@@ -46,6 +48,7 @@ func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg AcquireLeasePar
 		arg.Holder,
 		arg.Ttl,
 		arg.Metadata,
+		arg.SyncCommit,
 	)
 	var i AcquireLeaseRow
 	err := row.Scan(
@@ -331,16 +334,18 @@ func (q *Queries) RenewLease(ctx context.Context, db DBTX, arg RenewLeaseParams)
 
 const waitLease = `-- name: WaitLease :one
 SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce($1::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_lease_wait($2::text, $3::text, $4::interval, $5::interval, $6::jsonb, $1::timestamptz) l
+FROM pgcoord_lease_wait($2::text, $3::text, $4::interval, $5::interval, $6::jsonb, $1::timestamptz,
+                        nullif($7::text, '')) l
 `
 
 type WaitLeaseParams struct {
-	Now      *time.Time
-	Name     string
-	Holder   string
-	Ttl      pgtype.Interval
-	Want     pgtype.Interval
-	Metadata []byte
+	Now        *time.Time
+	Name       string
+	Holder     string
+	Ttl        pgtype.Interval
+	Want       pgtype.Interval
+	Metadata   []byte
+	SyncCommit string
 }
 
 type WaitLeaseRow struct {
@@ -360,6 +365,7 @@ func (q *Queries) WaitLease(ctx context.Context, db DBTX, arg WaitLeaseParams) (
 		arg.Ttl,
 		arg.Want,
 		arg.Metadata,
+		arg.SyncCommit,
 	)
 	var i WaitLeaseRow
 	err := row.Scan(

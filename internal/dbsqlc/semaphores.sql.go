@@ -157,7 +157,7 @@ const semaphoreAcquire = `-- name: SemaphoreAcquire :one
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
        coalesce($1::timestamptz, now())::timestamptz AS db_now
 FROM pgcoord_semaphore_acquire($2::text, $3::text, $4::int, $5::interval,
-                               $6::interval, $1::timestamptz) p
+                               $6::interval, $1::timestamptz, nullif($7::text, '')) p
 `
 
 type SemaphoreAcquireParams struct {
@@ -167,6 +167,7 @@ type SemaphoreAcquireParams struct {
 	PermitLimit int32
 	Ttl         pgtype.Interval
 	Wait        pgtype.Interval
+	SyncCommit  string
 }
 
 type SemaphoreAcquireRow struct {
@@ -188,6 +189,7 @@ func (q *Queries) SemaphoreAcquire(ctx context.Context, db DBTX, arg SemaphoreAc
 		arg.PermitLimit,
 		arg.Ttl,
 		arg.Wait,
+		arg.SyncCommit,
 	)
 	var i SemaphoreAcquireRow
 	err := row.Scan(
@@ -300,14 +302,16 @@ func (q *Queries) SemaphoreLeaveLine(ctx context.Context, db DBTX, arg Semaphore
 const semaphoreNext = `-- name: SemaphoreNext :one
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
        coalesce($1::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_semaphore_next($2::text, $3::interval, $4::text[], $1::timestamptz) p
+FROM pgcoord_semaphore_next($2::text, $3::interval, $4::text[], $1::timestamptz,
+                            nullif($5::text, '')) p
 `
 
 type SemaphoreNextParams struct {
-	Now    *time.Time
-	Holder string
-	Ttl    pgtype.Interval
-	Keys   []string
+	Now        *time.Time
+	Holder     string
+	Ttl        pgtype.Interval
+	Keys       []string
+	SyncCommit string
 }
 
 type SemaphoreNextRow struct {
@@ -325,6 +329,7 @@ func (q *Queries) SemaphoreNext(ctx context.Context, db DBTX, arg SemaphoreNextP
 		arg.Holder,
 		arg.Ttl,
 		arg.Keys,
+		arg.SyncCommit,
 	)
 	var i SemaphoreNextRow
 	err := row.Scan(

@@ -3,8 +3,9 @@
 -- One row per lease name, kept forever: fence_token counts the grants of that name, so a
 -- token is never issued twice — not after release, expiry, operator expiry, a restart or
 -- crash recovery (the table is logged, the counter lives in the row, and rows cannot be
--- deleted or truncated). Expiry is judged by the database clock only; every function takes
--- an optional p_now so tests can judge at another instant instead of sleeping.
+-- deleted or truncated), nor after a failover (new tokens exceed pgcoord_token_floor()).
+-- Expiry is judged by the database clock only; every function takes an optional p_now so
+-- tests can judge at another instant instead of sleeping.
 
 -- +goose Up
 CREATE TABLE pgcoord_leases (
@@ -53,24 +54,31 @@ CREATE FUNCTION pgcoord_channel(topic text) RETURNS text
 -- fence token, and returns the granted row. If p_holder already holds it (an earlier
 -- attempt committed but its reply was lost) it returns that grant unchanged. Otherwise it
 -- returns no row, and it has written nothing, locked nothing and waited for nothing.
+-- A new token is above pgcoord_token_floor(), so it survives a failover; p_sync_commit, if
+-- not NULL, is the synchronous_commit level of the caller's transaction (e.g. 'on' to wait
+-- for a synchronous standby when the server runs with 'local'). On a standby it raises 25006.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_lease_acquire(
     p_name text, p_holder text, p_ttl interval,
-    p_metadata jsonb DEFAULT '{}', p_now timestamptz DEFAULT NULL
+    p_metadata jsonb DEFAULT '{}', p_now timestamptz DEFAULT NULL, p_sync_commit text DEFAULT NULL
 ) RETURNS SETOF pgcoord_leases LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
+    v_floor bigint := pgcoord_token_floor();
     r pgcoord_leases;
 BEGIN
     IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
         RAISE EXCEPTION 'pgcoord: lease ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    END IF;
+    IF p_sync_commit IS NOT NULL THEN
+        PERFORM set_config('synchronous_commit', p_sync_commit, true);
     END IF;
     -- Take a free or expired lease. A row whose latest committed version is held and
     -- unexpired fails the WHERE clause before it is locked: a refusal writes nothing,
     -- locks nothing and waits for no transaction, not even one of the holder's that is
     -- renewing or committing.
     UPDATE pgcoord_leases
-       SET fence_token = fence_token + 1, holder = p_holder, metadata = coalesce(p_metadata, '{}'),
+       SET fence_token = greatest(fence_token + 1, v_floor), holder = p_holder, metadata = coalesce(p_metadata, '{}'),
            acquired_at = v_now, renewed_at = NULL, expires_at = v_now + p_ttl,
            released_at = NULL, expired_by = NULL
      WHERE name = p_name AND (holder IS NULL OR expires_at <= v_now)
@@ -88,7 +96,7 @@ BEGIN
     END IF;
     -- First grant of this name.
     INSERT INTO pgcoord_leases (name, fence_token, holder, metadata, acquired_at, expires_at)
-    VALUES (p_name, 1, p_holder, coalesce(p_metadata, '{}'), v_now, v_now + p_ttl)
+    VALUES (p_name, greatest(1, v_floor), p_holder, coalesce(p_metadata, '{}'), v_now, v_now + p_ttl)
     ON CONFLICT (name) DO NOTHING
     RETURNING * INTO r;
     IF FOUND THEN
@@ -104,10 +112,11 @@ $$;
 -- whose expires_at tells the caller when to try again. Granted iff the returned row's holder
 -- is p_holder. Listen on the channel before calling it, so no release is missed. The wait
 -- registration commits without waiting for the WAL flush: losing it only delays a wake-up.
+-- p_sync_commit applies to a grant as in pgcoord_lease_acquire.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_lease_wait(
     p_name text, p_holder text, p_ttl interval, p_want interval,
-    p_metadata jsonb DEFAULT '{}', p_now timestamptz DEFAULT NULL
+    p_metadata jsonb DEFAULT '{}', p_now timestamptz DEFAULT NULL, p_sync_commit text DEFAULT NULL
 ) RETURNS SETOF pgcoord_leases LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
@@ -119,7 +128,7 @@ BEGIN
     -- Two rounds: the lease may be released between a failed attempt and the registration,
     -- in which case the registration matches nothing and the second attempt takes it.
     FOR i IN 1..2 LOOP
-        SELECT * INTO r FROM pgcoord_lease_acquire(p_name, p_holder, p_ttl, p_metadata, p_now);
+        SELECT * INTO r FROM pgcoord_lease_acquire(p_name, p_holder, p_ttl, p_metadata, p_now, p_sync_commit);
         IF FOUND THEN
             RETURN NEXT r;
             RETURN;
@@ -340,8 +349,8 @@ DROP FUNCTION pgcoord_lease_check(text, text, bigint, timestamptz);
 DROP FUNCTION pgcoord_lease_expire(text, text, timestamptz);
 DROP FUNCTION pgcoord_lease_release(text, text, bigint, timestamptz);
 DROP FUNCTION pgcoord_lease_renew(text, text, bigint, interval, boolean, timestamptz);
-DROP FUNCTION pgcoord_lease_wait(text, text, interval, interval, jsonb, timestamptz);
-DROP FUNCTION pgcoord_lease_acquire(text, text, interval, jsonb, timestamptz);
+DROP FUNCTION pgcoord_lease_wait(text, text, interval, interval, jsonb, timestamptz, text);
+DROP FUNCTION pgcoord_lease_acquire(text, text, interval, jsonb, timestamptz, text);
 DROP FUNCTION pgcoord_channel(text);
 DROP TABLE pgcoord_leases;
 DROP FUNCTION pgcoord_keep_rows();

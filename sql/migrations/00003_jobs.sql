@@ -47,20 +47,25 @@ COMMENT ON TABLE pgcoord_job_runs IS 'pgcoord: one row per claimed tick of a job
 -- run, whose fence_token is higher than every earlier run's of the job; no row if the tick
 -- needs no run here: it already ran or is running, or the overlap policy says to skip.
 -- It registers (or updates) the job's schedule. A tick whose runner stopped heartbeating
--- (expires_at passed) is taken over, as attempt + 1.
+-- (expires_at passed) is taken over, as attempt + 1. Tokens and p_sync_commit are as in
+-- pgcoord_lease_acquire; on a standby it raises 25006.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_job_claim(
     p_job text, p_every interval, p_origin timestamptz, p_overlap text,
-    p_holder text, p_ttl interval, p_now timestamptz DEFAULT NULL
+    p_holder text, p_ttl interval, p_now timestamptz DEFAULT NULL, p_sync_commit text DEFAULT NULL
 ) RETURNS SETOF pgcoord_job_runs LANGUAGE plpgsql AS $$
 DECLARE
     v_now  timestamptz := coalesce(p_now, now());
+    v_floor bigint := pgcoord_token_floor();
     v_slot timestamptz;
     v_job  pgcoord_jobs;
     r      pgcoord_job_runs;
 BEGIN
     IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
         RAISE EXCEPTION 'pgcoord: job ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    END IF;
+    IF p_sync_commit IS NOT NULL THEN
+        PERFORM set_config('synchronous_commit', p_sync_commit, true);
     END IF;
     -- Most claims lose: every replica asks at every tick. Decide those from plain reads, so
     -- a losing claim writes nothing and waits for no commit.
@@ -117,7 +122,7 @@ BEGIN
         END IF;
     END IF;
 
-    UPDATE pgcoord_jobs SET fence_token = fence_token + 1, last_started_at = v_now
+    UPDATE pgcoord_jobs SET fence_token = greatest(fence_token + 1, v_floor), last_started_at = v_now
      WHERE name = p_job RETURNING fence_token INTO v_job.fence_token;
     INSERT INTO pgcoord_job_runs AS jr (job, scheduled_for, state, fence_token, holder, started_at, expires_at)
     VALUES (p_job, v_slot, 'running', v_job.fence_token, p_holder, v_now, v_now + p_ttl)
@@ -210,6 +215,6 @@ COMMENT ON TABLE pgcoord_dedupe IS 'pgcoord: dedupe claims; a row means (scope, 
 DROP TABLE pgcoord_dedupe;
 DROP FUNCTION pgcoord_job_finish(text, timestamptz, bigint, text, timestamptz);
 DROP FUNCTION pgcoord_job_heartbeat(text, timestamptz, bigint, interval, timestamptz);
-DROP FUNCTION pgcoord_job_claim(text, interval, timestamptz, text, text, interval, timestamptz);
+DROP FUNCTION pgcoord_job_claim(text, interval, timestamptz, text, text, interval, timestamptz, text);
 DROP TABLE pgcoord_job_runs;
 DROP TABLE pgcoord_jobs;

@@ -95,7 +95,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE pgcoord_semaphores
-       SET fence_token = fence_token + 1, admitted = admitted + 1, updated_at = p_now
+       SET fence_token = greatest(fence_token + 1, pgcoord_token_floor()), admitted = admitted + 1, updated_at = p_now
      WHERE key = p_key;
     INSERT INTO pgcoord_semaphore_permits (key, holder, fence_token, acquired_at, expires_at)
     VALUES (p_key, p_holder, (SELECT fence_token FROM pgcoord_semaphores WHERE key = p_key), p_now, p_now + p_ttl)
@@ -112,11 +112,12 @@ $$;
 -- p_limit is the key's limit when this call creates the key; afterwards the stored limit
 -- (pgcoord_semaphore_set_limit) applies. With p_wait set, a refused caller is put in line
 -- (first come, first served) until p_now + p_wait, and a release of the key notifies
--- pgcoord_channel('semaphores') with the key.
+-- pgcoord_channel('semaphores') with the key. Tokens and p_sync_commit are as in
+-- pgcoord_lease_acquire; on a standby it raises 25006.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_semaphore_acquire(
     p_key text, p_holder text, p_limit integer, p_ttl interval,
-    p_wait interval DEFAULT NULL, p_now timestamptz DEFAULT NULL
+    p_wait interval DEFAULT NULL, p_now timestamptz DEFAULT NULL, p_sync_commit text DEFAULT NULL
 ) RETURNS SETOF pgcoord_semaphore_permits LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
@@ -128,6 +129,10 @@ BEGIN
     END IF;
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION 'pgcoord: semaphore limit must be at least 1, got %', p_limit USING ERRCODE = '22023';
+    END IF;
+    PERFORM pgcoord_token_floor(); -- refuse on a standby, even when the key is full
+    IF p_sync_commit IS NOT NULL THEN
+        PERFORM set_config('synchronous_commit', p_sync_commit, true);
     END IF;
     -- A caller that will not wait is refused from plain reads when the key is plainly
     -- full: such a refusal writes nothing, locks nothing and waits for nothing.
@@ -287,10 +292,12 @@ $$;
 -- time — restricted to p_keys when given — consuming one unit of that key's demand, and
 -- returns the permit; no row if no key can be served. Callers of one schema take turns (a
 -- transaction-level advisory lock): letting a concurrent caller skip to the next key while
--- the first is being served would hand the lower-priority key the turn.
+-- the first is being served would hand the lower-priority key the turn. Tokens and
+-- p_sync_commit are as in pgcoord_lease_acquire; on a standby it raises 25006.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_semaphore_next(
-    p_holder text, p_ttl interval, p_keys text[] DEFAULT NULL, p_now timestamptz DEFAULT NULL
+    p_holder text, p_ttl interval, p_keys text[] DEFAULT NULL, p_now timestamptz DEFAULT NULL,
+    p_sync_commit text DEFAULT NULL
 ) RETURNS SETOF pgcoord_semaphore_permits LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
@@ -299,6 +306,10 @@ DECLARE
 BEGIN
     IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
         RAISE EXCEPTION 'pgcoord: permit ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    END IF;
+    PERFORM pgcoord_token_floor(); -- refuse on a standby
+    IF p_sync_commit IS NOT NULL THEN
+        PERFORM set_config('synchronous_commit', p_sync_commit, true);
     END IF;
     -- A holder that already holds a permit (a retry after a lost reply) gets it back, and
     -- no demand is consumed twice.
@@ -330,13 +341,13 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
-DROP FUNCTION pgcoord_semaphore_next(text, interval, text[], timestamptz);
+DROP FUNCTION pgcoord_semaphore_next(text, interval, text[], timestamptz, text);
 DROP FUNCTION pgcoord_semaphore_add_demand(text, bigint, integer);
 DROP FUNCTION pgcoord_semaphore_set_limit(text, integer, integer);
 DROP FUNCTION pgcoord_semaphore_drain(text);
 DROP FUNCTION pgcoord_semaphore_release(text, text, bigint, timestamptz);
 DROP FUNCTION pgcoord_semaphore_renew(text, text, interval, bigint, boolean, timestamptz);
-DROP FUNCTION pgcoord_semaphore_acquire(text, text, integer, interval, interval, timestamptz);
+DROP FUNCTION pgcoord_semaphore_acquire(text, text, integer, interval, interval, timestamptz, text);
 DROP FUNCTION pgcoord_semaphore_admit(text, text, interval, timestamptz, integer);
 DROP TABLE pgcoord_semaphore_waiters;
 DROP TABLE pgcoord_semaphore_permits;

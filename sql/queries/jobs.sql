@@ -1,7 +1,7 @@
 -- name: ClaimTick :one
 SELECT r.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
 FROM pgcoord_job_claim(@job::text, @every::interval, @origin::timestamptz, @overlap::text,
-                       @holder::text, @ttl::interval, sqlc.narg('now')::timestamptz) r;
+                       @holder::text, @ttl::interval, sqlc.narg('now')::timestamptz, nullif(@sync_commit::text, '')) r;
 
 -- name: HeartbeatTick :one
 SELECT r.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
@@ -13,10 +13,14 @@ SELECT 1 FROM pgcoord_job_finish(@job::text, @scheduled_for::timestamptz, @fence
                                  sqlc.narg('error')::text, sqlc.narg('now')::timestamptz);
 
 -- name: TryXactLock :one
-SELECT pg_try_advisory_xact_lock(pgcoord_lock_key(@name::text)) AS locked;
+-- Advisory locks work on a standby too, but lock nothing the primary's sessions see: the
+-- lock queries refuse there (pgcoord_token_floor raises SQLSTATE 25006), like every grant.
+SELECT pg_try_advisory_xact_lock(pgcoord_lock_key(@name::text)) AS locked
+FROM (SELECT pgcoord_token_floor() AS floor) p WHERE p.floor IS NOT NULL;
 
 -- name: TrySessionLock :one
-SELECT pg_try_advisory_lock(pgcoord_lock_key(@name::text)) AS locked, pg_backend_pid()::int AS backend_pid;
+SELECT pg_try_advisory_lock(pgcoord_lock_key(@name::text)) AS locked, pg_backend_pid()::int AS backend_pid
+FROM (SELECT pgcoord_token_floor() AS floor) p WHERE p.floor IS NOT NULL;
 
 -- name: SessionUnlock :one
 SELECT pg_advisory_unlock(pgcoord_lock_key(@name::text)) AS unlocked;

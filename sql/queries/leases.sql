@@ -5,11 +5,13 @@
 
 -- name: AcquireLease :one
 SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_lease_acquire(@name::text, @holder::text, @ttl::interval, @metadata::jsonb, sqlc.narg('now')::timestamptz) l;
+FROM pgcoord_lease_acquire(@name::text, @holder::text, @ttl::interval, @metadata::jsonb, sqlc.narg('now')::timestamptz,
+                           nullif(@sync_commit::text, '')) l;
 
 -- name: WaitLease :one
 SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_lease_wait(@name::text, @holder::text, @ttl::interval, @want::interval, @metadata::jsonb, sqlc.narg('now')::timestamptz) l;
+FROM pgcoord_lease_wait(@name::text, @holder::text, @ttl::interval, @want::interval, @metadata::jsonb, sqlc.narg('now')::timestamptz,
+                        nullif(@sync_commit::text, '')) l;
 
 -- name: RenewLease :one
 SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now

@@ -5,7 +5,7 @@
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
        coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
 FROM pgcoord_semaphore_acquire(@key::text, @holder::text, @permit_limit::int, @ttl::interval,
-                               sqlc.narg('wait')::interval, sqlc.narg('now')::timestamptz) p;
+                               sqlc.narg('wait')::interval, sqlc.narg('now')::timestamptz, nullif(@sync_commit::text, '')) p;
 
 -- name: SemaphoreRenew :one
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
@@ -19,7 +19,8 @@ SELECT 1 FROM pgcoord_semaphore_release(@key::text, @holder::text, @fence_token:
 -- name: SemaphoreNext :one
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
        coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_semaphore_next(@holder::text, @ttl::interval, sqlc.narg('keys')::text[], sqlc.narg('now')::timestamptz) p;
+FROM pgcoord_semaphore_next(@holder::text, @ttl::interval, sqlc.narg('keys')::text[], sqlc.narg('now')::timestamptz,
+                            nullif(@sync_commit::text, '')) p;
 
 -- name: SemaphoreSetLimit :one
 SELECT s.* FROM pgcoord_semaphore_set_limit(@key::text, @permit_limit::int, sqlc.narg('weight')::int) s;
