@@ -267,7 +267,9 @@ BEGIN
     IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
         RAISE EXCEPTION 'pgcoord: outbox claim ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
     END IF;
-    v_token := nextval('pgcoord_outbox_claim_token');
+    -- Above every token of an earlier timeline (see pgcoord_token_floor): a promoted
+    -- standby's sequence may hand out again values the old primary had issued.
+    v_token := pgcoord_token_floor() + nextval('pgcoord_outbox_claim_token');
     RETURN QUERY
     WITH RECURSIVE heads (topic, key, id, ready, total) AS (
         SELECT coalesce(p_after_topic, ''), coalesce(p_after_key, ''), 0::bigint, false, 0::bigint
