@@ -272,16 +272,18 @@ func checkReplication(ctx context.Context, pool *pgxpool.Pool, _ Options) Findin
 				"(for instance with target_session_attrs=read-write in the connection string)."}
 	case standbys == 0:
 		return Finding{Status: Info, Summary: "primary with no streaming standby",
-			Explain: "A failover to a standby or backup that lacks the latest commits can grant a lease again with " +
-				"a fence token it already issued. See docs/operations.md (Failover)."}
+			Explain: "A restore from a backup brings leases, claims and fence tokens back to the backup's time: " +
+				"point-in-time recovery starts a new timeline and keeps tokens increasing, a plain snapshot does " +
+				"not. See docs/failover.md."}
 	case sync > 0 && syncCommit != "off" && syncCommit != "local":
 		return Finding{Status: OK, Summary: fmt.Sprintf("primary with %d standby(s), %d synchronous (synchronous_commit=%s)", standbys, sync, syncCommit)}
 	default:
 		return Finding{Status: Info,
 			Summary: fmt.Sprintf("primary with %d asynchronous standby(s) (synchronous_standby_names=%q, synchronous_commit=%s)", standbys, syncNames, syncCommit),
-			Explain: "A grant, claim or fenced write acknowledged by this primary may be lost if it fails before its " +
-				"standby received it: after failover a lease can be granted again with the same fence token. " +
-				"Use a synchronous standby where fencing must survive failover (docs/operations.md)."}
+			Explain: "A claim, fenced write or outbox message acknowledged by this primary may be lost if it fails " +
+				"before its standby received it, and the work then runs again (fence tokens stay increasing: they " +
+				"are floored by the timeline). Use a synchronous standby, or the SyncCommit option for grants, " +
+				"where that matters (docs/failover.md)."}
 	}
 }
 
