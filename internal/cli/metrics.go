@@ -23,7 +23,7 @@ func (a *app) metricsCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "metrics",
-		Short: "Serve pgcoord's Prometheus metrics (leases, semaphores, jobs) at /metrics",
+		Short: "Serve pgcoord's Prometheus metrics (leases, semaphores, jobs, outbox, idempotency) at /metrics",
 		Long: `Serve pgcoord's state as Prometheus metrics at /metrics, read from the database at every
 scrape with one bounded query per primitive (at most --max-rows rows each;
 pgcoord_rows_truncated says when there were more). 'pgcoord ui' serves the same at its

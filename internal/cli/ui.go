@@ -27,19 +27,23 @@ func (a *app) uiCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "ui",
-		Short: "Serve the operator dashboard (leases, jobs, semaphores) and /metrics over HTTP",
+		Short: "Serve the operator dashboard (leases, jobs, semaphores, outbox, idempotency) and /metrics over HTTP",
 		Long: `Serve a web dashboard from this binary: an overview with health findings and counts,
 and pages for leases (holder, metadata, fence token, time left), jobs (last success and
-failure, overdue flag, a strip of recent ticks) and semaphores (permits against the limit,
-waiters, admitted share against weight). Pages refresh themselves every --refresh while the
-browser tab is visible. /metrics serves the Prometheus metrics of 'pgcoord metrics'.
+failure, overdue flag, a strip of recent ticks), semaphores (permits against the limit,
+waiters, admitted share against weight), the outbox (per topic pending, due, in flight,
+dead and oldest pending age, deliveries per minute, dead messages) and idempotency keys
+(in flight and stuck, completed count, a key's stored response). Pages refresh themselves
+every --refresh while the browser tab is visible. /metrics serves the Prometheus metrics
+of 'pgcoord metrics'.
 
 It listens on loopback (127.0.0.1:8080) by default. Any other --listen address needs a
 token (--auth-token, else $` + EnvUIToken + `): then every request needs
 "Authorization: Bearer <token>", or a browser signs in once with the token (a cookie).
 Without a token the dashboard refuses to start on a non-loopback address (exit 2).
 
-Operator actions — expire a lease, set a semaphore limit — are off unless --allow-actions:
+Operator actions — expire a lease, set a semaphore limit, retry a dead outbox message — are
+off unless --allow-actions:
 then each is a confirmed POST with a CSRF token, and is recorded in the audit table in the
 same transaction ('pgcoord audit list'). Payloads and stored response bodies are never
 shown unless --show-payloads.
@@ -86,7 +90,7 @@ It runs until interrupted (Ctrl-C, SIGTERM).`,
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to listen on (host:port); beyond loopback needs a token")
 	f.StringVar(&token, "auth-token", "", "token every request must carry (default $"+EnvUIToken+")")
-	f.BoolVar(&allowActions, "allow-actions", false, "enable operator actions (expire a lease, set a semaphore limit)")
+	f.BoolVar(&allowActions, "allow-actions", false, "enable operator actions (expire a lease, set a semaphore limit, retry a dead message)")
 	f.BoolVar(&showPayloads, "show-payloads", false, "show message payloads and stored response bodies")
 	f.DurationVar(&refresh, "refresh", ui.DefaultRefresh, "how often pages refresh themselves")
 	f.DurationVar(&maxStaleness, "max-staleness", defaultMaxStaleness, "how long past its period a job may go without success before it is overdue")

@@ -1,18 +1,20 @@
 // Package metrics exports pgcoord's state to Prometheus: a custom Collector that reads the
 // database at scrape time through the same public API the CLI uses (leases.List,
-// semaphore.List, singleton.ListJobs), with one bounded query per primitive per scrape.
+// semaphore.List, singleton.ListJobs, outbox.Stats, idempotency.List), with one bounded
+// query per source per scrape.
 // `pgcoord metrics --listen` serves it alone; `pgcoord ui` serves it at /metrics beside the
 // dashboard.
 //
 // Each primitive is a source registered by its own file (leases.go, semaphores.go,
-// jobs.go): adding one (the outbox, idempotency keys) is one more file with a register
-// call in its init.
+// jobs.go, outbox.go, idempotency.go): adding one is one more file with a register call
+// in its init.
 //
 // # Guarantees
 //
-//   - A scrape runs at most one List query per source, each capped at Opts.MaxRows rows,
-//     whatever the number of leases, keys or jobs: pgcoord_rows_truncated{source} says
-//     when a source had more rows than it read (its counts are then lower bounds).
+//   - A scrape runs one query per source, each capped at Opts.MaxRows rows (the outbox's
+//     is one aggregate over its pending and dead messages, a row per topic), whatever the
+//     number of leases, keys, jobs or messages: pgcoord_rows_truncated{source} says when
+//     a source had more rows than it read (its counts are then lower bounds).
 //   - Ages and expiries are judged by the database clock of the query, never this
 //     process's.
 //   - A source whose query fails reports pgcoord_up{source} 0 and none of its other
@@ -24,8 +26,8 @@
 //     semaphore acquire waits (semaphore.Metrics) — exist only in those processes. They
 //     are exported only when Opts names them, i.e. when the collector runs in the process
 //     that measured them; `pgcoord metrics` and `pgcoord ui` measure none.
-//   - A per-name metric (one series per lease, key or job) is bounded by Opts.MaxRows; with
-//     many thousands of tenants, lower it or scrape the counts only.
+//   - A per-name metric (one series per lease, key, job or topic) is bounded by
+//     Opts.MaxRows; with many thousands of tenants, lower it or scrape the counts only.
 package metrics
 
 import (

@@ -11,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgcoord/pgcoord/internal/metrics"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/leases"
+	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
 )
@@ -101,12 +104,12 @@ func TestMetricsSourceFails(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.Schema(t) // not migrated
 	text := scrape(t, newCollector(t, pool, &metrics.Opts{Logger: discard()}))
-	for _, src := range []string{"leases", "semaphores", "jobs"} {
+	for _, src := range []string{"leases", "semaphores", "jobs", "outbox", "idempotency", "idempotency_keys"} {
 		if v := sample(t, text, fmt.Sprintf(`pgcoord_up{source=%q}`, src)); v != "0" {
 			t.Errorf("pgcoord_up{source=%q} = %s, want 0", src, v)
 		}
 	}
-	if strings.Contains(text, "pgcoord_leases_held") {
+	if strings.Contains(text, "pgcoord_leases_held") || strings.Contains(text, "pgcoord_idempotency_keys_in_flight") {
 		t.Fatal("a failed source exported its metrics")
 	}
 }
@@ -127,7 +130,26 @@ func TestMetricsBounded(t *testing.T) {
 	if v := sample(t, text, "pgcoord_leases_held"); v != "2" {
 		t.Errorf("held = %s, want 2 (a lower bound)", v)
 	}
+	// The outbox's topics too.
+	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		for _, topic := range []string{"a", "b", "c"} {
+			if _, err := outbox.Enqueue(t.Context(), tx, outbox.Message{Topic: topic, Key: "k"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text = scrape(t, newCollector(t, pool, &metrics.Opts{MaxRows: 2}))
+	if v := sample(t, text, `pgcoord_rows_truncated{source="outbox"}`); v != "1" || strings.Contains(text, `topic="c"`) {
+		t.Errorf("outbox truncated = %s with 3 topics and MaxRows 2, want 1 and topics a and b only", v)
+	}
 	text = scrape(t, newCollector(t, pool, nil))
+	if v := sample(t, text, `pgcoord_outbox_pending{topic="c"}`); v != "1" {
+		t.Errorf("pending of topic c = %s, want 1", v)
+	}
 	if v := sample(t, text, `pgcoord_rows_truncated{source="leases"}`); v != "0" {
 		t.Errorf("truncated = %s with room, want 0", v)
 	}

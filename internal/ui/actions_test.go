@@ -18,8 +18,8 @@ func TestUIActionsDisabledByDefault(t *testing.T) {
 	d := newDash(t, ui.Config{})
 	holdLease(t, d.pool, "order:1", "w", time.Minute, time.Time{}, nil)
 	d.page(t, "/leases") // gets the CSRF cookie
-	for _, path := range []string{"/actions/lease/expire", "/actions/semaphore/set-limit"} {
-		code, body, _ := d.do(t, http.MethodPost, path, url.Values{"name": {"order:1"}, "key": {"k"}, "limit": {"2"}, "confirmed": {"yes"}})
+	for _, path := range []string{"/actions/lease/expire", "/actions/semaphore/set-limit", "/actions/outbox/retry"} {
+		code, body, _ := d.do(t, http.MethodPost, path, url.Values{"name": {"order:1"}, "key": {"k"}, "limit": {"2"}, "id": {"1"}, "confirmed": {"yes"}})
 		if code != http.StatusForbidden || !strings.Contains(body, "--allow-actions") {
 			t.Fatalf("POST %s = %d %q, want 403 naming --allow-actions", path, code, body)
 		}

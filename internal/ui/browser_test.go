@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/internal/ui"
+	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/semaphore"
 	"github.com/pgcoord/pgcoord/singleton"
 )
@@ -79,7 +81,7 @@ func browser(t *testing.T) context.Context {
 func css(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 
 // TestUIBrowser loads every page in headless Chromium, checks that its key content is
-// visible, watches a page refresh itself, and takes the two actions from their forms —
+// visible, watches a page refresh itself, and takes the three actions from their forms —
 // confirming the dialog — and sees their effect; screenshots of each step are saved.
 func TestUIBrowser(t *testing.T) {
 	t.Parallel()
@@ -99,6 +101,8 @@ func TestUIBrowser(t *testing.T) {
 	tick(t, d.pool, report, now.Add(-5*every), true, nil)
 	tick(t, d.pool, report, now.Add(-2*every), true, errBoom)
 	tick(t, d.pool, report, time.Time{}, true, nil)
+	dead := outboxState(t, d.pool)
+	beginKey(t, d.pool, "payments", "dead-1", "reserved", true)
 
 	shot := func(name string) chromedp.Action[chromedp.Void] {
 		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
@@ -133,7 +137,8 @@ func TestUIBrowser(t *testing.T) {
 			}
 		}
 	}
-	visible("overview", "/", "#health", "1 lease(s) held, 1 expired without release", "replication", "Leases", "Semaphores", "Jobs")
+	visible("overview", "/", "#health", "1 lease(s) held, 1 expired without release", "replication", "Leases", "Semaphores", "Jobs",
+		"Outbox", "Idempotency", "payments/dead-1")
 	visible("leases", "/leases", "#leases", "order:42", "worker-a", "job=charge", "held", "expired")
 	visible("semaphores", "/semaphores", "#semaphores", "tenant:big", "2 / 3", "tenant:small", "starved")
 	visible("jobs", "/jobs", "#jobs", "weekly-report", "ok")
@@ -141,6 +146,9 @@ func TestUIBrowser(t *testing.T) {
 	if err != nil || ticks != 6 {
 		t.Fatalf("the strip of weekly-report has %d ticks (%v), want 6", ticks, err)
 	}
+
+	visible("outbox", "/outbox", "#topics", "orders", "audit", "Delivered per minute", "boom: upstream refused")
+	visible("idempotency", "/idempotency", "#inflight", "payments", "dead-1", "stuck", "reserved")
 
 	// The Leases page refreshes itself: a lease granted after it loaded appears.
 	do("load /leases", chromedp.Navigate(d.url+"/leases"), chromedp.WaitVisible(css("#leases")))
@@ -167,8 +175,18 @@ func TestUIBrowser(t *testing.T) {
 	if s, err := semaphore.Get(t.Context(), d.pool, "tenant:big"); err != nil || s.Limit != 7 || held != "2 / 7" {
 		t.Fatalf("after setting the limit: %d (%v), page shows %q", s.Limit, err, held)
 	}
+	// Retry the dead message of orders from its button.
+	retry := css(fmt.Sprintf(`tr[data-id="%d"] button`, dead.ID))
+	do("retry from the page", chromedp.Navigate(d.url+"/outbox"), chromedp.WaitVisible(retry), chromedp.Click(retry),
+		chromedp.WaitVisible(css("p.flash")), shot("outbox_after_retry"))
+	if flash := text("p.flash"); !strings.Contains(flash, fmt.Sprintf("outbox message %d (topic orders, key b) is pending again", dead.ID)) {
+		t.Fatalf("after retrying: flash %q", flash)
+	}
+	if m, err := outbox.Get(t.Context(), d.pool, dead.ID); err != nil || m.State != outbox.Pending {
+		t.Fatalf("after retrying: %+v, %v; want pending", m, err)
+	}
 	es := auditEntries(t, d.pool)
-	if len(es) != 2 || es[0].Action != "semaphore.set_limit" || es[1].Action != "lease.expire" {
+	if len(es) != 3 || es[0].Action != "outbox.retry" || es[1].Action != "semaphore.set_limit" || es[2].Action != "lease.expire" {
 		t.Fatalf("audit entries %+v", es)
 	}
 	t.Logf("screenshots in %s", dir)

@@ -1,24 +1,25 @@
 // Package ui is the operator dashboard served by `pgcoord ui`: pages for the overview,
-// leases, jobs and semaphores, drawn from the same public API the CLI uses, plus the
+// leases, jobs, semaphores, the outbox and idempotency keys, drawn from the same public
+// API the CLI uses, plus the
 // Prometheus metrics of package metrics at /metrics. Templates, CSS and JavaScript are
 // embedded in the binary (no CDN, works offline).
 //
 // Each page is one file registering itself in init (registerPage with its Overview card,
-// registerAction for its actions) plus one template in assets/: adding the outbox or
-// idempotency page, its counts on the Overview and its actions (retry a dead message)
-// touches nothing else. The Overview's findings are those of `pgcoord doctor`, so a check
+// registerAction for its actions) plus one template in assets/: adding a page, its counts
+// on the Overview and its actions touches nothing else. The Overview's findings are those of `pgcoord doctor`, so a check
 // added to package doctor shows there by itself.
 //
 // # Guarantees
 //
 //   - Every page costs a bounded number of queries whatever the number of rows: lists are
-//     paginated (pageSize rows per page, "next" links by name), the Jobs page reads at most
-//     jobsPageSize jobs and one page of runs for each, and the Overview reads at most
+//     paginated (pageSize rows per page, "next" links by name or id), the Jobs page reads
+//     at most jobsPageSize jobs and one page of runs for each, the Outbox page's delivery
+//     rate reads at most outbox.DefaultRateScan messages, and the Overview reads at most
 //     summaryRows rows per primitive (its counts say "at least" when there are more). The
 //     Overview's health checks are `pgcoord doctor`'s (package doctor), which page through
 //     every row: they run at most every Config.DoctorEvery, whatever the refresh rate.
 //   - Times, ages and expiries are the database clock's (the DBNow the API returns).
-//   - Actions (expire a lease, set a semaphore limit) run only when Config.AllowActions is
+//   - Actions (expire a lease, set a semaphore limit, retry a dead outbox message) run only when Config.AllowActions is
 //     set; otherwise every POST to an action is refused with 403. An action must be a POST
 //     carrying the CSRF token of the browser's session (an HMAC of its random cookie under
 //     a per-server secret) and the confirmation field that the page's confirm() sets; an
@@ -27,13 +28,16 @@
 //   - With Config.Token set, every request — pages, actions, /metrics — needs
 //     "Authorization: Bearer <token>" or the cookie the login form sets. Without a token
 //     the server must listen on a loopback address (CheckListen).
-//   - Payloads and response bodies are never rendered unless Config.ShowPayloads is set.
+//   - Payloads and stored responses (dead outbox messages, a looked-up idempotency key) are
+//     never rendered unless Config.ShowPayloads is set.
 //
 // # Failure modes
 //
 //   - The token is a shared secret sent in clear over plain HTTP: put the dashboard behind
 //     TLS (a reverse proxy) when it listens beyond loopback.
 //   - A page is not one snapshot: each list is read in its own statement.
+//   - The Outbox page's delivery rate counts only the newest outbox.DefaultRateScan
+//     messages: with more in the table it is a lower bound, and the chart says so.
 //   - Measurements taken inside worker processes (lease near misses, semaphore wait
 //     percentiles) are not in the database, so the dashboard cannot show them; the
 //     workers' own metrics endpoints can (package metrics, Opts.Leases/Semaphores).

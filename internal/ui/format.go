@@ -1,12 +1,14 @@
 package ui
 
 import (
+	"encoding/base64"
 	"fmt"
 	"html/template"
 	"maps"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // funcs are the template helpers.
@@ -17,6 +19,31 @@ var funcs = template.FuncMap{
 	"meta": formatMetadata,
 	"pct":  pct,
 	"mul":  func(a, b int) int { return a * b },
+	"add":  func(a, b int64) int64 { return a + b },
+	// payload is for templates guarded by ShowPayloads only.
+	"payload": payloadText,
+}
+
+// maxPayloadShown is how much of a payload or response body a page shows.
+const maxPayloadShown = 2048
+
+// payloadText shows a payload or response body: as text when it is UTF-8, else in
+// base64, cut at maxPayloadShown bytes with its size.
+func payloadText(b []byte) string {
+	if len(b) == 0 {
+		return "(empty)"
+	}
+	shown := b[:min(len(b), maxPayloadShown)]
+	var s string
+	if utf8.Valid(shown) || utf8.Valid(b) {
+		s = strings.ToValidUTF8(string(shown), "")
+	} else {
+		s = "base64:" + base64.StdEncoding.EncodeToString(shown)
+	}
+	if len(shown) < len(b) {
+		s += fmt.Sprintf(" … (%d bytes)", len(b))
+	}
+	return s
 }
 
 // age is now - t for people ("5m12s"); "-" for the zero time.

@@ -1,6 +1,8 @@
 package ui
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -18,6 +20,24 @@ func TestUIHumanDuration(t *testing.T) {
 	} {
 		if got := humanDuration(d); got != want {
 			t.Errorf("humanDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// TestUIPayloadText: text is shown as text, binary as base64, both cut at maxPayloadShown
+// bytes with the full size said, never splitting a UTF-8 character.
+func TestUIPayloadText(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", maxPayloadShown) // 2 bytes each
+	for in, want := range map[string]string{
+		"":             "(empty)",
+		`{"id": 1}`:    `{"id": 1}`,
+		"\xff\x00\x01": "base64:/wAB",
+		long:           strings.Repeat("é", maxPayloadShown/2) + fmt.Sprintf(" … (%d bytes)", 2*maxPayloadShown),
+		"a" + long:     "a" + strings.Repeat("é", maxPayloadShown/2-1) + fmt.Sprintf(" … (%d bytes)", 2*maxPayloadShown+1),
+	} {
+		if got := payloadText([]byte(in)); got != want {
+			t.Errorf("payloadText(%.20q) = %.40q..., want %.40q...", in, got, want)
 		}
 	}
 }

@@ -14,12 +14,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/internal/ui"
 	"github.com/pgcoord/pgcoord/internal/ui/audit"
 	"github.com/pgcoord/pgcoord/leases"
+	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/semaphore"
 	"github.com/pgcoord/pgcoord/singleton"
 )
@@ -185,4 +188,85 @@ func newDashClient(d *dash) *dash {
 	c := *d.client
 	c.Jar = jar
 	return &dash{pool: d.pool, url: d.url, client: &c}
+}
+
+// enqueue writes msgs in one committed transaction (outbox.Enqueue) and returns them.
+func enqueue(t *testing.T, pool *pgxpool.Pool, msgs ...outbox.Message) []outbox.Message {
+	t.Helper()
+	var out []outbox.Message
+	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		for _, m := range msgs {
+			got, err := outbox.Enqueue(t.Context(), tx, m)
+			if err != nil {
+				return err
+			}
+			out = append(out, got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// relayOnce runs one batch of a relay (MaxAttempts 1) whose handler fails the messages
+// whose payload starts with "poison" with errBoom — they go dead — and delivers the rest.
+func relayOnce(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	r, err := outbox.NewRelay(pool, &outbox.Config{MaxAttempts: 1, Handler: outbox.HandlerFunc(func(_ context.Context, m outbox.Message) error {
+		if strings.HasPrefix(string(m.Payload), "poison") {
+			return errBoom
+		}
+		return nil
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RunBatch(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// beginKey starts an idempotency attempt on (scope, key) that commits the recovery point
+// and holds the key until the test ends; with dead, its backend is then terminated, so
+// the key is stuck: in flight, held by nobody.
+func beginKey(t *testing.T, pool *pgxpool.Pool, scope, key, point string, dead bool) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := idempotency.Begin(ctx, pool, scope, key, []byte("fingerprint"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(ctx) })
+	if err := a.Checkpoint(ctx, point, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !dead {
+		return
+	}
+	// The attempt's backend is the one holding its key's advisory lock.
+	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(l.pid, 5000) FROM pg_locks l
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		  AND l.classid = ((pgcoord_idempotency_lock_key($1, $2) >> 32) & 4294967295)::oid
+		  AND l.objid = (pgcoord_idempotency_lock_key($1, $2) & 4294967295)::oid`, scope, key); err != nil {
+		t.Fatal(err)
+	}
+	k, err := idempotency.Get(ctx, pool, scope, key)
+	if err != nil || !k.Stuck() {
+		t.Fatalf("%s/%s after killing its holder: %+v, %v; want stuck", scope, key, k, err)
+	}
+}
+
+// completeKey stores a response for (scope, key).
+func completeKey(t *testing.T, pool *pgxpool.Pool, scope, key string, body string) {
+	t.Helper()
+	ctx := t.Context()
+	a, err := idempotency.Begin(ctx, pool, scope, key, []byte("fingerprint"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Complete(ctx, idempotency.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(body)}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -95,3 +95,42 @@ func metricSample(t *testing.T, text, series string) string {
 	t.Fatalf("no series %s in:\n%s", series, text)
 	return ""
 }
+
+// TestUIMetricsOutboxAndIdempotency: /metrics serves per topic the outbox's pending, due,
+// in-flight and dead messages and the oldest pending age, and the idempotency keys in
+// flight, stuck and completed, from state created through the public API.
+func TestUIMetricsOutboxAndIdempotency(t *testing.T) {
+	t.Parallel()
+	d := newDash(t, ui.Config{})
+	outboxState(t, d.pool)
+	beginKey(t, d.pool, "payments", "live-1", "charged", false)
+	beginKey(t, d.pool, "payments", "dead-1", "reserved", true)
+	completeKey(t, d.pool, "payments", "done-1", "ok")
+
+	_, text, _ := d.do(t, http.MethodGet, "/metrics", nil)
+	for series, want := range map[string]string{
+		`pgcoord_up{source="outbox"}`:                 "1",
+		`pgcoord_up{source="idempotency"}`:            "1",
+		`pgcoord_up{source="idempotency_keys"}`:       "1",
+		`pgcoord_outbox_pending{topic="orders"}`:      "2",
+		`pgcoord_outbox_due{topic="orders"}`:          "1",
+		`pgcoord_outbox_in_flight{topic="orders"}`:    "0",
+		`pgcoord_outbox_dead{topic="orders"}`:         "1",
+		`pgcoord_outbox_dead{topic="audit"}`:          "1",
+		`pgcoord_outbox_pending{topic="audit"}`:       "0",
+		`pgcoord_outbox_max_attempts{topic="orders"}`: "0",
+		"pgcoord_idempotency_keys_in_flight":          "2",
+		"pgcoord_idempotency_keys_stuck":              "1",
+		"pgcoord_idempotency_keys_completed":          "1",
+	} {
+		if got := metricSample(t, text, series); got != want {
+			t.Errorf("%s = %s, want %s", series, got, want)
+		}
+	}
+	if age := metricSample(t, text, `pgcoord_outbox_oldest_pending_age_seconds{topic="orders"}`); age == "0" || strings.HasPrefix(age, "-") {
+		t.Errorf("oldest pending age of orders = %s, want positive", age)
+	}
+	if age := metricSample(t, text, `pgcoord_outbox_oldest_pending_age_seconds{topic="audit"}`); age != "0" {
+		t.Errorf("oldest pending age of audit (nothing pending) = %s, want 0", age)
+	}
+}

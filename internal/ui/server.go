@@ -33,7 +33,7 @@ const (
 
 // Page sizes: each bounds the rows, and so the queries, one page view costs.
 const (
-	pageSize     = 50   // leases and semaphore keys per page
+	pageSize     = 50   // leases, semaphore keys, dead messages, idempotency keys per page
 	jobsPageSize = 20   // jobs per page: one ListRuns each
 	stripTicks   = 30   // ticks per job in the Jobs page's strip
 	summaryRows  = 1000 // rows per primitive the Overview reads
@@ -46,7 +46,8 @@ type Config struct {
 	// Token, if set, is required of every request (Bearer header or login cookie). It
 	// must be set when the server listens beyond loopback (see CheckListen).
 	Token string
-	// AllowActions enables the operator actions (expire a lease, set a semaphore limit).
+	// AllowActions enables the operator actions (expire a lease, set a semaphore limit,
+	// retry a dead outbox message).
 	AllowActions bool
 	// ShowPayloads shows message payloads and stored response bodies (outbox,
 	// idempotency); hidden by default.

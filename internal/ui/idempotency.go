@@ -1,0 +1,115 @@
+package ui
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"time"
+
+	"github.com/pgcoord/pgcoord/idempotency"
+)
+
+func init() {
+	registerPage(page{rank: 50, path: "/idempotency", title: "Idempotency", tmpl: "idempotency", summarize: summarizeIdempotency, load: loadIdempotency})
+}
+
+type keyRow struct {
+	idempotency.KeyInfo
+	// Age is how long ago the key's first attempt began; Idle how long ago it last
+	// changed (its latest recovery point), by the database clock.
+	Age, Idle time.Duration
+}
+
+// keyCounts are the counts of the page's header and of the Overview's card.
+type keyCounts struct {
+	InFlight, Stuck, Completed int
+	// More reports that there were more keys than one bounded read (summaryRows): the
+	// counts are lower bounds.
+	InFlightMore, CompletedMore bool
+}
+
+type idempotencyData struct {
+	Counts keyCounts
+	Rows   []keyRow
+	// AfterScope/AfterKey start this page; NextScope/NextKey the next one.
+	AfterScope, AfterKey, NextScope, NextKey string
+	// Lookup is the key asked for with ?scope=&key= (nil if none), LookupErr why it is
+	// missing.
+	Lookup    *idempotency.KeyInfo
+	LookupErr string
+	Scope     string
+	Key       string
+}
+
+// loadIdempotency reads one page of keys in flight, the counts (two bounded lists) and,
+// when asked, one key: at most four queries.
+func loadIdempotency(ctx context.Context, s *Server, q url.Values) (any, error) {
+	d := idempotencyData{AfterScope: q.Get("after_scope"), AfterKey: q.Get("after_key"), Scope: q.Get("scope"), Key: q.Get("key")}
+	keys, err := idempotency.List(ctx, s.cfg.Pool, &idempotency.ListOpts{
+		InFlight: true, AfterScope: d.AfterScope, AfterKey: d.AfterKey, Limit: pageSize + 1})
+	if err != nil {
+		return nil, err
+	}
+	if len(keys) > pageSize {
+		keys = keys[:pageSize]
+		d.NextScope, d.NextKey = keys[pageSize-1].Scope, keys[pageSize-1].Key
+	}
+	for _, k := range keys {
+		d.Rows = append(d.Rows, keyRow{KeyInfo: k, Age: max(k.DBNow.Sub(k.CreatedAt), 0), Idle: max(k.DBNow.Sub(k.UpdatedAt), 0)})
+	}
+	if d.Counts, err = countKeys(ctx, s); err != nil {
+		return nil, err
+	}
+	if d.Scope != "" || d.Key != "" {
+		k, err := idempotency.Get(ctx, s.cfg.Pool, d.Scope, d.Key)
+		switch {
+		case errors.Is(err, idempotency.ErrNotFound):
+			d.LookupErr = "no key " + d.Key + " in scope " + d.Scope
+		case err != nil:
+			d.LookupErr = err.Error() // a bad scope or key, said before any SQL
+		default:
+			d.Lookup = &k
+		}
+	}
+	return d, nil
+}
+
+// countKeys counts the keys in flight, stuck and completed from two lists of at most
+// summaryRows keys each: the keys in flight, and all keys.
+func countKeys(ctx context.Context, s *Server) (keyCounts, error) {
+	var c keyCounts
+	inFlight, err := idempotency.List(ctx, s.cfg.Pool, &idempotency.ListOpts{InFlight: true, Limit: summaryRows})
+	if err != nil {
+		return c, err
+	}
+	c.InFlight, c.InFlightMore = len(inFlight), len(inFlight) == summaryRows
+	for _, k := range inFlight {
+		if k.Stuck() {
+			c.Stuck++
+		}
+	}
+	all, err := idempotency.List(ctx, s.cfg.Pool, &idempotency.ListOpts{Limit: summaryRows})
+	if err != nil {
+		return c, err
+	}
+	c.CompletedMore = len(all) == summaryRows
+	for _, k := range all {
+		if k.State == idempotency.StateCompleted {
+			c.Completed++
+		}
+	}
+	return c, nil
+}
+
+// summarizeIdempotency counts keys in flight, stuck and completed: two bounded queries.
+func summarizeIdempotency(ctx context.Context, s *Server) summary {
+	sum := summary{Name: "Idempotency", Path: "/idempotency"}
+	c, err := countKeys(ctx, s)
+	if err != nil {
+		sum.Err = err.Error()
+		return sum
+	}
+	sum.Counts = []count{{"keys in flight", c.InFlight, c.InFlightMore}, {"stuck (holder died)", c.Stuck, c.InFlightMore},
+		{"completed", c.Completed, c.CompletedMore}}
+	return sum
+}
