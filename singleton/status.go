@@ -49,16 +49,21 @@ type JobStatus struct {
 	DBNow time.Time
 }
 
-// Overdue reports whether the job needs attention: its last run to finish failed
-// (ConsecutiveFailures > 0), or it has not succeeded within Every plus maxStaleness of
-// DBNow — counting from its last success, or from its first tick if it never succeeded.
-// A job that runs zero times is a failure too, and this is how it shows: pick
-// maxStaleness longer than a run takes, plus the delay a claim may have after the
-// boundary.
+// Overdue reports whether the job needs attention: it is Failing or Stale. A job that runs
+// zero times is a failure too, and this is how it shows: pick maxStaleness longer than a
+// run takes, plus the delay a claim may have after the boundary.
 func (s JobStatus) Overdue(maxStaleness time.Duration) bool {
-	if s.ConsecutiveFailures > 0 {
-		return true
-	}
+	return s.Failing() || s.Stale(maxStaleness)
+}
+
+// Failing reports whether the job's last run to finish failed.
+func (s JobStatus) Failing() bool {
+	return s.ConsecutiveFailures > 0 || s.LastState == "failed"
+}
+
+// Stale reports whether the job has not succeeded within Every plus maxStaleness of DBNow,
+// counting from its last success, or from its first tick if it never succeeded.
+func (s JobStatus) Stale(maxStaleness time.Duration) bool {
 	since := s.LastSuccessAt
 	if since.IsZero() {
 		since = s.FirstTick

@@ -53,10 +53,8 @@ type jobHealth struct {
 // failures.
 func judgeJob(s singleton.JobStatus, maxStaleness time.Duration) jobHealth {
 	var h jobHealth
-	h.failing = s.ConsecutiveFailures > 0 || s.LastState == "failed"
-	stale := s
-	stale.ConsecutiveFailures = 0 // Overdue counts failures too; judge staleness alone
-	h.overdue = stale.Overdue(maxStaleness)
+	h.failing = s.Failing()
+	h.overdue = s.Stale(maxStaleness)
 	if h.failing {
 		msg := "last run failed"
 		if !s.LastFailureAt.IsZero() {

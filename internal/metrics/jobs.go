@@ -41,7 +41,7 @@ func collectJobs(ctx context.Context, db pgcoord.DBTX, o *Opts) ([]prometheus.Me
 	}
 	var ms []prometheus.Metric
 	for _, j := range jobs {
-		overdue, failing := JudgeJob(j, o.MaxStaleness)
+		overdue, failing := j.Stale(o.MaxStaleness), j.Failing()
 		if !j.LastSuccessAt.IsZero() {
 			ms = append(ms, gauge(jobLastSuccessAgeDesc, max(j.DBNow.Sub(j.LastSuccessAt).Seconds(), 0), j.Name))
 		}

@@ -43,7 +43,6 @@ import (
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
-	"github.com/pgcoord/pgcoord/singleton"
 )
 
 // Defaults of Opts.
@@ -183,14 +182,4 @@ func boolValue(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// JudgeJob is the verdict of `pgcoord jobs check` on one job: failing when its last run
-// failed, overdue when it has not succeeded within its period plus maxStaleness (counted
-// from its first tick if it never succeeded).
-func JudgeJob(s singleton.JobStatus, maxStaleness time.Duration) (overdue, failing bool) {
-	failing = s.ConsecutiveFailures > 0 || s.LastState == "failed"
-	stale := s
-	stale.ConsecutiveFailures = 0 // Overdue counts failures too; judge staleness alone
-	return stale.Overdue(maxStaleness), failing
 }

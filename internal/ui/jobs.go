@@ -5,7 +5,6 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/pgcoord/pgcoord/internal/metrics"
 	"github.com/pgcoord/pgcoord/singleton"
 )
 
@@ -69,7 +68,7 @@ func loadJobs(ctx context.Context, s *Server, q url.Values) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		overdue, failing := metrics.JudgeJob(j, s.cfg.MaxStaleness)
+		overdue, failing := j.Stale(s.cfg.MaxStaleness), j.Failing()
 		d.Rows = append(d.Rows, jobRow{JobStatus: j, Overdue: overdue, Failing: failing,
 			Status: jobStatus(overdue, failing), Strip: strip(j, runs)})
 	}
@@ -118,7 +117,7 @@ func summarizeJobs(ctx context.Context, s *Server) summary {
 	more := len(jobs) == summaryRows
 	var overdue, failing, running int
 	for _, j := range jobs {
-		o, f := metrics.JudgeJob(j, s.cfg.MaxStaleness)
+		o, f := j.Stale(s.cfg.MaxStaleness), j.Failing()
 		running += j.Running
 		switch {
 		case f:
