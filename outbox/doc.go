@@ -11,8 +11,9 @@
 //
 // A Relay (NewRelay, Run) delivers the messages through a Handler — a broker, a webhook
 // (package sink), or the application's own code — and several relays share the work.
-// Stats, List, Retry, RetryDead and Prune serve operators (`pgcoord outbox ...`). Triggers
-// and other languages write messages with the SQL function pgcoord_outbox_enqueue.
+// Stats, List, DeliveryRate, Retry, RetryDead and Prune serve operators (`pgcoord outbox
+// ...`, `pgcoord ui`). Triggers and other languages write messages with the SQL function
+// pgcoord_outbox_enqueue.
 //
 // # How the relay works
 //
