@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/pgconfig"
+	"github.com/pgcoord/pgcoord/internal/pgtest"
 )
 
 // Worker processes. A test that needs real processes — to stop one with SIGSTOP (a real
@@ -130,6 +131,9 @@ type workerProc struct {
 // with params as its role parameters. The process is always gone when t ends: t's cleanup
 // continues it (in case it is stopped), kills it and waits for it, bounded.
 func startWorker(t testing.TB, name, role, url, schema string, params map[string]string) (*workerProc, error) {
+	if pgtest.BehindPooler() && url == pgtest.URL(t) {
+		url = pgtest.PoolerURL(t, schema) // in pooler mode the workers go through PgBouncer too
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.count=1",
 		fmt.Sprintf("-test.timeout=%v", workerLifetime+30*time.Second))
 	cmd.Env = append(os.Environ(),

@@ -271,6 +271,7 @@ func TestTakenOverClaimIsFenced(t *testing.T) {
 
 // A commit wakes an idle relay through NOTIFY, long before its poll interval.
 func TestNotifyWakesIdleRelay(t *testing.T) {
+	pgtest.NeedsSession(t, "LISTEN: the wake-up by notification; behind a pooler the relay polls (pooler_test.go)")
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.Pool(t)

@@ -16,12 +16,8 @@ func TestLockKeyIsNamespacedBySchema(t *testing.T) {
 	ctx := context.Background()
 	poolA, schemaA := pgtest.Schema(t)
 	poolB, schemaB := pgtest.Schema(t)
-	if _, err := pgcoord.Migrate(ctx, poolA, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pgcoord.Migrate(ctx, poolB, nil); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Migrate(t, poolA, nil)
+	pgtest.Migrate(t, poolB, nil)
 	keyA, err := pgcoord.LockKey(ctx, poolA, "report")
 	if err != nil {
 		t.Fatal(err)
@@ -47,12 +43,12 @@ func TestLockKeyIsNamespacedBySchema(t *testing.T) {
 	// install time, not read from the caller's search_path.
 	_, schemaC := pgtest.Schema(t)
 	mixed := pgtest.NewPool(t, pgtest.URL(t), "")
-	conn, err := mixed.Acquire(ctx)
+	conn, err := mixed.Begin(ctx) // SET LOCAL in a transaction: it works through a pooler too
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SET search_path = "+pgconfig.QuoteIdent(schemaC)+", "+pgconfig.QuoteIdent(schemaA)); err != nil {
+	defer conn.Rollback(ctx)
+	if _, err := conn.Exec(ctx, "SET LOCAL search_path = "+pgconfig.QuoteIdent(schemaC)+", "+pgconfig.QuoteIdent(schemaA)); err != nil {
 		t.Fatal(err)
 	}
 	viaPath, err := pgcoord.LockKey(ctx, conn, "report")

@@ -33,6 +33,14 @@ const VersionTable = "pgcoord_migrations"
 // of pgcoord needs.
 var ErrSchemaOutdated = errors.New("pgcoord: schema is outdated")
 
+// ErrPooler is returned (wrapped) by Migrate and Rollback when the pool's connections go
+// through a pooler such as PgBouncer: goose serializes migrations with a session-level
+// advisory lock, which a transaction-mode pooler leaves on whichever server connection
+// took it — so the lock would neither exclude a concurrent migration nor be released.
+// The check compares the backend process id the server reports with the one the connection
+// was given when it opened; a pooler sends its own. Run migrations on a direct connection.
+var ErrPooler = errors.New("pgcoord: the connection goes through a pooler (its server process id is not the one it was given); migrations need a session: run them on a direct connection")
+
 // Migration is one migration shipped with this build.
 type Migration struct {
 	Version int64  // from the file name: 1 for 00001_foundation.sql
@@ -95,7 +103,8 @@ func LatestVersion() int64 {
 // once. On failure it returns the migrations applied before the one that failed.
 //
 // Migrate needs a session (goose holds a session-level advisory lock); run it on a direct
-// connection, not through a transaction-mode pooler.
+// connection, not through a transaction-mode pooler: it detects one and returns an error
+// wrapping ErrPooler before changing anything.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, opts *MigrateOpts) ([]MigrationResult, error) {
 	if opts == nil {
 		opts = &MigrateOpts{}
@@ -168,6 +177,9 @@ func newProvider(ctx context.Context, pool *pgxpool.Pool) (*goose.Provider, func
 	if schema == nil {
 		return nil, nil, errors.New("pgcoord: migrate: search_path names no existing schema to install into; create the schema or fix search_path")
 	}
+	if err := checkDirect(ctx, pool); err != nil {
+		return nil, nil, err
+	}
 	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID), lock.WithLockTimeout(1, 600))
 	if err != nil {
 		return nil, nil, fmt.Errorf("pgcoord: migrate: %w", err)
@@ -187,6 +199,25 @@ func newProvider(ctx context.Context, pool *pgxpool.Pool) (*goose.Provider, func
 		return nil, nil, fmt.Errorf("pgcoord: migrate: %w", err)
 	}
 	return p, func() { db.Close() }, nil
+}
+
+// checkDirect returns an error wrapping ErrPooler when pool's connections go through a
+// pooler: the server's pg_backend_pid() differs from the process id the connection got in
+// its BackendKeyData.
+func checkDirect(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("pgcoord: migrate: %w", err)
+	}
+	defer conn.Release()
+	var pid uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return fmt.Errorf("pgcoord: migrate: %w", err)
+	}
+	if given := conn.Conn().PgConn().PID(); pid != given {
+		return fmt.Errorf("pgcoord: migrate: %w (server process %d, connection given %d)", ErrPooler, pid, given)
+	}
+	return nil
 }
 
 func results(res []*goose.MigrationResult, err error, op string) ([]MigrationResult, error) {

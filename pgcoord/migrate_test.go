@@ -30,6 +30,7 @@ func objects(t *testing.T, pool *pgxpool.Pool, schema string) int {
 }
 
 func TestMigrateRoundTrip(t *testing.T) {
+	needsSession(t)
 	t.Parallel()
 	ctx := context.Background()
 	pool, schema := pgtest.Schema(t)
@@ -86,6 +87,7 @@ func TestMigrateRoundTrip(t *testing.T) {
 }
 
 func TestRollbackOneStepAndNothingLeft(t *testing.T) {
+	needsSession(t)
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
@@ -134,6 +136,7 @@ func TestMigrateWithoutSchemaRefuses(t *testing.T) {
 // Replicas of a service typically all call Migrate at startup: each migration must be
 // applied exactly once.
 func TestMigrateConcurrentCallsApplyOnce(t *testing.T) {
+	needsSession(t)
 	t.Parallel()
 	ctx := context.Background()
 	pool, _ := pgtest.Schema(t)
@@ -168,6 +171,7 @@ func TestMigrateConcurrentCallsApplyOnce(t *testing.T) {
 // An application that uses goose for its own migrations, in the same schema, keeps its
 // version table and its lock; pgcoord's never touch them.
 func TestMigrateLeavesApplicationGooseAlone(t *testing.T) {
+	needsSession(t)
 	t.Parallel()
 	ctx := context.Background()
 	pool, _ := pgtest.Schema(t)
@@ -207,6 +211,7 @@ func TestMigrateLeavesApplicationGooseAlone(t *testing.T) {
 // The migration lock is derived from the schema, so schemas migrate independently: a
 // migration held up in one schema does not block another.
 func TestMigrateLockIsPerSchema(t *testing.T) {
+	needsSession(t)
 	t.Parallel()
 	ctx := context.Background()
 	poolA, schemaA := pgtest.Schema(t)
@@ -234,6 +239,7 @@ func TestMigrateLockIsPerSchema(t *testing.T) {
 
 // A team that applies the SQL script with its own tool ends in the same state as Migrate.
 func TestMigrationScriptMatchesMigrate(t *testing.T) {
+	needsSession(t)
 	t.Parallel()
 	ctx := context.Background()
 	pool, schema := pgtest.Schema(t)
@@ -271,4 +277,11 @@ func TestMigrationScriptMatchesMigrate(t *testing.T) {
 	if _, err := pgcoord.MigrationScript(-1); err == nil {
 		t.Fatal("MigrationScript(-1) succeeded")
 	}
+}
+
+// needsSession skips a test of migrating itself in pooler mode: migrations need a session
+// (goose's session lock), and behind a pooler Migrate refuses (pooler_test.go).
+func needsSession(t *testing.T) {
+	t.Helper()
+	pgtest.NeedsSession(t, "migrations (goose's session lock); behind a pooler Migrate returns ErrPooler (pooler_test.go)")
 }

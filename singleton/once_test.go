@@ -159,14 +159,7 @@ func TestRunOnceSharesItsKeyWithPlainSQL(t *testing.T) {
 func TestRunOnceSchemasDoNotCollide(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	poolA, _ := pgtest.Schema(t)
-	poolB, _ := pgtest.Schema(t)
-	if _, err := pgcoord.Migrate(ctx, poolA, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pgcoord.Migrate(ctx, poolB, nil); err != nil {
-		t.Fatal(err)
-	}
+	poolA, poolB := pgtest.Pool(t), pgtest.Pool(t)
 	ran, err := singleton.RunOnce(ctx, poolA, "report", func(ctx context.Context, _ pgx.Tx) error {
 		// While A's replica holds the lock: B's replica of the same job runs, A's other
 		// replica does not.

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { exampletest.Main(m, main) }
 func newPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
 	pool := pgtest.Pool(t)
-	if err := createTables(context.Background(), pool, "fenced-payment", schema); err != nil {
+	if err := createTables(context.Background(), pgtest.Direct(t, pool), "fenced-payment", schema); err != nil {
 		t.Fatal(err)
 	}
 	return pool

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { exampletest.Main(m, main) }
 func newPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
 	pool := pgtest.Pool(t)
-	if err := createTables(context.Background(), pool, "idempotent-api", schema); err != nil {
+	if err := createTables(context.Background(), pgtest.Direct(t, pool), "idempotent-api", schema); err != nil {
 		t.Fatal(err)
 	}
 	return pool

@@ -128,7 +128,7 @@ func TestFloodingTenantDoesNotStarveOthers(t *testing.T) {
 func newPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
 	pool := pgtest.Pool(t)
-	if err := createTables(context.Background(), pool, "tenant-pool", schema); err != nil {
+	if err := createTables(context.Background(), pgtest.Direct(t, pool), "tenant-pool", schema); err != nil {
 		t.Fatal(err)
 	}
 	return pool

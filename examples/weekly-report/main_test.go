@@ -71,9 +71,10 @@ func TestThreeReplicasSendEachReportOnce(t *testing.T) {
 	errs := make(chan error)
 	for _, replica := range []string{"a", "b", "c"} {
 		replicaPool := pgtest.NewPool(t, pgtest.URL(t), schemaName)
+		setupPool := pgtest.Direct(t, replicaPool) // migrating needs a session
 		cfg := config{Every: time.Second, Replica: replica, Send: box.sender(replica), Logger: slog.New(slog.DiscardHandler)}
 		go func() {
-			err := createTables(ctx, replicaPool, "weekly-report", schema) // all three at once, as replicas start
+			err := createTables(ctx, setupPool, "weekly-report", schema) // all three at once, as replicas start
 			if err == nil {
 				err = run(ctx, replicaPool, cfg)
 			}
@@ -139,7 +140,7 @@ func TestReportRunTwiceSendsOnlyWhatIsMissing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	if err := createTables(ctx, pool, "weekly-report", schema); err != nil {
+	if err := createTables(ctx, pgtest.Direct(t, pool), "weekly-report", schema); err != nil {
 		t.Fatal(err)
 	}
 	box := newMailbox()

@@ -21,7 +21,6 @@ import (
 	"github.com/pgcoord/pgcoord/internal/cli"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/leases"
-	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
 // leaseDB is a migrated schema of its own for one test, and the CLI flags that reach it.
@@ -33,9 +32,7 @@ type leaseDB struct {
 func newLeaseDB(t *testing.T) leaseDB {
 	t.Helper()
 	pool, schema := pgtest.Schema(t)
-	if _, err := pgcoord.Migrate(context.Background(), pool, nil); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Migrate(t, pool, nil)
 	return leaseDB{pool: pool, flags: []string{"--database-url", pgtest.URL(t), "--schema", schema}}
 }
 

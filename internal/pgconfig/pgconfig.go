@@ -3,6 +3,8 @@
 package pgconfig
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -16,7 +18,8 @@ type Options struct {
 	// AppName is the application_name the server shows in pg_stat_activity.
 	AppName string
 	// Schema, if set, becomes the connection's search_path, so pgcoord's objects are
-	// created in and resolved from that schema.
+	// created in and resolved from that schema. Every new connection checks that the server
+	// resolves it (see ErrSchemaNotApplied).
 	Schema string
 	// StatementTimeout, if positive, is set as statement_timeout on every connection.
 	StatementTimeout time.Duration
@@ -37,6 +40,7 @@ func Pool(connString string, opts Options) (*pgxpool.Config, error) {
 	}
 	if opts.Schema != "" {
 		params["search_path"] = QuoteIdent(opts.Schema)
+		cfg.AfterConnect = checkSchema(opts.Schema)
 	}
 	if opts.StatementTimeout > 0 {
 		params["statement_timeout"] = strconv.FormatInt(opts.StatementTimeout.Milliseconds(), 10)
@@ -45,6 +49,33 @@ func Pool(connString string, opts Options) (*pgxpool.Config, error) {
 		cfg.MaxConns = opts.MaxConns
 	}
 	return cfg, nil
+}
+
+// ErrSchemaNotApplied is the error (wrapped) of a new connection on which the server resolves
+// a schema other than Options.Schema: the search_path startup parameter did not reach the
+// server. PgBouncer does that when its ignore_startup_parameters lists search_path (it
+// drops the parameter silently; without that setting it refuses the connection with
+// "unsupported startup parameter: search_path"). pgcoord would otherwise read and write
+// another schema's tables. Behind PgBouncer, select the schema with a database alias whose
+// connect_query sets search_path (see docs/pgbouncer.md).
+var ErrSchemaNotApplied = errors.New("pgconfig: the server did not apply the requested schema (search_path); a pooler such as PgBouncer drops it: select the schema with a pooler database alias (connect_query) instead, see docs/pgbouncer.md")
+
+// checkSchema returns an AfterConnect hook that fails a connection whose current schema is
+// an existing schema other than schema. (A search_path naming only a schema that does not
+// exist yet resolves to none, which is how pgcoord's migrate finds out; that passes.) It
+// uses the simple protocol, which works through any pooler.
+func checkSchema(schema string) func(context.Context, *pgx.Conn) error {
+	return func(ctx context.Context, conn *pgx.Conn) error {
+		var current *string
+		err := conn.QueryRow(ctx, "SELECT current_schema()", pgx.QueryExecModeSimpleProtocol).Scan(&current)
+		if err != nil {
+			return fmt.Errorf("pgconfig: checking the connection's schema: %w", err)
+		}
+		if current != nil && *current != schema {
+			return fmt.Errorf("%w: asked for %q, the server resolves %q", ErrSchemaNotApplied, schema, *current)
+		}
+		return nil
+	}
 }
 
 // QuoteIdent quotes a Postgres identifier (a schema name, say) for use in SQL text.

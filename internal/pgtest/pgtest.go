@@ -8,6 +8,10 @@
 //
 // A package that uses pgtest calls pgtest.Main from its TestMain, so the container is
 // removed when the tests end.
+//
+// With EnvPgBouncer set (scripts/test-pgbouncer.sh), the tests run in pooler mode: the
+// pools pgtest hands out go through PgBouncer in transaction mode, while schemas are
+// created and migrated on a direct connection. See BehindPooler and docs/pgbouncer.md.
 package pgtest
 
 import (
@@ -51,6 +55,8 @@ var shared struct {
 	admin      *pgxpool.Pool
 	// examplePools are the pools ExamplePool handed out, closed by Main.
 	examplePools []*pgxpool.Pool
+	// sessionExamples is the -test.skip pattern of examples Main skips in pooler mode.
+	sessionExamples string
 }
 
 // Main runs the tests of a package and then removes the server container it started, if
@@ -65,11 +71,11 @@ func Main(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	if os.Getenv("CI") == "" && connect() != nil {
-		skip := "^Example"
-		if f := flag.Lookup("test.skip"); f != nil && f.Value.String() != "" {
-			skip = f.Value.String() + "|" + skip // keep the caller's -skip
-		}
-		_ = flag.Set("test.skip", skip)
+		addSkip("^Example")
+	}
+	if BehindPooler() && shared.sessionExamples != "" {
+		fmt.Fprintf(os.Stderr, "pgtest: pooler mode: skipping the examples that need a session: %s\n", shared.sessionExamples)
+		addSkip(shared.sessionExamples)
 	}
 	code := m.Run()
 	for _, pool := range shared.examplePools {
@@ -82,6 +88,14 @@ func Main(m *testing.M) {
 		_ = shared.container.Terminate()
 	}
 	os.Exit(code)
+}
+
+// addSkip adds pattern to -test.skip, keeping the caller's.
+func addSkip(pattern string) {
+	if f := flag.Lookup("test.skip"); f != nil && f.Value.String() != "" {
+		pattern = f.Value.String() + "|" + pattern
+	}
+	_ = flag.Set("test.skip", pattern)
 }
 
 // URL returns the connection string of the shared test server, starting a container on
@@ -126,19 +140,30 @@ func ExamplePool() *pgxpool.Pool {
 	}
 	ctx := context.Background()
 	name := "example_" + randomHex(6)
-	cfg, err := pgconfig.Pool(shared.url, pgconfig.Options{AppName: "pgcoord-example", Schema: name})
+	direct, err := directPool(name, 2)
 	if err != nil {
 		panic(err)
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	defer direct.Close()
+	_, err = direct.Exec(ctx, "CREATE SCHEMA "+pgconfig.QuoteIdent(name))
 	if err == nil {
-		_, err = pool.Exec(ctx, "CREATE SCHEMA "+pgconfig.QuoteIdent(name))
-	}
-	if err == nil {
-		_, err = pgcoord.Migrate(ctx, pool, nil)
+		_, err = pgcoord.Migrate(ctx, direct, nil)
 	}
 	if err != nil {
 		panic("pgtest: example schema: " + err.Error())
+	}
+	cfg, err := poolConfig(shared.url, name, pgconfig.Options{AppName: "pgcoord-example"})
+	if err != nil {
+		panic(err)
+	}
+	if BehindPooler() {
+		if err := editAliases(func(lines map[string]string) { lines[name] = aliasLine(name) }); err != nil {
+			panic("pgtest: example schema: " + err.Error())
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		panic(err)
 	}
 	shared.examplePools = append(shared.examplePools, pool)
 	return pool
@@ -146,8 +171,14 @@ func ExamplePool() *pgxpool.Pool {
 
 func dropExampleSchema(pool *pgxpool.Pool) {
 	schema := pool.Config().ConnConfig.RuntimeParams["search_path"]
-	_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 	pool.Close()
+	if BehindPooler() {
+		_ = editAliases(func(lines map[string]string) { delete(lines, pool.Config().ConnConfig.Database) })
+	}
+	if direct, err := directPool("", 1); err == nil {
+		_, _ = direct.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		direct.Close()
+	}
 }
 
 // Unavailable skips t because a server it needs cannot be had, or fails it when CI is set.
@@ -163,33 +194,71 @@ func Unavailable(t testing.TB, err error) {
 // connections have it as their search_path, and its name.
 func Schema(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
+	return schemaPool(t, 0)
+}
+
+// schemaPool is Schema with a pool of at most maxConns connections (0: pgx's default).
+func schemaPool(t testing.TB, maxConns int32) (*pgxpool.Pool, string) {
+	t.Helper()
 	url := URL(t)
-	ctx := context.Background()
 	name := SchemaName(t)
-	if _, err := adminPool(t, url).Exec(ctx, "CREATE SCHEMA "+pgconfig.QuoteIdent(name)); err != nil {
+	if _, err := adminPool(t, url).Exec(context.Background(), "CREATE SCHEMA "+pgconfig.QuoteIdent(name)); err != nil {
 		t.Fatalf("pgtest: create schema: %v", err)
 	}
-	pool := NewPool(t, url, name)
-	return pool, name
+	return newPool(t, url, name, maxConns), name
 }
 
 // Pool returns a pool on a fresh schema for t with pgcoord's migrations applied.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, _ := Schema(t)
-	if _, err := pgcoord.Migrate(context.Background(), pool, nil); err != nil {
-		t.Fatalf("pgtest: migrate: %v", err)
-	}
+	pool, name := Schema(t)
+	migrate(t, pool, name, nil)
 	return pool
 }
 
+// Migrate applies pgcoord's migrations (up to opts.To, if set) to the schema pool reaches.
+// In pooler mode it migrates through a direct connection: goose's session lock needs a
+// session, and pgcoord.Migrate refuses a pooler (pgcoord.ErrPooler).
+func Migrate(t testing.TB, pool *pgxpool.Pool, opts *pgcoord.MigrateOpts) {
+	t.Helper()
+	var schema string
+	if err := pool.QueryRow(context.Background(), "SELECT current_schema()").Scan(&schema); err != nil {
+		t.Fatalf("pgtest: migrate: %v", err)
+	}
+	migrate(t, pool, schema, opts)
+}
+
+func migrate(t testing.TB, pool *pgxpool.Pool, schema string, opts *pgcoord.MigrateOpts) {
+	t.Helper()
+	if BehindPooler() {
+		direct, err := directPool(schema, 2)
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		defer direct.Close()
+		pool = direct
+	}
+	if _, err := pgcoord.Migrate(context.Background(), pool, opts); err != nil {
+		t.Fatalf("pgtest: migrate: %v", err)
+	}
+}
+
 // NewPool opens a pool on url with search_path set to schema (if not empty), closed when t
-// ends.
+// ends. In pooler mode (see BehindPooler) a pool on URL's server goes through the pooler.
 func NewPool(t testing.TB, url, schema string) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgconfig.Pool(url, pgconfig.Options{AppName: "pgcoord-test", Schema: schema})
+	return newPool(t, url, schema, 0)
+}
+
+func newPool(t testing.TB, url, schema string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := poolConfig(url, schema, pgconfig.Options{AppName: "pgcoord-test", MaxConns: maxConns})
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
+	}
+	if viaPooler(url) && schema != "" {
+		registerAlias(t, schema)
+		t.Cleanup(func() { unregisterAlias(schema) })
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
@@ -197,6 +266,21 @@ func NewPool(t testing.TB, url, schema string) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// viaPooler reports whether pools on url go through the pooler: in pooler mode, those on
+// the shared server's URL.
+func viaPooler(url string) bool {
+	return BehindPooler() && url != "" && url == shared.url
+}
+
+// poolConfig is the config of a pool on url and schema: through the pooler if viaPooler.
+func poolConfig(url, schema string, opts pgconfig.Options) (*pgxpool.Config, error) {
+	if viaPooler(url) {
+		return poolerConfig(schema, opts)
+	}
+	opts.Schema = schema
+	return pgconfig.Pool(url, opts)
 }
 
 // SchemaName returns a new schema name unique to this call, readable as t's name, and

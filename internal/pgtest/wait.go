@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgcoord/pgcoord/internal/pgconfig"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -18,19 +17,8 @@ const WaitLimit = 15 * time.Second
 // PoolMax is Pool with a pool of at most maxConns connections.
 func PoolMax(t testing.TB, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	_, schema := Schema(t)
-	cfg, err := pgconfig.Pool(URL(t), pgconfig.Options{AppName: "pgcoord-test", Schema: schema, MaxConns: maxConns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if _, err := pgcoord.Migrate(context.Background(), pool, nil); err != nil {
-		t.Fatalf("pgtest: migrate: %v", err)
-	}
+	pool, schema := schemaPool(t, maxConns)
+	migrate(t, pool, schema, nil)
 	return pool
 }
 
