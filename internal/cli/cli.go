@@ -156,7 +156,12 @@ func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to %s: %w", pgconfig.Describe(cfg), err)
+		hint := ""
+		if strings.Contains(err.Error(), "unsupported startup parameter") {
+			hint = " (a pooler such as PgBouncer refuses startup parameters: pass --statement-timeout 0, and " +
+				"select pgcoord's schema with a pooler database alias rather than --schema; see docs/pgbouncer.md)"
+		}
+		return nil, fmt.Errorf("connect to %s: %w%s", pgconfig.Describe(cfg), err, hint)
 	}
 	return pool, nil
 }

@@ -29,8 +29,8 @@ func TestCLIBehindPgBouncer(t *testing.T) {
 		t.Errorf("leases list through the schema's alias = %d, %q, %q; want the lease listed", code, out, errOut)
 	}
 	code, _, errOut = run(t, "--database-url", alias, "--schema", schema, "leases", "list")
-	if code != cli.ExitFailure || !strings.Contains(errOut, "statement_timeout") {
-		t.Errorf("with the default statement timeout = %d, %q; want a failure naming statement_timeout", code, errOut)
+	if code != cli.ExitFailure || !strings.Contains(errOut, "statement_timeout") || !strings.Contains(errOut, "--statement-timeout 0") {
+		t.Errorf("with the default statement timeout = %d, %q; want a failure naming statement_timeout and the way out", code, errOut)
 	}
 	code, out, errOut = run(t, "--database-url", plain, "--schema", schema, "--statement-timeout", "0", "leases", "list")
 	if code != cli.ExitFailure || !strings.Contains(errOut, "search_path") || !strings.Contains(errOut, "pooler") || strings.Contains(out, "via-pooler") {
