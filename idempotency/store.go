@@ -344,7 +344,9 @@ func (a *Attempt) Complete(ctx context.Context, resp Response) error {
 	if body == nil {
 		body = []byte{}
 	}
-	err = a.commit(ctx, completeSQL, []any{a.scope, a.key, a.holder, resp.Status, headers, body, a.now}, false)
+	// json.RawMessage, not []byte: in the exec and simple_protocol query modes pgx would send
+	// []byte as bytea, which the server refuses as jsonb.
+	err = a.commit(ctx, completeSQL, []any{a.scope, a.key, a.holder, resp.Status, json.RawMessage(headers), body, a.now}, false)
 	if err != nil {
 		return fmt.Errorf("idempotency: complete %s/%s: %w", a.scope, a.key, err)
 	}

@@ -167,7 +167,7 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, msgs []Message) ([]Message, er
 	}
 	arg := dbsqlc.OutboxEnqueueManyParams{
 		Topics: make([]string, len(msgs)), Keys: make([]string, len(msgs)), Payloads: make([][]byte, len(msgs)),
-		IsJson: make([]bool, len(msgs)), Headers: make([][]byte, len(msgs)), Delays: make([]pgtype.Interval, len(msgs)),
+		IsJson: make([]bool, len(msgs)), Headers: make([]json.RawMessage, len(msgs)), Delays: make([]pgtype.Interval, len(msgs)),
 	}
 	for i, m := range msgs {
 		headers, err := validateMessage(m)

@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"encoding/json"
 )
 
 const insertAudit = `-- name: InsertAudit :one
@@ -21,7 +22,7 @@ type InsertAuditParams struct {
 	RemoteAddr string
 	Action     string
 	Target     string
-	Details    []byte
+	Details    json.RawMessage
 }
 
 // The audit log of operator actions (00007_audit.sql).

@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -65,7 +66,7 @@ type IdempotencyGetRow struct {
 	Attempts      int32
 	RecoveryPoint *string
 	Status        *int32
-	Headers       []byte
+	Headers       json.RawMessage
 	Body          []byte
 	CreatedAt     time.Time
 	UpdatedAt     time.Time

@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -24,7 +25,7 @@ type AcquireLeaseParams struct {
 	Name       string
 	Holder     string
 	Ttl        pgtype.Interval
-	Metadata   []byte
+	Metadata   json.RawMessage
 	SyncCommit string
 }
 
@@ -111,7 +112,7 @@ type ExpireLeaseRow struct {
 	Name        string
 	FenceToken  int64
 	Holder      *string
-	Metadata    []byte
+	Metadata    json.RawMessage
 	AcquiredAt  time.Time
 	RenewedAt   *time.Time
 	ExpiresAt   *time.Time
@@ -154,7 +155,7 @@ type GetLeaseRow struct {
 	Name        string
 	FenceToken  int64
 	Holder      *string
-	Metadata    []byte
+	Metadata    json.RawMessage
 	AcquiredAt  time.Time
 	RenewedAt   *time.Time
 	ExpiresAt   *time.Time
@@ -216,7 +217,7 @@ type ListLeasesRow struct {
 	Name        string
 	FenceToken  int64
 	Holder      *string
-	Metadata    []byte
+	Metadata    json.RawMessage
 	AcquiredAt  time.Time
 	RenewedAt   *time.Time
 	ExpiresAt   *time.Time
@@ -344,7 +345,7 @@ type WaitLeaseParams struct {
 	Holder     string
 	Ttl        pgtype.Interval
 	Want       pgtype.Interval
-	Metadata   []byte
+	Metadata   json.RawMessage
 	SyncCommit string
 }
 

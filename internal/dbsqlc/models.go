@@ -5,6 +5,7 @@
 package dbsqlc
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -18,7 +19,7 @@ type PgcoordAudit struct {
 	RemoteAddr string
 	Action     string
 	Target     string
-	Details    []byte
+	Details    json.RawMessage
 }
 
 // pgcoord: dedupe claims; a row means (scope, key) was done
@@ -47,7 +48,7 @@ type PgcoordIdempotencyKey struct {
 	RecoveryPoint *string
 	RecoveryData  []byte
 	Status        *int32
-	Headers       []byte
+	Headers       json.RawMessage
 	Body          []byte
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
@@ -97,7 +98,7 @@ type PgcoordLease struct {
 	Name        string
 	FenceToken  int64
 	Holder      *string
-	Metadata    []byte
+	Metadata    json.RawMessage
 	AcquiredAt  time.Time
 	RenewedAt   *time.Time
 	ExpiresAt   *time.Time
@@ -113,7 +114,7 @@ type PgcoordOutbox struct {
 	Key            string
 	Payload        []byte
 	IsJson         bool
-	Headers        []byte
+	Headers        json.RawMessage
 	State          string
 	CreatedAt      time.Time
 	AvailableAt    time.Time

@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -201,7 +202,7 @@ type OutboxEnqueueParams struct {
 	Key     string
 	Payload []byte
 	IsJson  bool
-	Headers []byte
+	Headers json.RawMessage
 	Delay   pgtype.Interval
 }
 
@@ -255,7 +256,7 @@ type OutboxEnqueueManyParams struct {
 	Keys     []string
 	Payloads [][]byte
 	IsJson   []bool
-	Headers  [][]byte
+	Headers  []json.RawMessage
 	Delays   []pgtype.Interval
 }
 
