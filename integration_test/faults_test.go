@@ -30,8 +30,8 @@ import (
 // under leases, a semaphore, a cron job, idempotent charges and an outbox with relays and an
 // inbox against a PostgreSQL server of the test's own, through a proxy, while the test
 // injects faults at random: it pauses workers past their leases (SIGSTOP, SIGCONT), kills
-// them (SIGKILL) and starts replacements, terminates their backends, delays or cuts the
-// network, and restarts the server with a fast or an immediate shutdown. Then it checks the whole history against the invariants of every primitive:
+// them (SIGKILL) and starts replacements, terminates their backends, delays, throttles or
+// cuts the network, and restarts the server with a fast or an immediate shutdown. Then it checks the whole history against the invariants of every primitive:
 //
 //   - the fenced registers' history is linearizable (porcupine), with a write accepted iff
 //     its token is not lower than the register's: no stale-token write was ever accepted;
@@ -229,7 +229,12 @@ func (h *faultHarness) injectFaults(d time.Duration) {
 			fault = fmt.Sprintf("network latency %v per chunk", lat)
 			h.workerProxy.SetLatency(lat)
 			time.AfterFunc(h.between(500*time.Millisecond, 2*time.Second), func() { h.workerProxy.SetLatency(0) })
-		case r < 90:
+		case r < 83:
+			rate := 2000 + h.rng.Int64N(20000) // bytes/s: a congested link
+			fault = fmt.Sprintf("network throttled to %d bytes/s", rate)
+			h.workerProxy.SetRate(rate)
+			time.AfterFunc(h.between(500*time.Millisecond, 2*time.Second), func() { h.workerProxy.SetRate(0) })
+		case r < 92:
 			cut := h.between(200*time.Millisecond, 800*time.Millisecond)
 			fault = fmt.Sprintf("network cut for %v", cut)
 			h.workerProxy.Cut(cut)
@@ -280,6 +285,7 @@ func (h *faultHarness) restartServer(mode string) {
 // stopWorkers lets every worker finish and waits for them, bounded.
 func (h *faultHarness) stopWorkers() {
 	h.workerProxy.SetLatency(0)
+	h.workerProxy.SetRate(0)
 	h.mu.Lock()
 	live := slices.Collect(maps.Values(h.workers))
 	h.mu.Unlock()

@@ -9,12 +9,13 @@ import (
 )
 
 // netProxy is a TCP proxy on loopback between workers and PostgreSQL that can delay the
-// traffic or cut the link, and follows the server when it moves to another port (a
-// restarted container).
+// traffic, throttle it or cut the link, and follows the server when it moves to another
+// port (a restarted container).
 type netProxy struct {
 	ln      net.Listener
 	target  atomic.Pointer[string]
 	latency atomic.Int64 // added to every chunk forwarded, in nanoseconds
+	rate    atomic.Int64 // bytes per second each way on each connection; 0: unlimited
 	down    atomic.Bool  // refusing connections
 
 	mu    sync.Mutex
@@ -45,6 +46,9 @@ func (p *netProxy) SetTarget(target string) { p.target.Store(&target) }
 
 // SetLatency delays every chunk of traffic, both ways, by d (0: none).
 func (p *netProxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// SetRate throttles every connection to bytesPerSecond each way (0: unlimited).
+func (p *netProxy) SetRate(bytesPerSecond int64) { p.rate.Store(bytesPerSecond) }
 
 // Cut closes every connection through the proxy and refuses new ones for d: a network
 // partition, as the client sees it.
@@ -100,7 +104,11 @@ func (p *netProxy) forward(client net.Conn) {
 		for {
 			n, err := src.Read(buf)
 			if n > 0 {
-				if d := time.Duration(p.latency.Load()); d > 0 {
+				d := time.Duration(p.latency.Load())
+				if r := p.rate.Load(); r > 0 {
+					d += time.Duration(int64(n) * int64(time.Second) / r)
+				}
+				if d > 0 {
 					time.Sleep(d)
 				}
 				if _, werr := dst.Write(buf[:n]); werr != nil {
