@@ -151,10 +151,18 @@ func TestOutboxRelayStdout(t *testing.T) {
 		}
 		got = append(got, m)
 	}
-	if got[0]["id"] != float64(ids[0]) || got[1]["id"] != float64(ids[1]) || got[2]["payload_base64"] != "/w==" {
+	// Per-key order only: the relay may deliver o-2 before, between or after o-1's two.
+	byKey := map[string][]map[string]any{}
+	for _, m := range got {
+		k, _ := m["key"].(string)
+		byKey[k] = append(byKey[k], m)
+	}
+	o1, o2 := byKey["o-1"], byKey["o-2"]
+	if len(o1) != 2 || len(o2) != 1 || o1[0]["id"] != float64(ids[0]) || o1[1]["id"] != float64(ids[1]) ||
+		o2[0]["id"] != float64(ids[2]) || o2[0]["payload_base64"] != "/w==" {
 		t.Fatalf("lines %s", r.out)
 	}
-	if p, _ := json.Marshal(got[1]["payload"]); string(p) != `{"n":2}` {
+	if p, _ := json.Marshal(o1[1]["payload"]); string(p) != `{"n":2}` {
 		t.Fatalf("JSON payload %s", p)
 	}
 	if !strings.Contains(r.errOut, "relay stopped: delivered 3, failed 0, dead 0") {
