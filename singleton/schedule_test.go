@@ -60,7 +60,10 @@ func TestScheduleReplicasRunEachTickOnce(t *testing.T) {
 	byHolder := map[string]int{}
 	for i, r := range rs { // newest first
 		who := calls[r.ScheduledFor.UTC()]
-		if len(who) != 1 || who[0] != r.Holder {
+		// The newest tick's claim may have committed just as the replicas stopped, its
+		// reply cut off with their context: then fn never ran for it.
+		cutOff := i == 0 && len(who) == 0
+		if !cutOff && (len(who) != 1 || who[0] != r.Holder) {
 			t.Errorf("tick %v: fn ran on %v; want once, on %s", r.ScheduledFor, who, r.Holder)
 		}
 		byHolder[r.Holder]++
@@ -72,7 +75,7 @@ func TestScheduleReplicasRunEachTickOnce(t *testing.T) {
 			t.Errorf("tick %v: %s, attempt %d; want succeeded at the first attempt", r.ScheduledFor, r.State, r.Attempt)
 		}
 	}
-	if len(calls) != len(rs) {
+	if cutOff := len(calls[rs[0].ScheduledFor.UTC()]) == 0; len(calls) != len(rs) && !(cutOff && len(calls) == len(rs)-1) {
 		t.Errorf("fn ran for %d ticks, the ledger has %d", len(calls), len(rs))
 	}
 	t.Logf("%d ticks; runs per replica: %v", len(rs), byHolder)
