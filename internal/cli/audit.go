@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/internal/page"
 	"github.com/pgcoord/pgcoord/internal/ui/audit"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -62,22 +63,18 @@ action, target and details (an object).`,
 				return err
 			}
 			defer pool.Close()
-			var entries []audit.Entry
 			opts := audit.ListOpts{Action: action}
-			for len(entries) <= limit {
-				opts.Limit = min(limit+1-len(entries), pgcoord.MaxListLimit)
-				page, err := audit.List(ctx, pool, &opts)
-				if err != nil {
-					return argError(err)
+			entries, more, err := page.Collect(limit, pgcoord.MaxListLimit, func(last *audit.Entry, n int) ([]audit.Entry, error) {
+				if last != nil {
+					opts.Before = last.ID
 				}
-				entries = append(entries, page...)
-				if len(page) < opts.Limit {
-					break
-				}
-				opts.Before = page[len(page)-1].ID
+				opts.Limit = n
+				return audit.List(ctx, pool, &opts)
+			})
+			if err != nil {
+				return argError(err)
 			}
-			if len(entries) > limit {
-				entries = entries[:limit]
+			if more {
 				fmt.Fprintf(a.errOut, "pgcoord: showing the newest %d audit entries; there are more (raise --limit)\n", limit)
 			}
 			if a.json {

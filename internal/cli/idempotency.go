@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"sort"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgcoord/pgcoord/idempotency"
+	"github.com/pgcoord/pgcoord/internal/page"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -134,26 +134,18 @@ created_at, updated_at, completed_at, expires_at, db_now.`,
 				return err
 			}
 			defer pool.Close()
-			want := limit
-			if want < math.MaxInt {
-				want++ // one more than the limit, to know whether there are more
-			}
-			all := []idempotency.KeyInfo{}
 			opts := idempotency.ListOpts{InFlight: inFlight, Stuck: stuck}
-			for len(all) < want {
-				opts.Limit = min(want-len(all), idemPageSize)
-				page, err := idempotency.List(ctx, pool, &opts)
-				if err != nil {
-					return argError(err)
+			all, more, err := page.Collect(limit, idemPageSize, func(last *idempotency.KeyInfo, n int) ([]idempotency.KeyInfo, error) {
+				if last != nil {
+					opts.AfterScope, opts.AfterKey = last.Scope, last.Key
 				}
-				all = append(all, page...)
-				if len(page) < opts.Limit {
-					break
-				}
-				opts.AfterScope, opts.AfterKey = page[len(page)-1].Scope, page[len(page)-1].Key
+				opts.Limit = n
+				return idempotency.List(ctx, pool, &opts)
+			})
+			if err != nil {
+				return argError(err)
 			}
-			if len(all) > limit {
-				all = all[:limit]
+			if more {
 				fmt.Fprintf(a.errOut, "pgcoord: showing the first %d idempotency keys; there are more (raise --limit)\n", limit)
 			}
 			if a.json {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/internal/page"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/singleton"
 )
@@ -100,19 +101,18 @@ func judgeJob(s singleton.JobStatus, maxStaleness time.Duration) jobHealth {
 
 // listAllJobs reads every job, page by page, in name order.
 func listAllJobs(ctx context.Context, pool *pgxpool.Pool) ([]singleton.JobStatus, error) {
-	all := []singleton.JobStatus{}
-	opts := singleton.ListJobsOpts{Limit: singleton.MaxListLimit}
-	for {
-		page, err := singleton.ListJobs(ctx, pool, &opts)
-		if err != nil {
-			return nil, argError(err)
+	var opts singleton.ListJobsOpts
+	all, _, err := page.Collect(-1, singleton.MaxListLimit, func(last *singleton.JobStatus, n int) ([]singleton.JobStatus, error) {
+		if last != nil {
+			opts.After = last.Name
 		}
-		all = append(all, page...)
-		if len(page) < opts.Limit {
-			return all, nil
-		}
-		opts.After = page[len(page)-1].Name
+		opts.Limit = n
+		return singleton.ListJobs(ctx, pool, &opts)
+	})
+	if err != nil {
+		return nil, argError(err)
 	}
+	return all, nil
 }
 
 // jobJSON is one job in `jobs list --json`. Every key is always present; a time that

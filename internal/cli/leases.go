@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -21,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/internal/page"
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -208,27 +208,18 @@ ttl_left_ms, db_now.`,
 			}
 			defer pool.Close()
 
-			// Read one more than the limit, to know whether there are more.
-			want := limit
-			if want < math.MaxInt {
-				want++
-			}
-			all := []leases.Info{}
 			opts := leases.ListOpts{Held: held, Expired: expired}
-			for len(all) < want {
-				opts.Limit = min(want-len(all), pageSize)
-				page, err := leases.List(ctx, pool, &opts)
-				if err != nil {
-					return argError(err)
+			all, more, err := page.Collect(limit, pageSize, func(last *leases.Info, n int) ([]leases.Info, error) {
+				if last != nil {
+					opts.After = last.Name
 				}
-				all = append(all, page...)
-				if len(page) < opts.Limit {
-					break
-				}
-				opts.After = page[len(page)-1].Name
+				opts.Limit = n
+				return leases.List(ctx, pool, &opts)
+			})
+			if err != nil {
+				return argError(err)
 			}
-			if len(all) > limit {
-				all = all[:limit]
+			if more {
 				fmt.Fprintf(a.errOut, "pgcoord: showing the first %d leases; there are more (raise --limit, or list from the last name with a narrower filter)\n", limit)
 			}
 

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/internal/page"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
 )
@@ -118,28 +119,18 @@ func semStatus(s semaphore.KeyStatus) string {
 // listSemaphores reads keys page by page in key order, at most limit of them (all when
 // limit < 0), and reports whether there are more.
 func listSemaphores(ctx context.Context, pool *pgxpool.Pool, limit int) (all []semaphore.KeyStatus, more bool, err error) {
-	all = []semaphore.KeyStatus{}
-	want := math.MaxInt
-	if limit >= 0 {
-		want = limit + 1 // one more than the limit, to know whether there are more
-	}
-	opts := semaphore.ListOpts{}
-	for len(all) < want {
-		opts.Limit = min(want-len(all), semPageSize)
-		page, err := semaphore.List(ctx, pool, &opts)
-		if err != nil {
-			return nil, false, argError(err)
+	var opts semaphore.ListOpts
+	all, more, err = page.Collect(limit, semPageSize, func(last *semaphore.KeyStatus, n int) ([]semaphore.KeyStatus, error) {
+		if last != nil {
+			opts.After = last.Key
 		}
-		all = append(all, page...)
-		if len(page) < opts.Limit {
-			break
-		}
-		opts.After = page[len(page)-1].Key
+		opts.Limit = n
+		return semaphore.List(ctx, pool, &opts)
+	})
+	if err != nil {
+		return nil, false, argError(err)
 	}
-	if limit >= 0 && len(all) > limit {
-		return all[:limit], true, nil
-	}
-	return all, false, nil
+	return all, more, nil
 }
 
 func (a *app) semaphoresListCommand() *cobra.Command {

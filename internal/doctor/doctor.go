@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/idempotency"
+	"github.com/pgcoord/pgcoord/internal/page"
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -288,49 +289,48 @@ func checkReplication(ctx context.Context, pool *pgxpool.Pool, _ Options) Findin
 }
 
 func checkLeases(ctx context.Context, pool *pgxpool.Pool, _ Options) Finding {
-	held, expired := 0, 0
-	err := eachPage(func(after string) (string, int, error) {
-		page, err := leases.List(ctx, pool, &leases.ListOpts{After: after, Limit: pgcoord.MaxListLimit})
-		for _, l := range page {
-			switch {
-			case l.Held():
-				held++
-			case l.Holder != "": // expired, never released nor taken since
-				expired++
-			}
+	all, _, err := page.Collect(-1, pgcoord.MaxListLimit, func(last *leases.Info, n int) ([]leases.Info, error) {
+		opts := leases.ListOpts{Limit: n}
+		if last != nil {
+			opts.After = last.Name
 		}
-		if len(page) == 0 {
-			return "", 0, err
-		}
-		return page[len(page)-1].Name, len(page), err
+		return leases.List(ctx, pool, &opts)
 	})
 	if err != nil {
 		return failed(err)
+	}
+	held, expired := 0, 0
+	for _, l := range all {
+		switch {
+		case l.Held():
+			held++
+		case l.Holder != "": // expired, never released nor taken since
+			expired++
+		}
 	}
 	return Finding{Status: OK, Summary: fmt.Sprintf("%d lease(s) held, %d expired without release", held, expired)}
 }
 
 func checkSemaphores(ctx context.Context, pool *pgxpool.Pool, _ Options) Finding {
-	var keys int
-	var bad []string
-	err := eachPage(func(after string) (string, int, error) {
-		page, err := semaphore.List(ctx, pool, &semaphore.ListOpts{After: after, Limit: pgcoord.MaxListLimit})
-		for _, k := range page {
-			keys++
-			switch {
-			case k.OverLimit():
-				bad = append(bad, k.Key+" (over its limit)")
-			case k.Expired > 0:
-				bad = append(bad, fmt.Sprintf("%s (%d leaked permit(s))", k.Key, k.Expired))
-			}
+	all, _, err := page.Collect(-1, pgcoord.MaxListLimit, func(last *semaphore.KeyStatus, n int) ([]semaphore.KeyStatus, error) {
+		opts := semaphore.ListOpts{Limit: n}
+		if last != nil {
+			opts.After = last.Key
 		}
-		if len(page) == 0 {
-			return "", 0, err
-		}
-		return page[len(page)-1].Key, len(page), err
+		return semaphore.List(ctx, pool, &opts)
 	})
 	if err != nil {
 		return failed(err)
+	}
+	keys := len(all)
+	var bad []string
+	for _, k := range all {
+		switch {
+		case k.OverLimit():
+			bad = append(bad, k.Key+" (over its limit)")
+		case k.Expired > 0:
+			bad = append(bad, fmt.Sprintf("%s (%d leaked permit(s))", k.Key, k.Expired))
+		}
 	}
 	if len(bad) == 0 {
 		return Finding{Status: OK, Summary: fmt.Sprintf("%d semaphore key(s), none over its limit or leaking", keys)}
@@ -340,23 +340,22 @@ func checkSemaphores(ctx context.Context, pool *pgxpool.Pool, _ Options) Finding
 }
 
 func checkJobs(ctx context.Context, pool *pgxpool.Pool, o Options) Finding {
-	var jobs int
-	var bad []string
-	err := eachPage(func(after string) (string, int, error) {
-		page, err := singleton.ListJobs(ctx, pool, &singleton.ListJobsOpts{After: after, Limit: pgcoord.MaxListLimit})
-		for _, j := range page {
-			jobs++
-			if j.Overdue(o.MaxStaleness) {
-				bad = append(bad, j.Name)
-			}
+	all, _, err := page.Collect(-1, pgcoord.MaxListLimit, func(last *singleton.JobStatus, n int) ([]singleton.JobStatus, error) {
+		opts := singleton.ListJobsOpts{Limit: n}
+		if last != nil {
+			opts.After = last.Name
 		}
-		if len(page) == 0 {
-			return "", 0, err
-		}
-		return page[len(page)-1].Name, len(page), err
+		return singleton.ListJobs(ctx, pool, &opts)
 	})
 	if err != nil {
 		return failed(err)
+	}
+	jobs := len(all)
+	var bad []string
+	for _, j := range all {
+		if j.Overdue(o.MaxStaleness) {
+			bad = append(bad, j.Name)
+		}
 	}
 	if len(bad) == 0 {
 		return Finding{Status: OK, Summary: fmt.Sprintf("%d cron job(s), none overdue or failing", jobs)}
@@ -367,22 +366,19 @@ func checkJobs(ctx context.Context, pool *pgxpool.Pool, o Options) Finding {
 
 // checkIdempotency reports idempotency keys left in flight by an attempt that died.
 func checkIdempotency(ctx context.Context, pool *pgxpool.Pool, _ Options) Finding {
-	var stuck []string
-	type cursor struct{ scope, key string }
-	err := eachPage(func(after cursor) (cursor, int, error) {
-		page, err := idempotency.List(ctx, pool, &idempotency.ListOpts{Stuck: true,
-			AfterScope: after.scope, AfterKey: after.key, Limit: pgcoord.MaxListLimit})
-		for _, k := range page {
-			stuck = append(stuck, fmt.Sprintf("%s/%s (%d attempt(s), recovery point %q)", k.Scope, k.Key, k.Attempts, k.RecoveryPoint))
+	all, _, err := page.Collect(-1, pgcoord.MaxListLimit, func(last *idempotency.KeyInfo, n int) ([]idempotency.KeyInfo, error) {
+		opts := idempotency.ListOpts{Stuck: true, Limit: n}
+		if last != nil {
+			opts.AfterScope, opts.AfterKey = last.Scope, last.Key
 		}
-		if len(page) == 0 {
-			return cursor{}, 0, err
-		}
-		last := page[len(page)-1]
-		return cursor{last.Scope, last.Key}, len(page), err
+		return idempotency.List(ctx, pool, &opts)
 	})
 	if err != nil {
 		return failed(err)
+	}
+	var stuck []string
+	for _, k := range all {
+		stuck = append(stuck, fmt.Sprintf("%s/%s (%d attempt(s), recovery point %q)", k.Scope, k.Key, k.Attempts, k.RecoveryPoint))
 	}
 	if len(stuck) == 0 {
 		return Finding{Status: OK, Summary: "no idempotency key left in flight by a dead attempt"}
@@ -419,19 +415,6 @@ func checkOutbox(ctx context.Context, pool *pgxpool.Pool, o Options) Finding {
 		Explain: "A dead message failed its relay's MaxAttempts deliveries: fix the cause, then pgcoord outbox retry. " +
 			"An old pending message means no relay runs for its topic, the relays cannot keep up, or its key waits " +
 			"behind a failing message (pgcoord outbox list shows its attempts and last error)."}
-}
-
-// eachPage calls page with the cursor of the previous page's last row (the zero value
-// first) until a page is shorter than pgcoord.MaxListLimit.
-func eachPage[C any](page func(after C) (last C, n int, err error)) error {
-	var after C
-	for {
-		last, n, err := page(after)
-		if err != nil || n < pgcoord.MaxListLimit {
-			return err
-		}
-		after = last
-	}
 }
 
 func list(items []string) string {
