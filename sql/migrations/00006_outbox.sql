@@ -26,8 +26,9 @@ CREATE TABLE pgcoord_outbox (
     id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     -- Topic and key (1 to 255 bytes each), payload (at most 1 MiB) and headers (a JSON
     -- object) are checked by the functions that write messages (and by the Go library)
-    -- rather than by CHECK constraints, which cost a third of a plain INSERT here: write
-    -- messages through pgcoord_outbox_enqueue*, not with INSERT.
+    -- rather than by CHECK constraints, which are evaluated again on every claim and settle
+    -- (each an UPDATE of the row): write messages through pgcoord_outbox_enqueue*, not
+    -- with INSERT.
     topic            text        NOT NULL,
     key              text        NOT NULL,
     payload          bytea       NOT NULL,
@@ -61,10 +62,9 @@ CREATE INDEX pgcoord_outbox_dead ON pgcoord_outbox (topic, id) WHERE state = 'de
 COMMENT ON TABLE pgcoord_outbox IS 'pgcoord: transactional outbox messages (pending, delivered, dead)';
 
 -- Wake-ups. NOTIFY is not free: PostgreSQL serializes the commits of notifying
--- transactions server-wide (measured here: about a third fewer commits/s for 8 concurrent
--- producers writing 5 messages per transaction). So a
--- producer notifies only while some relay is idle, waiting for work: a listening relay that
--- found nothing registers in pgcoord_outbox_idle (until a deadline it keeps extending while
+-- transactions server-wide (a notifying commit takes a database-wide lock to queue its
+-- notifications, as the lease functions' comments note too). So a producer notifies only
+-- while some relay is idle, waiting for work: a listening relay that found nothing registers in pgcoord_outbox_idle (until a deadline it keeps extending while
 -- it waits) and leaves it when it finds work again; busy relays need no wake-up.
 --
 -- No wake-up is lost between a producer's check and its commit: the producer's trigger
@@ -130,7 +130,7 @@ $$;
 -- pgcoord_outbox_lock_key is the advisory-lock key of (topic, key), which writers of the
 -- key hold until they commit (the topic's length keeps "a:b" + "c" apart from "a" + "b:c").
 -- Every part of it is immutable (note the ::text: int || text is only stable), so the
--- planner inlines it: called as a function, it cost ten times the lock itself.
+-- planner inlines it into the calling statement instead of calling a function per row.
 CREATE FUNCTION pgcoord_outbox_lock_key(p_topic text, p_key text) RETURNS bigint
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     AS $$ SELECT pgcoord_lock_key('outbox:' || octet_length(p_topic)::text || ':' || p_topic || ':' || p_key) $$;
