@@ -64,8 +64,9 @@ COMMENT ON TABLE pgcoord_outbox IS 'pgcoord: transactional outbox messages (pend
 -- Wake-ups. NOTIFY is not free: PostgreSQL serializes the commits of notifying
 -- transactions server-wide (a notifying commit takes a database-wide lock to queue its
 -- notifications, as the lease functions' comments note too). So a producer notifies only
--- while some relay is idle, waiting for work: a listening relay that found nothing registers in pgcoord_outbox_idle (until a deadline it keeps extending while
--- it waits) and leaves it when it finds work again; busy relays need no wake-up.
+-- while some relay is idle, waiting for work: a listening relay that found nothing
+-- registers in pgcoord_outbox_idle (until a deadline it keeps extending while it waits)
+-- and leaves it when it finds work again; busy relays need no wake-up.
 --
 -- No wake-up is lost between a producer's check and its commit: the producer's trigger
 -- takes a shared transaction-level advisory lock before it checks, held until it commits,
