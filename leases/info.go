@@ -27,6 +27,13 @@ type Info struct {
 	AcquiredAt, RenewedAt, ExpiresAt, ReleasedAt time.Time
 	// ExpiredBy names who forced the last grant to expire (see Expire); empty otherwise.
 	ExpiredBy string
+	// NearMisses counts the renewals of every grant of the name that arrived with less
+	// than a quarter of the grant's time left, by the database clock: a holder that paused
+	// or a database that answered slowly came close to losing the lease. LastNearMissAt is
+	// the latest (zero if none). ForcedExpiries counts Expire calls that freed a grant.
+	NearMisses     int64
+	LastNearMissAt time.Time
+	ForcedExpiries int64
 	// DBNow is the database clock when the row was read.
 	DBNow time.Time
 }
@@ -47,7 +54,9 @@ func infoFrom(r dbsqlc.GetLeaseRow) Info {
 	i := Info{
 		Name: r.Name, Token: r.FenceToken, Metadata: decodeMetadata(r.Metadata),
 		AcquiredAt: r.AcquiredAt, DBNow: r.DbNow,
+		NearMisses: r.NearMisses, ForcedExpiries: r.ForcedExpiries,
 	}
+	i.LastNearMissAt = dbarg.Deref(r.LastNearMissAt)
 	i.Holder = dbarg.Deref(r.Holder)
 	i.ExpiredBy = dbarg.Deref(r.ExpiredBy)
 	i.RenewedAt = dbarg.Deref(r.RenewedAt)

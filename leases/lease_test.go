@@ -399,3 +399,51 @@ func TestTryAcquireDoesNotWaitForTheHoldersTransaction(t *testing.T) {
 		t.Fatalf("TryAcquire while the holder's renewal is uncommitted: %v, want ErrHeld at once", err)
 	}
 }
+
+// A renewal that finds less than a quarter of its grant left is a near miss, counted by the
+// database across grants (so any process, the dashboard's too, can see it); forced expiries
+// are counted too.
+func TestNearMissesAndForcedExpiriesAreRecorded(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	t0 := time.Now()
+	l := mustAcquire(t, pool, "late", 40*time.Second, &leases.AcquireOpts{Now: t0})
+	renew := func(l leases.Lease, at time.Duration, ttl time.Duration) leases.Lease {
+		t.Helper()
+		r, err := leases.Renew(ctx, pool, l, ttl, &leases.RenewOpts{Now: t0.Add(at)})
+		if err != nil {
+			t.Fatalf("renew at %v: %v", at, err)
+		}
+		return r
+	}
+	l = renew(l, 20*time.Second, 40*time.Second) // 20s of 40s left: on time
+	l = renew(l, 49*time.Second, 10*time.Second) // 11s of 40s left: on time (a quarter is 10s)
+	l = renew(l, 55*time.Second, 40*time.Second) // 4s of 10s left: on time, judged on the grant renewed
+	l = renew(l, 94*time.Second, 40*time.Second) // 1s of 40s left: a near miss
+	i, err := leases.Get(ctx, pool, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i.NearMisses != 1 || !i.LastNearMissAt.Equal(t0.Add(94*time.Second).Truncate(time.Microsecond)) {
+		t.Fatalf("near misses = %d at %v, want 1 at %v", i.NearMisses, i.LastNearMissAt, t0.Add(94*time.Second))
+	}
+	renew(l, 126*time.Second, 40*time.Second) // 8s of 40s left: a near miss
+	if _, err := leases.Expire(ctx, pool, "late", "test"); err != nil {
+		t.Fatal(err)
+	}
+	// A new grant keeps the counts; a late renewal of it adds to them.
+	l2 := mustAcquire(t, pool, "late", time.Minute, nil)
+	if _, err := leases.Expire(ctx, pool, "late", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leases.Renew(ctx, pool, l2, time.Minute, nil); !errors.Is(err, leases.ErrLost) {
+		t.Fatalf("renew after a forced expiry: %v, want ErrLost", err)
+	}
+	all, err := leases.List(ctx, pool, nil)
+	if err != nil || len(all) != 1 {
+		t.Fatalf("List = %v, %v", all, err)
+	}
+	if all[0].NearMisses != 2 || all[0].ForcedExpiries != 2 {
+		t.Fatalf("near misses %d, forced expiries %d; want 2 and 2", all[0].NearMisses, all[0].ForcedExpiries)
+	}
+}

@@ -3,6 +3,7 @@ package semaphore
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/pgcoord/pgcoord/internal/dbarg"
@@ -64,8 +65,64 @@ type KeyStatus struct {
 	// decided under the key's lock (rounds of waiting Acquires, lost races). A TryAcquire
 	// refused from plain reads writes nothing and is counted only by Metrics.
 	Admitted, Refused int64
+	// Waited counts the key's admissions of the last 5 to 10 minutes by DBNow (the current
+	// 5-minute window and the one before it), recorded in the database at admission, so
+	// every process sees them. WaitP50 and WaitP99 are the median and the 99th percentile
+	// of their waits: how long each holder stood in line before it was admitted, from the
+	// first refused attempt of its blocking Acquire, by the database clock; 0 for one that
+	// never stood in line (TryAcquire, Next, an Acquire admitted at once). They come from a
+	// histogram with two buckets per power of two of milliseconds, each reported as its
+	// geometric middle: within about 20% of the true wait. A wait under 1 ms reports as 0,
+	// one of more than 2^24 ms (about 4.7 hours) as 2^24 ms. Both are 0 when Waited is 0.
+	Waited           int64
+	WaitP50, WaitP99 time.Duration
 	// DBNow is the database clock when the status was read.
 	DBNow time.Time
+}
+
+// waitBuckets is the number of buckets of the admission-wait histogram (the length of
+// pgcoord_semaphores.waits, see 00004_semaphores.sql): bucket 0 holds waits under 1 ms,
+// bucket j in 1..waitBuckets-2 those in [2^((j-1)/2), 2^(j/2)) ms, the last one the rest.
+const waitBuckets = 50
+
+// waitBucketValue is the wait that bucket j of the histogram reports: its geometric
+// middle, within 2^(1/4) (about 19%) of both its bounds; 0 for the first bucket, and the
+// lower bound of the last, which has no upper bound.
+func waitBucketValue(j int) time.Duration {
+	var exp float64 // the wait is 2^exp ms
+	switch {
+	case j <= 0:
+		return 0
+	case j >= waitBuckets-1:
+		exp = float64(waitBuckets-2) / 2
+	default:
+		exp = (2*float64(j) - 1) / 4
+	}
+	return time.Duration(math.Round(math.Exp2(exp) * float64(time.Millisecond)))
+}
+
+// waitStats reads a histogram of admission waits (counts per bucket, as waitBuckets
+// describes): the number of waits counted and their median and 99th percentile. The
+// q-quantile is the value of the bucket holding the ceil(q*n)-th smallest wait.
+func waitStats(hist []int32) (n int64, p50, p99 time.Duration) {
+	for _, c := range hist {
+		n += int64(max(c, 0))
+	}
+	if n == 0 {
+		return 0, 0, 0
+	}
+	quantile := func(q float64) time.Duration {
+		rank := max(int64(math.Ceil(q*float64(n))), 1)
+		var seen int64
+		for j, c := range hist {
+			seen += int64(max(c, 0))
+			if seen >= rank {
+				return waitBucketValue(j)
+			}
+		}
+		return waitBucketValue(len(hist) - 1) // not reached: seen ends at n >= rank
+	}
+	return n, quantile(0.50), quantile(0.99)
 }
 
 // OverLimit reports whether more permits are live than the limit allows: possible, for a
@@ -78,6 +135,7 @@ func statusFrom(r dbsqlc.ListSemaphoresRow) KeyStatus {
 		Held: int(r.Held), Expired: int(r.Expired), Waiters: int(r.Waiters),
 		Demand: r.Demand, VTime: r.Vtime, Admitted: r.Admitted, Refused: r.Refused, DBNow: r.DbNow,
 	}
+	s.Waited, s.WaitP50, s.WaitP99 = waitStats(r.RecentWaits)
 	// The query reads 'epoch' when there is none.
 	if s.Waiters > 0 {
 		s.OldestWaiterSince = r.OldestWaiterSince

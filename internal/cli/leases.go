@@ -91,7 +91,11 @@ type leaseJSON struct {
 	ReleasedAt *string           `json:"released_at"`
 	ExpiredBy  *string           `json:"expired_by"`
 	TTLLeftMS  int64             `json:"ttl_left_ms"`
-	DBNow      *string           `json:"db_now"`
+	// Counters across the name's grants (see leases.Info).
+	NearMisses     int64   `json:"near_misses"`
+	LastNearMissAt *string `json:"last_near_miss_at"`
+	ForcedExpiries int64   `json:"forced_expiries"`
+	DBNow          *string `json:"db_now"`
 }
 
 func leaseState(i leases.Info) string {
@@ -114,7 +118,9 @@ func toLeaseJSON(i leases.Info) leaseJSON {
 		Name: i.Name, State: leaseState(i), Holder: nullString(i.Holder), FenceToken: i.Token,
 		Metadata: meta, AcquiredAt: jsonTime(i.AcquiredAt), RenewedAt: jsonTime(i.RenewedAt),
 		ExpiresAt: jsonTime(i.ExpiresAt), ReleasedAt: jsonTime(i.ReleasedAt),
-		ExpiredBy: nullString(i.ExpiredBy), TTLLeftMS: i.Remaining().Milliseconds(), DBNow: jsonTime(i.DBNow),
+		ExpiredBy: nullString(i.ExpiredBy), TTLLeftMS: i.Remaining().Milliseconds(),
+		NearMisses: i.NearMisses, LastNearMissAt: jsonTime(i.LastNearMissAt), ForcedExpiries: i.ForcedExpiries,
+		DBNow: jsonTime(i.DBNow),
 	}
 }
 
@@ -186,7 +192,8 @@ page, so it is not one snapshot.
 
 With --json: an array ([] when empty) of objects with the keys name, state, holder,
 fence_token, metadata, acquired_at, renewed_at, expires_at, released_at, expired_by,
-ttl_left_ms, db_now.`,
+ttl_left_ms, near_misses, last_near_miss_at, forced_expiries, db_now. A near miss is a
+renewal that found less than a quarter of its grant left, by the database clock.`,
 		Example: `  pgcoord leases list
   pgcoord leases list --held
   pgcoord leases list --expired --json | jq -r '.[].name'`,
@@ -310,6 +317,8 @@ func (a *app) printLease(i leases.Info) {
 		{"expires at", preciseTime(i.ExpiresAt)},
 		{"released at", preciseTime(i.ReleasedAt)},
 		{"expired by", dash(i.ExpiredBy)},
+		{"near misses", nearMisses(i)},
+		{"forced expiries", fmt.Sprint(i.ForcedExpiries)},
 		{"metadata", dash(formatMetadata(i.Metadata))},
 		{"database now", preciseTime(i.DBNow)},
 	}
@@ -822,4 +831,13 @@ func (a *app) gaveUp(ctx context.Context, pool *pgxpool.Pool, spec runSpec) erro
 		fmt.Fprintf(a.errOut, "pgcoord: gave up waiting for lease %q %s; the command did not run\n", spec.name, what)
 	}
 	return exitCode(ExitFailure)
+}
+
+// nearMisses is the count of renewals that arrived with less than a quarter of their grant
+// left, and when the latest was.
+func nearMisses(i leases.Info) string {
+	if i.NearMisses == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (latest %s)", i.NearMisses, preciseTime(i.LastNearMissAt))
 }

@@ -132,11 +132,15 @@ type listedLease struct {
 	ReleasedAt *string           `json:"released_at"`
 	ExpiredBy  *string           `json:"expired_by"`
 	TTLLeftMS  int64             `json:"ttl_left_ms"`
-	DBNow      *string           `json:"db_now"`
+	// Counters across grants.
+	NearMisses     int64   `json:"near_misses"`
+	LastNearMissAt *string `json:"last_near_miss_at"`
+	ForcedExpiries int64   `json:"forced_expiries"`
+	DBNow          *string `json:"db_now"`
 }
 
-var leaseKeys = []string{"acquired_at", "db_now", "expired_by", "expires_at", "fence_token", "holder",
-	"metadata", "name", "released_at", "renewed_at", "state", "ttl_left_ms"}
+var leaseKeys = []string{"acquired_at", "db_now", "expired_by", "expires_at", "fence_token", "forced_expiries", "holder",
+	"last_near_miss_at", "metadata", "name", "near_misses", "released_at", "renewed_at", "state", "ttl_left_ms"}
 
 // listJSON runs `leases list --json` with extra args and decodes it, checking every
 // object has exactly the documented keys.
@@ -221,7 +225,7 @@ func TestLeasesListStates(t *testing.T) {
 	if freed.State != "free" || freed.Holder != nil || freed.ExpiresAt != nil || freed.ReleasedAt == nil || freed.TTLLeftMS != 0 || freed.ExpiredBy != nil {
 		t.Errorf("released lease listed as %+v", freed)
 	}
-	if op.State != "free" || op.Holder != nil || op.ExpiredBy == nil || *op.ExpiredBy != "alice" {
+	if op.State != "free" || op.Holder != nil || op.ExpiredBy == nil || *op.ExpiredBy != "alice" || op.ForcedExpiries != 1 {
 		t.Errorf("operator-expired lease listed as %+v", op)
 	}
 

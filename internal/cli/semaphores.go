@@ -55,23 +55,26 @@ than its limit, or holds permits past their expiry (leaked slots).`,
 // key is always present; a time that does not apply (no waiter, no permit) is null, and so
 // is its age.
 type semKeyJSON struct {
-	Key               string  `json:"key"`
-	Limit             int     `json:"limit"`
-	Weight            int     `json:"weight"`
-	FenceToken        int64   `json:"fence_token"`
-	Held              int     `json:"held"`
-	Expired           int     `json:"expired"`
-	Waiters           int     `json:"waiters"`
-	OldestWaiterSince *string `json:"oldest_waiter_since"`
-	OldestWaiterAgeMS *int64  `json:"oldest_waiter_age_ms"`
-	OldestPermitAt    *string `json:"oldest_permit_at"`
-	OldestPermitAgeMS *int64  `json:"oldest_permit_age_ms"`
-	Demand            int64   `json:"demand"`
-	VTime             float64 `json:"vtime"`
-	Admitted          int64   `json:"admitted"`
-	Refused           int64   `json:"refused"`
-	OverLimit         bool    `json:"over_limit"`
-	DBNow             *string `json:"db_now"`
+	Key               string   `json:"key"`
+	Limit             int      `json:"limit"`
+	Weight            int      `json:"weight"`
+	FenceToken        int64    `json:"fence_token"`
+	Held              int      `json:"held"`
+	Expired           int      `json:"expired"`
+	Waiters           int      `json:"waiters"`
+	OldestWaiterSince *string  `json:"oldest_waiter_since"`
+	OldestWaiterAgeMS *int64   `json:"oldest_waiter_age_ms"`
+	OldestPermitAt    *string  `json:"oldest_permit_at"`
+	OldestPermitAgeMS *int64   `json:"oldest_permit_age_ms"`
+	Demand            int64    `json:"demand"`
+	VTime             float64  `json:"vtime"`
+	Admitted          int64    `json:"admitted"`
+	Refused           int64    `json:"refused"`
+	Waited            int64    `json:"waited"`
+	WaitP50MS         *float64 `json:"wait_p50_ms"`
+	WaitP99MS         *float64 `json:"wait_p99_ms"`
+	OverLimit         bool     `json:"over_limit"`
+	DBNow             *string  `json:"db_now"`
 }
 
 // semAgeMS is now - t in milliseconds (never negative), null for the zero time.
@@ -101,8 +104,48 @@ func toSemKeyJSON(s semaphore.KeyStatus) semKeyJSON {
 		Waiters: s.Waiters, OldestWaiterSince: jsonTime(s.OldestWaiterSince), OldestWaiterAgeMS: semAgeMS(s.OldestWaiterSince, s.DBNow),
 		OldestPermitAt: jsonTime(s.OldestPermitAt), OldestPermitAgeMS: semAgeMS(s.OldestPermitAt, s.DBNow),
 		Demand: s.Demand, VTime: vtime, Admitted: s.Admitted, Refused: s.Refused, OverLimit: s.OverLimit(),
+		Waited: s.Waited, WaitP50MS: semWaitMS(s.WaitP50, s.Waited), WaitP99MS: semWaitMS(s.WaitP99, s.Waited),
 		DBNow: jsonTime(s.DBNow),
 	}
+}
+
+// semWaitMS is a wait quantile in milliseconds, null when no admission was counted (a
+// quantile of nothing is not 0).
+func semWaitMS(d time.Duration, waited int64) *float64 {
+	if waited == 0 {
+		return nil
+	}
+	ms := math.Round(float64(d)/float64(time.Microsecond)) / 1000
+	return &ms
+}
+
+// semWaits is the "p50/p99" of admission waits for tables ("0s/6.9s"), "-" when no
+// admission was counted. The quantiles are within about 20%, so two digits are plenty.
+func semWaits(s semaphore.KeyStatus) string {
+	if s.Waited == 0 {
+		return "-"
+	}
+	return semWait(s.WaitP50) + "/" + semWait(s.WaitP99)
+}
+
+// semWaitsLong is semWaits with the number of admissions it counts, for show.
+func semWaitsLong(s semaphore.KeyStatus) string {
+	if s.Waited == 0 {
+		return "- (no admission in the last 5 to 10 minutes)"
+	}
+	return fmt.Sprintf("%s (%d admissions in the last 5 to 10 minutes)", semWaits(s), s.Waited)
+}
+
+func semWait(d time.Duration) string {
+	switch {
+	case d < 10*time.Millisecond:
+		return d.Round(100 * time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return age(time.Time{}, time.Time{}.Add(d))
 }
 
 // semStatus is the one-word verdict of a key for tables: over_limit wins over leaked.
@@ -150,6 +193,9 @@ func (a *app) semaphoresListCommand() *cobra.Command {
   OLDEST PERMIT  how long ago the oldest unexpired permit was granted ("-": none)
   DEMAND         units of work waiting for the key (semaphore.AddDemand)
   ADMITTED, REFUSED  admissions and refusals since the key was created
+  WAIT P50/P99   median and 99th percentile of how long the admissions of the last 5 to 10
+                 minutes stood in line, recorded by the database at admission (within
+                 about 20%; 0s: admitted at once; "-": no admission)
   STATUS         over_limit (HELD > LIMIT), leaked (EXPIRED > 0), or ok
 
 At most --limit keys are shown (a note on stderr says when there are more); the list is
@@ -157,8 +203,8 @@ read page by page, so it is not one snapshot.
 
 With --json: an array ([] when empty) of objects with the keys key, limit, weight,
 fence_token, held, expired, waiters, oldest_waiter_since, oldest_waiter_age_ms,
-oldest_permit_at, oldest_permit_age_ms, demand, vtime, admitted, refused, over_limit,
-db_now.`,
+oldest_permit_at, oldest_permit_age_ms, demand, vtime, admitted, refused, waited,
+wait_p50_ms, wait_p99_ms (null when waited is 0), over_limit, db_now.`,
 		Example: `  pgcoord semaphores list
   pgcoord semaphores list --json | jq -r '.[] | select(.waiters > 0) | .key'`,
 		Args: exactArgs(0),
@@ -187,11 +233,11 @@ db_now.`,
 				return a.printJSON(js)
 			}
 			tw := a.table()
-			fmt.Fprintln(tw, "KEY\tLIMIT\tWEIGHT\tHELD\tEXPIRED\tWAITERS\tOLDEST WAITER\tOLDEST PERMIT\tDEMAND\tADMITTED\tREFUSED\tSTATUS")
+			fmt.Fprintln(tw, "KEY\tLIMIT\tWEIGHT\tHELD\tEXPIRED\tWAITERS\tOLDEST WAITER\tOLDEST PERMIT\tDEMAND\tADMITTED\tREFUSED\tWAIT P50/P99\tSTATUS")
 			for _, s := range keys {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%s\n", s.Key, s.Limit, s.Weight, s.Held, s.Expired,
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Key, s.Limit, s.Weight, s.Held, s.Expired,
 					s.Waiters, semAge(s.OldestWaiterSince, s.DBNow), semAge(s.OldestPermitAt, s.DBNow), s.Demand,
-					s.Admitted, s.Refused, semStatus(s))
+					s.Admitted, s.Refused, semWaits(s), semStatus(s))
 			}
 			return tw.Flush()
 		},
@@ -352,6 +398,7 @@ func (a *app) printSemaphore(s semaphore.KeyStatus) {
 		{"demand", strconv.FormatInt(s.Demand, 10)},
 		{"admitted", strconv.FormatInt(s.Admitted, 10)},
 		{"refused", strconv.FormatInt(s.Refused, 10)},
+		{"wait p50/p99", semWaitsLong(s)},
 		{"status", semStatus(s)},
 		{"database now", preciseTime(s.DBNow)},
 	}

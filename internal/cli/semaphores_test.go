@@ -58,7 +58,7 @@ type listedSemaphore struct {
 
 var semKeys = []string{"admitted", "db_now", "demand", "expired", "fence_token", "held", "key", "limit",
 	"oldest_permit_age_ms", "oldest_permit_at", "oldest_waiter_age_ms", "oldest_waiter_since", "over_limit",
-	"refused", "vtime", "waiters", "weight"}
+	"refused", "vtime", "wait_p50_ms", "wait_p99_ms", "waited", "waiters", "weight"}
 
 var semPermitKeys = []string{"acquired_at", "age_ms", "expired", "expires_at", "fence_token", "holder",
 	"renewed_at", "ttl_left_ms"}

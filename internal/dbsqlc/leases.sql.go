@@ -64,7 +64,7 @@ func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg AcquireLeasePar
 }
 
 const checkLease = `-- name: CheckLease :one
-SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until FROM pgcoord_lease_check($1::text, $2::text, $3::bigint, $4::timestamptz) l
+SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, l.near_misses, l.last_near_miss_at, l.forced_expiries FROM pgcoord_lease_check($1::text, $2::text, $3::bigint, $4::timestamptz) l
 `
 
 type CheckLeaseParams struct {
@@ -93,12 +93,15 @@ func (q *Queries) CheckLease(ctx context.Context, db DBTX, arg CheckLeaseParams)
 		&i.ReleasedAt,
 		&i.ExpiredBy,
 		&i.WantedUntil,
+		&i.NearMisses,
+		&i.LastNearMissAt,
+		&i.ForcedExpiries,
 	)
 	return i, err
 }
 
 const expireLease = `-- name: ExpireLease :one
-SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, coalesce($1::timestamptz, now())::timestamptz AS db_now
+SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, l.near_misses, l.last_near_miss_at, l.forced_expiries, coalesce($1::timestamptz, now())::timestamptz AS db_now
 FROM pgcoord_lease_expire($2::text, $3::text, $1::timestamptz) l
 `
 
@@ -109,17 +112,20 @@ type ExpireLeaseParams struct {
 }
 
 type ExpireLeaseRow struct {
-	Name        string
-	FenceToken  int64
-	Holder      *string
-	Metadata    json.RawMessage
-	AcquiredAt  time.Time
-	RenewedAt   *time.Time
-	ExpiresAt   *time.Time
-	ReleasedAt  *time.Time
-	ExpiredBy   *string
-	WantedUntil *time.Time
-	DbNow       time.Time
+	Name           string
+	FenceToken     int64
+	Holder         *string
+	Metadata       json.RawMessage
+	AcquiredAt     time.Time
+	RenewedAt      *time.Time
+	ExpiresAt      *time.Time
+	ReleasedAt     *time.Time
+	ExpiredBy      *string
+	WantedUntil    *time.Time
+	NearMisses     int64
+	LastNearMissAt *time.Time
+	ForcedExpiries int64
+	DbNow          time.Time
 }
 
 func (q *Queries) ExpireLease(ctx context.Context, db DBTX, arg ExpireLeaseParams) (ExpireLeaseRow, error) {
@@ -136,13 +142,16 @@ func (q *Queries) ExpireLease(ctx context.Context, db DBTX, arg ExpireLeaseParam
 		&i.ReleasedAt,
 		&i.ExpiredBy,
 		&i.WantedUntil,
+		&i.NearMisses,
+		&i.LastNearMissAt,
+		&i.ForcedExpiries,
 		&i.DbNow,
 	)
 	return i, err
 }
 
 const getLease = `-- name: GetLease :one
-SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, coalesce($1::timestamptz, now())::timestamptz AS db_now
+SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, l.near_misses, l.last_near_miss_at, l.forced_expiries, coalesce($1::timestamptz, now())::timestamptz AS db_now
 FROM pgcoord_leases l WHERE l.name = $2::text
 `
 
@@ -152,17 +161,20 @@ type GetLeaseParams struct {
 }
 
 type GetLeaseRow struct {
-	Name        string
-	FenceToken  int64
-	Holder      *string
-	Metadata    json.RawMessage
-	AcquiredAt  time.Time
-	RenewedAt   *time.Time
-	ExpiresAt   *time.Time
-	ReleasedAt  *time.Time
-	ExpiredBy   *string
-	WantedUntil *time.Time
-	DbNow       time.Time
+	Name           string
+	FenceToken     int64
+	Holder         *string
+	Metadata       json.RawMessage
+	AcquiredAt     time.Time
+	RenewedAt      *time.Time
+	ExpiresAt      *time.Time
+	ReleasedAt     *time.Time
+	ExpiredBy      *string
+	WantedUntil    *time.Time
+	NearMisses     int64
+	LastNearMissAt *time.Time
+	ForcedExpiries int64
+	DbNow          time.Time
 }
 
 func (q *Queries) GetLease(ctx context.Context, db DBTX, arg GetLeaseParams) (GetLeaseRow, error) {
@@ -179,6 +191,9 @@ func (q *Queries) GetLease(ctx context.Context, db DBTX, arg GetLeaseParams) (Ge
 		&i.ReleasedAt,
 		&i.ExpiredBy,
 		&i.WantedUntil,
+		&i.NearMisses,
+		&i.LastNearMissAt,
+		&i.ForcedExpiries,
 		&i.DbNow,
 	)
 	return i, err
@@ -196,7 +211,7 @@ func (q *Queries) LeaseChannel(ctx context.Context, db DBTX) (string, error) {
 }
 
 const listLeases = `-- name: ListLeases :many
-SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, coalesce($1::timestamptz, now())::timestamptz AS db_now
+SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, l.near_misses, l.last_near_miss_at, l.forced_expiries, coalesce($1::timestamptz, now())::timestamptz AS db_now
 FROM pgcoord_leases l
 WHERE l.name > $2::text
   AND (NOT $3::boolean OR l.expires_at > coalesce($1::timestamptz, now()))
@@ -214,17 +229,20 @@ type ListLeasesParams struct {
 }
 
 type ListLeasesRow struct {
-	Name        string
-	FenceToken  int64
-	Holder      *string
-	Metadata    json.RawMessage
-	AcquiredAt  time.Time
-	RenewedAt   *time.Time
-	ExpiresAt   *time.Time
-	ReleasedAt  *time.Time
-	ExpiredBy   *string
-	WantedUntil *time.Time
-	DbNow       time.Time
+	Name           string
+	FenceToken     int64
+	Holder         *string
+	Metadata       json.RawMessage
+	AcquiredAt     time.Time
+	RenewedAt      *time.Time
+	ExpiresAt      *time.Time
+	ReleasedAt     *time.Time
+	ExpiredBy      *string
+	WantedUntil    *time.Time
+	NearMisses     int64
+	LastNearMissAt *time.Time
+	ForcedExpiries int64
+	DbNow          time.Time
 }
 
 func (q *Queries) ListLeases(ctx context.Context, db DBTX, arg ListLeasesParams) ([]ListLeasesRow, error) {
@@ -253,6 +271,9 @@ func (q *Queries) ListLeases(ctx context.Context, db DBTX, arg ListLeasesParams)
 			&i.ReleasedAt,
 			&i.ExpiredBy,
 			&i.WantedUntil,
+			&i.NearMisses,
+			&i.LastNearMissAt,
+			&i.ForcedExpiries,
 			&i.DbNow,
 		); err != nil {
 			return nil, err

@@ -95,16 +95,19 @@ type PgcoordJobRun struct {
 
 // pgcoord: one row per lease name, kept so fence tokens never repeat; a free lease has holder NULL
 type PgcoordLease struct {
-	Name        string
-	FenceToken  int64
-	Holder      *string
-	Metadata    json.RawMessage
-	AcquiredAt  time.Time
-	RenewedAt   *time.Time
-	ExpiresAt   *time.Time
-	ReleasedAt  *time.Time
-	ExpiredBy   *string
-	WantedUntil *time.Time
+	Name           string
+	FenceToken     int64
+	Holder         *string
+	Metadata       json.RawMessage
+	AcquiredAt     time.Time
+	RenewedAt      *time.Time
+	ExpiresAt      *time.Time
+	ReleasedAt     *time.Time
+	ExpiredBy      *string
+	WantedUntil    *time.Time
+	NearMisses     int64
+	LastNearMissAt *time.Time
+	ForcedExpiries int64
 }
 
 // pgcoord: transactional outbox messages (pending, delivered, dead)
@@ -151,6 +154,9 @@ type PgcoordSemaphore struct {
 	ServedAt    *time.Time
 	Admitted    int64
 	Refused     int64
+	WaitWindow  time.Time
+	Waits       []int32
+	WaitsPrev   []int32
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 }

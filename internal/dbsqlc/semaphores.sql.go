@@ -63,7 +63,13 @@ func (q *Queries) ListPermits(ctx context.Context, db DBTX, arg ListPermitsParam
 }
 
 const listSemaphores = `-- name: ListSemaphores :many
-SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.created_at, s.updated_at, coalesce($1::timestamptz, now())::timestamptz AS db_now,
+SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.wait_window, s.waits, s.waits_prev, s.created_at, s.updated_at, coalesce($1::timestamptz, now())::timestamptz AS db_now,
+       (SELECT coalesce(array_agg(
+                 CASE WHEN s.wait_window >= date_bin('5 minutes', coalesce($1::timestamptz, now()), timestamptz 'epoch')
+                                            - interval '5 minutes' THEN s.waits[i] ELSE 0 END
+               + CASE WHEN s.wait_window >= date_bin('5 minutes', coalesce($1::timestamptz, now()), timestamptz 'epoch')
+                      THEN s.waits_prev[i] ELSE 0 END ORDER BY i), '{}')
+          FROM generate_subscripts(s.waits, 1) AS i)::int[] AS recent_waits,
        (SELECT count(*) FROM pgcoord_semaphore_permits p
          WHERE p.key = s.key AND p.expires_at > coalesce($1::timestamptz, now()))::int AS held,
        (SELECT count(*) FROM pgcoord_semaphore_permits p
@@ -97,9 +103,13 @@ type ListSemaphoresRow struct {
 	ServedAt          *time.Time
 	Admitted          int64
 	Refused           int64
+	WaitWindow        time.Time
+	Waits             []int32
+	WaitsPrev         []int32
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 	DbNow             time.Time
+	RecentWaits       []int32
 	Held              int32
 	Expired           int32
 	Waiters           int32
@@ -108,7 +118,10 @@ type ListSemaphoresRow struct {
 }
 
 // oldest_waiter_since and oldest_permit_at are 'epoch' when there is none (waiters = 0,
-// held = 0): a NULL would not scan into the time.Time sqlc gives them.
+// held = 0): a NULL would not scan into the time.Time sqlc gives them. recent_waits is the
+// admission-wait histogram of the last 5 to 10 minutes by db_now, bucket by bucket: the
+// key's current window if it is db_now's window or the one before, plus its previous
+// window if the current one is db_now's (a window that old is the one before db_now's).
 func (q *Queries) ListSemaphores(ctx context.Context, db DBTX, arg ListSemaphoresParams) ([]ListSemaphoresRow, error) {
 	rows, err := db.Query(ctx, listSemaphores,
 		arg.Now,
@@ -133,9 +146,13 @@ func (q *Queries) ListSemaphores(ctx context.Context, db DBTX, arg ListSemaphore
 			&i.ServedAt,
 			&i.Admitted,
 			&i.Refused,
+			&i.WaitWindow,
+			&i.Waits,
+			&i.WaitsPrev,
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.DbNow,
+			&i.RecentWaits,
 			&i.Held,
 			&i.Expired,
 			&i.Waiters,
@@ -204,7 +221,7 @@ func (q *Queries) SemaphoreAcquire(ctx context.Context, db DBTX, arg SemaphoreAc
 }
 
 const semaphoreAddDemand = `-- name: SemaphoreAddDemand :one
-SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.created_at, s.updated_at FROM pgcoord_semaphore_add_demand($1::text, $2::bigint, $3::int) s
+SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.wait_window, s.waits, s.waits_prev, s.created_at, s.updated_at FROM pgcoord_semaphore_add_demand($1::text, $2::bigint, $3::int) s
 `
 
 type SemaphoreAddDemandParams struct {
@@ -226,6 +243,9 @@ func (q *Queries) SemaphoreAddDemand(ctx context.Context, db DBTX, arg Semaphore
 		&i.ServedAt,
 		&i.Admitted,
 		&i.Refused,
+		&i.WaitWindow,
+		&i.Waits,
+		&i.WaitsPrev,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 	)
@@ -459,7 +479,7 @@ func (q *Queries) SemaphoreRenew(ctx context.Context, db DBTX, arg SemaphoreRene
 }
 
 const semaphoreSetLimit = `-- name: SemaphoreSetLimit :one
-SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.created_at, s.updated_at FROM pgcoord_semaphore_set_limit($1::text, $2::int, $3::int) s
+SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.wait_window, s.waits, s.waits_prev, s.created_at, s.updated_at FROM pgcoord_semaphore_set_limit($1::text, $2::int, $3::int) s
 `
 
 type SemaphoreSetLimitParams struct {
@@ -481,6 +501,9 @@ func (q *Queries) SemaphoreSetLimit(ctx context.Context, db DBTX, arg SemaphoreS
 		&i.ServedAt,
 		&i.Admitted,
 		&i.Refused,
+		&i.WaitWindow,
+		&i.Waits,
+		&i.WaitsPrev,
 		&i.CreatedAt,
 		&i.UpdatedAt,
 	)

@@ -87,9 +87,12 @@ func summarizeLeases(ctx context.Context, s *Server) summary {
 		return sum
 	}
 	more := len(all) == summaryRows
-	var held, expired, forced, late int
+	var held, expired, forced, late, nearMissed int
 	for _, i := range all {
 		r := leaseRowOf(i)
+		if i.NearMisses > 0 {
+			nearMissed++
+		}
 		switch {
 		case r.State == leaseHeld:
 			held++
@@ -103,7 +106,8 @@ func summarizeLeases(ctx context.Context, s *Server) summary {
 		}
 	}
 	sum.Counts = []count{{"leases", len(all), more}, {"held", held, more}, {"renewing late", late, more},
-		{"expired, not released", expired, more}, {"expired by an operator", forced, more}}
+		{"expired, not released", expired, more}, {"expired by an operator", forced, more},
+		{"with near misses", nearMissed, more}}
 	return sum
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgcoord/pgcoord/internal/ui"
+	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/semaphore"
 	"github.com/pgcoord/pgcoord/singleton"
 )
@@ -67,11 +68,22 @@ func TestUILeasesPage(t *testing.T) {
 	now := dbNow(t, d.pool)
 	l := holdLease(t, d.pool, "order:42", "worker-a", time.Minute, time.Time{}, map[string]string{"job": "charge"})
 	holdLease(t, d.pool, "order:43", "worker-b", time.Second, now.Add(-time.Hour), nil)
+	// order:44's holder renewed with 10s of its 60s grant left (a near miss), 30s ago.
+	late := holdLease(t, d.pool, "order:44", "worker-c", time.Minute, now.Add(-80*time.Second), nil)
+	if _, err := leases.Renew(t.Context(), d.pool, late, time.Minute, &leases.RenewOpts{Now: now.Add(-30 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	holdLease(t, d.pool, "order:45", "worker-d", time.Minute, time.Time{}, nil)
+	if _, err := leases.Expire(t.Context(), d.pool, "order:45", "alice"); err != nil {
+		t.Fatal(err)
+	}
 
 	body := d.page(t, "/leases")
 	contains(t, "leases page", body, `data-name="order:42"`, "worker-a", "job=charge",
 		fmt.Sprintf(`<td class="num">%d</td>`, l.Token), `<rect class="fill" width="`, "of 1m</td>",
-		`data-name="order:43"`, `<span class="badge expired">expired</span>`, `<td class="left">expired 59m`)
+		`data-name="order:43"`, `<span class="badge expired">expired</span>`, `<td class="left">expired 59m`,
+		`data-name="order:44"`, `<td class="num warn" title="latest 30s ago">1</td>`,
+		`data-name="order:45"`, `<td class="num">1</td>`, "<td>alice</td>") // a forced expiry
 	if strings.Contains(body, "Expire</button>") {
 		t.Fatal("actions are disabled, but the page offers Expire")
 	}
@@ -89,11 +101,11 @@ func TestUILeasesPage(t *testing.T) {
 	if n := strings.Count(first, "<tr class="); n != 50 {
 		t.Fatalf("first page has %d leases, want 50", n)
 	}
-	contains(t, "first page", first, `href="?after=p%3a047"`)
-	second := d.page(t, "/leases?after=p:047")
-	contains(t, "second page", second, `data-name="p:048"`, `data-name="p:050"`, `href="?"`) // and a link to the first
-	if n := strings.Count(second, "<tr class="); n != 3 {
-		t.Fatalf("second page has %d leases, want the 3 after p:047", n)
+	contains(t, "first page", first, `href="?after=p%3a045"`) // after the 4 order:* leases
+	second := d.page(t, "/leases?after=p:045")
+	contains(t, "second page", second, `data-name="p:046"`, `data-name="p:050"`, `href="?"`) // and a link to the first
+	if n := strings.Count(second, "<tr class="); n != 5 {
+		t.Fatalf("second page has %d leases, want the 5 after p:045", n)
 	}
 	if strings.Contains(second, `class="next"`) {
 		t.Fatal("the last page links to a next page")
@@ -101,7 +113,8 @@ func TestUILeasesPage(t *testing.T) {
 }
 
 // TestUISemaphoresPage: per key, permits against the limit as a bar, waiters, demand,
-// admitted share against weight; an over-limit key and a starved key stand out.
+// admitted share against weight, wait p50 / p99 of recent admissions; an over-limit key
+// and a starved key stand out.
 func TestUISemaphoresPage(t *testing.T) {
 	t.Parallel()
 	d := newDash(t, ui.Config{})
@@ -125,6 +138,19 @@ func TestUISemaphoresPage(t *testing.T) {
 	}
 	contains(t, "semaphores page after lowering the limit", d.page(t, "/semaphores"),
 		`<tr class="over_limit" data-key="tenant:big">`, `<rect class="fill over" width="2"`)
+
+	// Admission waits recorded by the database: slow-1 was admitted at once; slow-2 stood
+	// in line from now-10s until slow-1's permit expired and it was admitted at now-4s.
+	// Its 6 s wait is in the bucket [2^12.5, 2^13) ms, shown as its middle 2^12.75 ms.
+	now := dbNow(t, d.pool)
+	permit(t, d.pool, "tenant:slow", "slow-1", 1, 2*time.Second, now.Add(-10*time.Second))
+	if _, err := d.pool.Exec(t.Context(), `SELECT pgcoord_semaphore_acquire('tenant:slow', 'slow-2', 1, interval '1 hour', interval '1 hour', $1)`,
+		now.Add(-10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	permit(t, d.pool, "tenant:slow", "slow-2", 1, time.Hour, now.Add(-4*time.Second))
+	contains(t, "semaphores page with recorded waits", d.page(t, "/semaphores"),
+		`<span title="2 admissions in the last 5 to 10 minutes">0s / 6.9s</span>`)
 }
 
 // TestUIJobsPage: per job the last success and failure, the overdue and failing flags,

@@ -22,6 +22,13 @@ CREATE TABLE pgcoord_leases (
     -- Until when a blocked acquirer waits for this lease: a release notifies only while
     -- someone waits, because NOTIFY serializes committing transactions database-wide.
     wanted_until timestamptz,
+    -- Counters for operators, kept across grants. A near miss is a renewal that arrived
+    -- with less than a quarter of its grant's time left, by the database clock: a holder
+    -- that paused, or a database that answered slowly, came close to losing the lease
+    -- (and its work to a second holder). Forced expiries count pgcoord_lease_expire.
+    near_misses      bigint      NOT NULL DEFAULT 0,
+    last_near_miss_at timestamptz,
+    forced_expiries  bigint      NOT NULL DEFAULT 0,
     CHECK ((holder IS NULL) = (expires_at IS NULL))
 );
 
@@ -161,12 +168,15 @@ $$;
 -- p_durable false the renewal commits without waiting for the WAL flush: losing it in a
 -- crash only shortens the lease. Never pass false inside a transaction that has other writes.
 -- Expiry is judged by clock_timestamp(), not the transaction's start: a renewal that waited
--- on a lock past the grant's expiry must not revive it.
+-- on a lock past the grant's expiry must not revive it. A renewal that finds less than a
+-- quarter of the grant left counts as a near miss.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_lease_renew(
     p_name text, p_holder text, p_fence_token bigint, p_ttl interval,
     p_durable boolean DEFAULT true, p_now timestamptz DEFAULT NULL
 ) RETURNS SETOF pgcoord_leases LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz;
 BEGIN
     IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
         RAISE EXCEPTION 'pgcoord: lease ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
@@ -180,12 +190,18 @@ BEGIN
     PERFORM FROM pgcoord_leases
      WHERE name = p_name AND holder = p_holder AND fence_token = p_fence_token
        FOR NO KEY UPDATE;
+    v_now := coalesce(p_now, clock_timestamp());
     RETURN QUERY
     UPDATE pgcoord_leases
-       SET expires_at = coalesce(p_now, clock_timestamp()) + p_ttl,
-           renewed_at = coalesce(p_now, clock_timestamp())
+       SET expires_at = v_now + p_ttl,
+           renewed_at = v_now,
+           -- A near miss: less than a quarter of the grant being renewed was left (the
+           -- right-hand sides read the row as it was).
+           near_misses = near_misses + (expires_at - v_now < (expires_at - coalesce(renewed_at, acquired_at)) / 4)::int,
+           last_near_miss_at = CASE WHEN expires_at - v_now < (expires_at - coalesce(renewed_at, acquired_at)) / 4
+                                    THEN v_now ELSE last_near_miss_at END
      WHERE name = p_name AND holder = p_holder AND fence_token = p_fence_token
-       AND expires_at > coalesce(p_now, clock_timestamp())
+       AND expires_at > v_now
     RETURNING *;
 END
 $$;
@@ -231,7 +247,8 @@ BEGIN
         RETURN;
     END IF;
     UPDATE pgcoord_leases
-       SET holder = NULL, expires_at = NULL, released_at = v_now, expired_by = coalesce(p_by, 'operator')
+       SET holder = NULL, expires_at = NULL, released_at = v_now, expired_by = coalesce(p_by, 'operator'),
+           forced_expiries = forced_expiries + 1
      WHERE name = p_name;
     PERFORM pg_notify(pgcoord_channel('leases'), p_name);
     RETURN NEXT r;

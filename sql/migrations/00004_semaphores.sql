@@ -12,6 +12,23 @@
 -- with demand, under its limit, whose virtual time is smallest. A key that becomes busy
 -- again starts at the system's virtual time (that of the key served last), so idling earns
 -- no credit.
+--
+-- Admission waits, for operators (the dashboard cannot see the applications' in-process
+-- metrics): every admission adds its wait to a histogram in the key's row, in the UPDATE
+-- that admission makes anyway (one array element more; only the first admission of a
+-- window of the key runs one more UPDATE, which rotates the windows). The wait is
+-- p_now minus when the holder joined the line (pgcoord_semaphore_waiters.since: the first
+-- refused attempt of a blocking Acquire), or 0 if it never stood in line (TryAcquire,
+-- Next, an Acquire admitted at once); the database clock only. The histogram counts
+-- 5-minute windows aligned with date_bin('5 minutes', t, 'epoch'): waits holds the counts of
+-- the window starting at wait_window, waits_prev those of the window before it (all zero if
+-- the key had no admission then). The first admission of a later window rotates them.
+-- Buckets (1-based, 50 of them), logarithmic with 2 per power of two of milliseconds:
+--   bucket 1:       wait < 1 ms
+--   bucket k + 2:   2^(k/2) ms <= wait < 2^((k+1)/2) ms, for k = 0 .. 47
+--   bucket 50:      wait >= 2^24 ms (about 4.7 hours)
+-- so bucket b >= 2 holds waits of at least 2^((b-2)/2) ms. Readers (semaphore.KeyStatus)
+-- report a bucket as its geometric middle, which is within about 20% of every wait in it.
 
 -- +goose Up
 CREATE TABLE pgcoord_semaphores (
@@ -32,6 +49,12 @@ CREATE TABLE pgcoord_semaphores (
     -- the client (semaphore.Metrics).
     admitted      bigint      NOT NULL DEFAULT 0,
     refused       bigint      NOT NULL DEFAULT 0,
+    -- Admission waits (see the top of this file): the start of the current 5-minute
+    -- window ('epoch' before the first admission: infinities do not scan into Go's
+    -- time.Time) and the bucket counts of it and of the window before it, 50 buckets each.
+    wait_window   timestamptz NOT NULL DEFAULT 'epoch',
+    waits         integer[]   NOT NULL DEFAULT array_fill(0, ARRAY[50]),
+    waits_prev    integer[]   NOT NULL DEFAULT array_fill(0, ARRAY[50]),
     created_at    timestamptz NOT NULL DEFAULT now(),
     updated_at    timestamptz NOT NULL DEFAULT now()
 );
@@ -77,6 +100,12 @@ DECLARE
     r pgcoord_semaphore_permits;
     v_live integer;
     v_ahead integer;
+    v_since timestamptz;
+    v_ms double precision;
+    v_bucket integer;
+    v_window timestamptz := date_bin('5 minutes', p_now, timestamptz 'epoch');
+    v_token bigint;
+    v_window_was timestamptz;
 BEGIN
     DELETE FROM pgcoord_semaphore_permits WHERE key = p_key AND expires_at <= p_now;
     DELETE FROM pgcoord_semaphore_waiters WHERE key = p_key AND wanted_until <= p_now;
@@ -86,19 +115,37 @@ BEGIN
         RETURN;
     END IF;
     SELECT count(*) INTO v_live FROM pgcoord_semaphore_permits WHERE key = p_key;
+    SELECT since INTO v_since FROM pgcoord_semaphore_waiters WHERE key = p_key AND holder = p_holder;
     -- Live waiters that came before p_holder keep their place in line.
     SELECT count(*) INTO v_ahead FROM pgcoord_semaphore_waiters w
      WHERE w.key = p_key AND w.wanted_until > p_now AND w.holder <> p_holder
-       AND w.since < coalesce((SELECT since FROM pgcoord_semaphore_waiters
-                                WHERE key = p_key AND holder = p_holder), 'infinity');
+       AND w.since < coalesce(v_since, 'infinity');
     IF v_live + v_ahead >= p_limit THEN
         RETURN;
     END IF;
+    -- The wait's histogram bucket (see the top of this file).
+    v_ms := greatest(extract(epoch FROM p_now - coalesce(v_since, p_now)) * 1000, 0);
+    v_bucket := CASE WHEN v_ms < 1 THEN 1 ELSE least(2 + floor(2 * ln(v_ms) / ln(2))::integer, 50) END;
+    -- Within the current window (or a later one: a transaction that started earlier, whose
+    -- now() is older, may commit after the first admission of the next window), one bucket
+    -- goes up; the first admission of a new window adds nothing here and rotates below.
     UPDATE pgcoord_semaphores
-       SET fence_token = greatest(fence_token + 1, pgcoord_token_floor()), admitted = admitted + 1, updated_at = p_now
-     WHERE key = p_key;
+       SET fence_token = greatest(fence_token + 1, pgcoord_token_floor()), admitted = admitted + 1, updated_at = p_now,
+           waits[v_bucket] = waits[v_bucket] + (wait_window >= v_window)::integer
+     WHERE key = p_key
+    RETURNING fence_token, wait_window INTO v_token, v_window_was;
+    IF v_window_was < v_window THEN
+        -- Once per key and window: the current window becomes the previous one if it is
+        -- the window just before; an older one counts no more.
+        UPDATE pgcoord_semaphores
+           SET waits_prev = CASE WHEN wait_window = v_window - interval '5 minutes' THEN waits
+                                 ELSE array_fill(0, ARRAY[50]) END,
+               waits = array_fill(0, ARRAY[v_bucket - 1]) || 1 || array_fill(0, ARRAY[50 - v_bucket]),
+               wait_window = v_window
+         WHERE key = p_key;
+    END IF;
     INSERT INTO pgcoord_semaphore_permits (key, holder, fence_token, acquired_at, expires_at)
-    VALUES (p_key, p_holder, (SELECT fence_token FROM pgcoord_semaphores WHERE key = p_key), p_now, p_now + p_ttl)
+    VALUES (p_key, p_holder, v_token, p_now, p_now + p_ttl)
     RETURNING * INTO r;
     DELETE FROM pgcoord_semaphore_waiters WHERE key = p_key AND holder = p_holder;
     RETURN NEXT r;

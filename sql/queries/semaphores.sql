@@ -36,8 +36,17 @@ SELECT pgcoord_channel('semaphores')::text AS channel;
 
 -- name: ListSemaphores :many
 -- oldest_waiter_since and oldest_permit_at are 'epoch' when there is none (waiters = 0,
--- held = 0): a NULL would not scan into the time.Time sqlc gives them.
+-- held = 0): a NULL would not scan into the time.Time sqlc gives them. recent_waits is the
+-- admission-wait histogram of the last 5 to 10 minutes by db_now, bucket by bucket: the
+-- key's current window if it is db_now's window or the one before, plus its previous
+-- window if the current one is db_now's (a window that old is the one before db_now's).
 SELECT s.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now,
+       (SELECT coalesce(array_agg(
+                 CASE WHEN s.wait_window >= date_bin('5 minutes', coalesce(sqlc.narg('now')::timestamptz, now()), timestamptz 'epoch')
+                                            - interval '5 minutes' THEN s.waits[i] ELSE 0 END
+               + CASE WHEN s.wait_window >= date_bin('5 minutes', coalesce(sqlc.narg('now')::timestamptz, now()), timestamptz 'epoch')
+                      THEN s.waits_prev[i] ELSE 0 END ORDER BY i), '{}')
+          FROM generate_subscripts(s.waits, 1) AS i)::int[] AS recent_waits,
        (SELECT count(*) FROM pgcoord_semaphore_permits p
          WHERE p.key = s.key AND p.expires_at > coalesce(sqlc.narg('now')::timestamptz, now()))::int AS held,
        (SELECT count(*) FROM pgcoord_semaphore_permits p
