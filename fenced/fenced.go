@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,6 +21,26 @@ import (
 // ErrStale means a write carried a fence token lower than one the data has already seen: a
 // newer holder wrote first. The caller's transaction must roll back.
 var ErrStale = errors.New("fenced: stale fence token")
+
+// Metrics counts the writes this process's calls refused. The database cannot keep this
+// count: a refused write's transaction rolls back, taking anything it recorded with it.
+// Read the fields with Load.
+type Metrics struct {
+	// Stale counts ErrStale returned by Check, Write and Exec (the guard trigger's
+	// refusals included).
+	Stale atomic.Int64
+	// LeaseLost counts CheckLease calls that found the grant no longer current.
+	LeaseLost atomic.Int64
+}
+
+// DefaultMetrics is where every call of this package counts its refusals.
+var DefaultMetrics = &Metrics{}
+
+// stale counts a refusal and returns ErrStale with the detail given.
+func stale(format string, args ...any) error {
+	DefaultMetrics.Stale.Add(1)
+	return fmt.Errorf("%w: "+format, append([]any{ErrStale}, args...)...)
+}
 
 // GuardSQLState is the SQLSTATE the guard trigger raises for a lowering update. Calls of
 // this package turn it into ErrStale; the *pgconn.PgError stays reachable with errors.As.
@@ -40,7 +61,7 @@ func Check(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
 	}
 	_, err := queries.FenceCheck(ctx, tx, dbsqlc.FenceCheckParams{Resource: resource, FenceToken: token})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %q token %d", ErrStale, resource, token)
+		return stale("%q token %d", resource, token)
 	}
 	if err != nil {
 		return fmt.Errorf("fenced: check %q: %w", resource, err)
@@ -69,7 +90,7 @@ func Write(ctx context.Context, tx pgx.Tx, resource string, token int64, sql str
 	if err != nil {
 		br.Close()
 		if IsStale(err) {
-			return pgconn.CommandTag{}, fmt.Errorf("%w: %q token %d", ErrStale, resource, token)
+			return pgconn.CommandTag{}, stale("%q token %d", resource, token)
 		}
 		return pgconn.CommandTag{}, fmt.Errorf("fenced: check %q: %w", resource, err)
 	}
@@ -105,7 +126,7 @@ func Exec(ctx context.Context, db pgcoord.DBTX, sql string, args ...any) (pgconn
 		return tag, translate(err)
 	}
 	if tag.RowsAffected() == 0 {
-		return tag, fmt.Errorf("%w: the conditional write matched no row", ErrStale)
+		return tag, stale("the conditional write matched no row")
 	}
 	return tag, nil
 }
@@ -114,7 +135,7 @@ func Exec(ctx context.Context, db pgcoord.DBTX, sql string, args ...any) (pgconn
 func translate(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == GuardSQLState {
-		return fmt.Errorf("%w: %w", ErrStale, err)
+		return stale("%w", err)
 	}
 	return fmt.Errorf("fenced: %w", err)
 }
@@ -141,6 +162,7 @@ func CheckLease(ctx context.Context, tx pgx.Tx, l leases.Lease) error {
 	}
 	_, err := queries.CheckLease(ctx, tx, dbsqlc.CheckLeaseParams{Name: l.Name, Holder: l.Holder, FenceToken: l.Token})
 	if errors.Is(err, pgx.ErrNoRows) {
+		DefaultMetrics.LeaseLost.Add(1)
 		return fmt.Errorf("%w: %q token %d is not current", leases.ErrLost, l.Name, l.Token)
 	}
 	if err != nil {

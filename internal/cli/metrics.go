@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/pgcoord/pgcoord/internal/metrics"
 	"github.com/pgcoord/pgcoord/internal/ui"
+	"github.com/pgcoord/pgcoord/metrics"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 

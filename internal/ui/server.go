@@ -19,8 +19,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgcoord/pgcoord/internal/metrics"
 	"github.com/pgcoord/pgcoord/internal/ui/audit"
+	"github.com/pgcoord/pgcoord/metrics"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 

@@ -1,9 +1,15 @@
-// Package metrics exports pgcoord's state to Prometheus: a custom Collector that reads the
+// Package metrics exports pgcoord's state to Prometheus: a Collector that reads the
 // database at scrape time through the same public API the CLI uses (leases.List,
 // semaphore.List, singleton.ListJobs, outbox.Stats, idempotency.List), with one bounded
-// query per source per scrape.
-// `pgcoord metrics --listen` serves it alone; `pgcoord ui` serves it at /metrics beside the
-// dashboard.
+// query per source per scrape. `pgcoord metrics --listen` serves it alone; `pgcoord ui`
+// serves it at /metrics beside the dashboard. An application registers it with its own
+// registry to export, beside the database's state, what its own calls measured:
+//
+//	c, err := metrics.New(pool, &metrics.Opts{
+//		Leases: leases.DefaultMetrics, Semaphores: semaphore.DefaultMetrics, Fenced: fenced.DefaultMetrics,
+//	})
+//	...
+//	prometheus.MustRegister(c)
 //
 // Each primitive is a source registered by its own file (leases.go, semaphores.go,
 // jobs.go, outbox.go, idempotency.go): adding one is one more file with a register call
@@ -16,16 +22,19 @@
 //     number of leases, keys, jobs or messages: pgcoord_rows_truncated{source} says when
 //     a source had more rows than it read (its counts are then lower bounds).
 //   - Ages and expiries are judged by the database clock of the query, never this
-//     process's.
+//     process's. Lease near misses, forced expiries and semaphore waits are recorded by
+//     the database as they happen, so every process (the dashboard's too) sees them.
 //   - A source whose query fails reports pgcoord_up{source} 0 and none of its other
 //     metrics; the other sources still report. The scrape itself succeeds.
 //
 // # Failure modes
 //
-//   - Metrics measured inside worker processes — lease near misses (leases.Metrics),
-//     semaphore acquire waits (semaphore.Metrics) — exist only in those processes. They
-//     are exported only when Opts names them, i.e. when the collector runs in the process
-//     that measured them; `pgcoord metrics` and `pgcoord ui` measure none.
+//   - What only the calling process can measure — keep-alive renewals and their errors
+//     (leases.Metrics), admission latency including refused TryAcquire calls
+//     (semaphore.Metrics), refused fenced writes, whose transactions roll back
+//     (fenced.Metrics) — is exported, under pgcoord_*_client_* names, only when Opts names
+//     it, i.e. by a collector running in the process that measured it; `pgcoord metrics`
+//     and `pgcoord ui` show none of it.
 //   - A per-name metric (one series per lease, key, job or topic) is bounded by
 //     Opts.MaxRows; with many thousands of tenants, lower it or scrape the counts only.
 package metrics
@@ -40,6 +49,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/pgcoord/pgcoord/fenced"
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
@@ -67,6 +77,8 @@ type Opts struct {
 	Leases *leases.Metrics
 	// Semaphores, if set, are admission counts and waits measured in this process.
 	Semaphores *semaphore.Metrics
+	// Fenced, if set, are the refused writes of this process (fenced.DefaultMetrics).
+	Fenced *fenced.Metrics
 	// Logger receives the errors of failed sources. Default slog.Default().
 	Logger *slog.Logger
 }

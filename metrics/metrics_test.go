@@ -7,15 +7,17 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgcoord/pgcoord/internal/metrics"
+	"github.com/pgcoord/pgcoord/fenced"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/leases"
+	"github.com/pgcoord/pgcoord/metrics"
 	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
@@ -62,14 +64,18 @@ func newCollector(t *testing.T, db pgcoord.DBTX, o *metrics.Opts) *metrics.Colle
 	return c
 }
 
-// TestMetricsInProcess: counts measured in this process (leases.Do's near misses,
-// semaphore admissions and waits) are exported when Opts names them, and only then.
+// TestMetricsInProcess: counts measured in this process (leases.Do's renewals, semaphore
+// admissions and their latency, refused fenced writes) are exported when Opts names them,
+// and only then.
 func TestMetricsInProcess(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	lm := &leases.Metrics{}
 	lm.NearMisses.Add(3)
 	lm.Renewals.Add(7)
+	fm := &fenced.Metrics{}
+	fm.Stale.Add(2)
+	fm.LeaseLost.Add(1)
 	sm := semaphore.NewMetrics()
 	if _, err := semaphore.TryAcquire(t.Context(), pool, "tenant:1", 1, time.Minute, &semaphore.AcquireOpts{Metrics: sm}); err != nil {
 		t.Fatal(err)
@@ -77,24 +83,88 @@ func TestMetricsInProcess(t *testing.T) {
 	if _, err := semaphore.TryAcquire(t.Context(), pool, "tenant:1", 1, time.Minute, &semaphore.AcquireOpts{Metrics: sm}); !errors.Is(err, semaphore.ErrFull) {
 		t.Fatalf("second acquire = %v, want ErrFull", err)
 	}
-	text := scrape(t, newCollector(t, pool, &metrics.Opts{Leases: lm, Semaphores: sm}))
+	text := scrape(t, newCollector(t, pool, &metrics.Opts{Leases: lm, Semaphores: sm, Fenced: fm}))
 	for series, want := range map[string]string{
-		"pgcoord_lease_near_misses_total":                                        "3",
-		"pgcoord_lease_renewals_total":                                           "7",
-		`pgcoord_semaphore_client_admissions_total{key="tenant:1"}`:              "1",
-		`pgcoord_semaphore_client_refusals_total{key="tenant:1"}`:                "1",
-		`pgcoord_semaphore_permits{key="tenant:1"}`:                              "1",
-		`pgcoord_semaphore_acquire_wait_seconds{key="tenant:1",quantile="0.99"}`: "",
+		"pgcoord_lease_client_near_misses_total":                                        "3",
+		"pgcoord_lease_client_renewals_total":                                           "7",
+		`pgcoord_fence_client_rejections_total{reason="stale_token"}`:                   "2",
+		`pgcoord_fence_client_rejections_total{reason="lease_lost"}`:                    "1",
+		`pgcoord_semaphore_client_admissions_total{key="tenant:1"}`:                     "1",
+		`pgcoord_semaphore_client_refusals_total{key="tenant:1"}`:                       "1",
+		`pgcoord_semaphore_permits{key="tenant:1"}`:                                     "1",
+		`pgcoord_semaphore_client_acquire_wait_seconds{key="tenant:1",quantile="0.99"}`: "",
 	} {
 		if got := sample(t, text, series); want != "" && got != want {
 			t.Errorf("%s = %s, want %s", series, got, want)
 		}
 	}
 	plain := scrape(t, newCollector(t, pool, nil))
-	for _, name := range []string{"pgcoord_lease_near_misses_total", "pgcoord_semaphore_acquire_wait_seconds"} {
+	for _, name := range []string{"pgcoord_lease_client_", "pgcoord_semaphore_client_", "pgcoord_fence_client_"} {
 		if strings.Contains(plain, name) {
-			t.Errorf("%s exported without an in-process source", name)
+			t.Errorf("%s* exported without an in-process source", name)
 		}
+	}
+}
+
+// TestMetricsRecordedByTheDatabase: lease near misses and forced expiries and semaphore
+// waits are recorded by the database, so a collector in any process exports them.
+func TestMetricsRecordedByTheDatabase(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	t0 := time.Now()
+	l, err := leases.TryAcquire(ctx, pool, "nightly", 40*time.Second, &leases.AcquireOpts{Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Renewed with 5s of 40s left: a near miss.
+	if _, err := leases.Renew(ctx, pool, l, 40*time.Second, &leases.RenewOpts{Now: t0.Add(35 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leases.Expire(ctx, pool, "nightly", "test"); err != nil {
+		t.Fatal(err)
+	}
+	// tenant:2 admits one at a time: a second acquirer waits in line for 3 seconds (by
+	// injected database instants) until the first permit is released.
+	first, err := semaphore.TryAcquire(ctx, pool, "tenant:2", 1, time.Minute, &semaphore.AcquireOpts{Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A blocking Acquire's attempts, through the SQL API (which takes the instant).
+	acquire := func(at time.Duration) int {
+		t.Helper()
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pgcoord_semaphore_acquire('tenant:2', 'second', 1, '1 minute', '1 minute', $1)`,
+			t0.Add(at)).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := acquire(time.Second); n != 0 {
+		t.Fatal("the second acquirer was admitted to a full key")
+	}
+	if err := semaphore.Release(ctx, pool, first); err != nil {
+		t.Fatal(err)
+	}
+	if n := acquire(4 * time.Second); n != 1 {
+		t.Fatal("the second acquirer was not admitted after the release")
+	}
+
+	text := scrape(t, newCollector(t, pool, nil))
+	for series, want := range map[string]string{
+		`pgcoord_lease_near_misses_total{name="nightly"}`:               "1",
+		`pgcoord_lease_forced_expiries_total{name="nightly"}`:           "1",
+		`pgcoord_semaphore_wait_admissions{key="tenant:2"}`:             "2",
+		`pgcoord_semaphore_wait_seconds{key="tenant:2",quantile="0.5"}`: "",
+	} {
+		if got := sample(t, text, series); want != "" && got != want {
+			t.Errorf("%s = %s, want %s", series, got, want)
+		}
+	}
+	p99, err := strconv.ParseFloat(sample(t, text, `pgcoord_semaphore_wait_seconds{key="tenant:2",quantile="0.99"}`), 64)
+	if err != nil || p99 < 3*0.8 || p99 > 3*1.2 {
+		t.Errorf("p99 wait = %v (%v), want 3s within 20%%", p99, err)
 	}
 }
 

@@ -29,9 +29,14 @@ var (
 		"Admissions to the key since it was created.", keyLabel, nil)
 	semRefusedDesc = prometheus.NewDesc("pgcoord_semaphore_refused_total",
 		"Refusals decided under the key's lock since it was created (rounds of waiting acquirers, lost races).", keyLabel, nil)
+	semWaitDesc = prometheus.NewDesc("pgcoord_semaphore_wait_seconds",
+		"Time admissions to the key of the last 5 to 10 minutes waited in line, by the database clock, at the quantile (within about 20%; absent without admissions).",
+		[]string{"key", "quantile"}, nil)
+	semWaitedDesc = prometheus.NewDesc("pgcoord_semaphore_wait_admissions",
+		"Admissions to the key of the last 5 to 10 minutes, whose waits pgcoord_semaphore_wait_seconds summarizes.", keyLabel, nil)
 
 	// Measured in this process (Opts.Semaphores).
-	semWaitDesc = prometheus.NewDesc("pgcoord_semaphore_acquire_wait_seconds",
+	semClientWaitDesc = prometheus.NewDesc("pgcoord_semaphore_client_acquire_wait_seconds",
 		"Time admissions in this process took (for Acquire, the whole wait), at the quantile.", []string{"key", "quantile"}, nil)
 	semClientAdmissionsDesc = prometheus.NewDesc("pgcoord_semaphore_client_admissions_total",
 		"Permits granted to this process.", keyLabel, nil)
@@ -43,8 +48,8 @@ func init() {
 	register(source{
 		name: "semaphores",
 		descs: []*prometheus.Desc{semLimitDesc, semWeightDesc, semPermitsDesc, semExpiredDesc, semWaitersDesc,
-			semOldestWaiterDesc, semDemandDesc, semAdmittedDesc, semRefusedDesc,
-			semWaitDesc, semClientAdmissionsDesc, semClientRefusalsDesc},
+			semOldestWaiterDesc, semDemandDesc, semAdmittedDesc, semRefusedDesc, semWaitDesc, semWaitedDesc,
+			semClientWaitDesc, semClientAdmissionsDesc, semClientRefusalsDesc},
 		collect: collectSemaphores,
 	})
 }
@@ -69,7 +74,12 @@ func collectSemaphores(ctx context.Context, db pgcoord.DBTX, o *Opts) ([]prometh
 			gauge(semOldestWaiterDesc, waited, s.Key),
 			gauge(semDemandDesc, float64(s.Demand), s.Key),
 			counter(semAdmittedDesc, float64(s.Admitted), s.Key),
-			counter(semRefusedDesc, float64(s.Refused), s.Key))
+			counter(semRefusedDesc, float64(s.Refused), s.Key),
+			gauge(semWaitedDesc, float64(s.Waited), s.Key))
+		if s.Waited > 0 {
+			ms = append(ms, gauge(semWaitDesc, s.WaitP50.Seconds(), s.Key, "0.5"),
+				gauge(semWaitDesc, s.WaitP99.Seconds(), s.Key, "0.99"))
+		}
 	}
 	if m := o.Semaphores; m != nil {
 		for _, k := range m.Snapshot() {
@@ -77,8 +87,8 @@ func collectSemaphores(ctx context.Context, db pgcoord.DBTX, o *Opts) ([]prometh
 				counter(semClientAdmissionsDesc, float64(k.Admissions), k.Key),
 				counter(semClientRefusalsDesc, float64(k.Refusals), k.Key))
 			if k.Admissions > 0 {
-				ms = append(ms, gauge(semWaitDesc, k.AcquireP50.Seconds(), k.Key, "0.5"),
-					gauge(semWaitDesc, k.AcquireP99.Seconds(), k.Key, "0.99"))
+				ms = append(ms, gauge(semClientWaitDesc, k.AcquireP50.Seconds(), k.Key, "0.5"),
+					gauge(semClientWaitDesc, k.AcquireP99.Seconds(), k.Key, "0.99"))
 			}
 		}
 	}

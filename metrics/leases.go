@@ -20,23 +20,35 @@ var (
 		"Time the held lease has left, by the database clock.", []string{"name"}, nil)
 	leaseTokenDesc = prometheus.NewDesc("pgcoord_lease_fence_token",
 		"Fence token of the lease's current or latest grant.", []string{"name"}, nil)
+	leaseNearMissesDesc = prometheus.NewDesc("pgcoord_lease_near_misses_total",
+		"Renewals of the lease's grants that found less than a quarter of the grant left, by the database clock.", []string{"name"}, nil)
+	leaseForcedExpiriesDesc = prometheus.NewDesc("pgcoord_lease_forced_expiries_total",
+		"Grants of the lease an operator forced to expire (leases.Expire).", []string{"name"}, nil)
 
 	// Measured in this process by leases.Do (Opts.Leases).
-	leaseRenewalsDesc = prometheus.NewDesc("pgcoord_lease_renewals_total",
+	leaseClientRenewalsDesc = prometheus.NewDesc("pgcoord_lease_client_renewals_total",
 		"Successful keep-alive renewals in this process (leases.Do).", nil, nil)
-	leaseRenewErrorsDesc = prometheus.NewDesc("pgcoord_lease_renew_errors_total",
+	leaseClientRenewErrorsDesc = prometheus.NewDesc("pgcoord_lease_client_renew_errors_total",
 		"Keep-alive renewals in this process that failed for a reason other than losing the lease.", nil, nil)
-	leaseNearMissesDesc = prometheus.NewDesc("pgcoord_lease_near_misses_total",
+	leaseClientNearMissesDesc = prometheus.NewDesc("pgcoord_lease_client_near_misses_total",
 		"Renewals in this process that succeeded with less than a quarter of the TTL left before the trust deadline.", nil, nil)
-	leaseLostDesc = prometheus.NewDesc("pgcoord_lease_lost_total",
+	leaseClientLostDesc = prometheus.NewDesc("pgcoord_lease_client_lost_total",
 		"Leases lost by this process while their function ran (taken over, expired by an operator, or past the trust deadline).", nil, nil)
+
+	// Counted in this process by package fenced (Opts.Fenced): the database cannot count a
+	// refused write, whose transaction rolls back.
+	fenceClientRejectionsDesc = prometheus.NewDesc("pgcoord_fence_client_rejections_total",
+		"Writes this process's fenced calls refused: reason stale_token (ErrStale from Check, Write, Exec or the guard trigger) or lease_lost (CheckLease).",
+		[]string{"reason"}, nil)
 )
 
 func init() {
 	register(source{
 		name: "leases",
 		descs: []*prometheus.Desc{leasesHeldDesc, leasesExpiredDesc, leasesForcedDesc, leaseRemainingDesc, leaseTokenDesc,
-			leaseRenewalsDesc, leaseRenewErrorsDesc, leaseNearMissesDesc, leaseLostDesc},
+			leaseNearMissesDesc, leaseForcedExpiriesDesc,
+			leaseClientRenewalsDesc, leaseClientRenewErrorsDesc, leaseClientNearMissesDesc, leaseClientLostDesc,
+			fenceClientRejectionsDesc},
 		collect: collectLeases,
 	})
 }
@@ -49,7 +61,9 @@ func collectLeases(ctx context.Context, db pgcoord.DBTX, o *Opts) ([]prometheus.
 	var ms []prometheus.Metric
 	var held, expired, forced int
 	for _, l := range all {
-		ms = append(ms, gauge(leaseTokenDesc, float64(l.Token), l.Name))
+		ms = append(ms, gauge(leaseTokenDesc, float64(l.Token), l.Name),
+			counter(leaseNearMissesDesc, float64(l.NearMisses), l.Name),
+			counter(leaseForcedExpiriesDesc, float64(l.ForcedExpiries), l.Name))
 		switch {
 		case l.Held():
 			held++
@@ -63,10 +77,14 @@ func collectLeases(ctx context.Context, db pgcoord.DBTX, o *Opts) ([]prometheus.
 	ms = append(ms, gauge(leasesHeldDesc, float64(held)), gauge(leasesExpiredDesc, float64(expired)),
 		gauge(leasesForcedDesc, float64(forced)))
 	if m := o.Leases; m != nil {
-		ms = append(ms, counter(leaseRenewalsDesc, float64(m.Renewals.Load())),
-			counter(leaseRenewErrorsDesc, float64(m.RenewErrors.Load())),
-			counter(leaseNearMissesDesc, float64(m.NearMisses.Load())),
-			counter(leaseLostDesc, float64(m.Lost.Load())))
+		ms = append(ms, counter(leaseClientRenewalsDesc, float64(m.Renewals.Load())),
+			counter(leaseClientRenewErrorsDesc, float64(m.RenewErrors.Load())),
+			counter(leaseClientNearMissesDesc, float64(m.NearMisses.Load())),
+			counter(leaseClientLostDesc, float64(m.Lost.Load())))
+	}
+	if m := o.Fenced; m != nil {
+		ms = append(ms, counter(fenceClientRejectionsDesc, float64(m.Stale.Load()), "stale_token"),
+			counter(fenceClientRejectionsDesc, float64(m.LeaseLost.Load()), "lease_lost"))
 	}
 	return ms, len(all) == o.MaxRows, nil
 }
