@@ -27,10 +27,11 @@
 // key's first failure, then records every outcome of the batch in one statement: delivered,
 // failed (retried after an exponential backoff with jitter computed by the database clock,
 // or dead after MaxAttempts), or released untried. A relay with nothing to do registers
-// as idle and LISTENs; while any relay is idle, a statement-level trigger sends one
-// notification per transaction that inserts into the outbox, delivered at commit, which wakes it
-// (busy relays need no wake-up, and a notification serializes commits server-wide, so
-// producers send none then). PollInterval is the fallback.
+// as idle and LISTENs; while any relay is idle, every transaction that enqueues sends one
+// notification, delivered at commit, which wakes it (busy relays need no wake-up, and a
+// notification serializes commits server-wide, so producers send none then); the check
+// rides the statement that inserts the transaction's first message. PollInterval is the
+// fallback.
 //
 // # Guarantees
 //

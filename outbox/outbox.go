@@ -201,7 +201,7 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, msgs []Message) ([]Message, er
 	return out, nil
 }
 
-// validateMessage checks msg and returns its headers encoded as JSON.
+// validateMessage checks msg and returns its headers encoded as JSON, nil if it has none.
 func validateMessage(msg Message) ([]byte, error) {
 	if err := pgcoord.ValidateName("outbox topic", msg.Topic); err != nil {
 		return nil, err
@@ -218,8 +218,8 @@ func validateMessage(msg Message) ([]byte, error) {
 	if msg.Delay < 0 || msg.Delay > MaxDelay {
 		return nil, fmt.Errorf("%w: outbox: delay %v is outside 0..%v", pgcoord.ErrInvalidArgument, msg.Delay, MaxDelay)
 	}
-	if msg.Headers == nil {
-		return []byte("{}"), nil
+	if len(msg.Headers) == 0 {
+		return nil, nil // the column's default, '{}', without sending it
 	}
 	for name := range msg.Headers {
 		if name == "" {

@@ -187,13 +187,11 @@ func (q *Queries) OutboxCutoff(ctx context.Context, db DBTX, arg OutboxCutoffPar
 
 const outboxEnqueue = `-- name: OutboxEnqueue :one
 
-WITH l AS (
-    SELECT pg_advisory_xact_lock(pgcoord_outbox_lock_key($1::text, $2::text))
-)
 INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
-SELECT $1::text, $2::text, $3::bytea, $4::boolean, $5::jsonb,
+SELECT $1::text, $2::text, $3::bytea, $4::boolean, coalesce($5::jsonb, '{}'),
        now() + coalesce($6::interval, interval '0')
-FROM l
+  FROM (SELECT pg_advisory_xact_lock(pgcoord_outbox_lock_key($1::text, $2::text))
+         WHERE current_setting(pgcoord_outbox_wake_flag(), true) = 'on' OR pgcoord_outbox_wake()) l
 RETURNING id, created_at, available_at
 `
 
@@ -216,8 +214,13 @@ type OutboxEnqueueRow struct {
 // another language would need the same logic (enqueue, claim, settle); the operator's
 // reads and repairs are plain statements.
 // pgcoord_outbox_enqueue_bytes as one plain statement, for the Go library, which checks
-// the message before sending it: the key's lock is taken (in l) before the row's id is
-// drawn, and plain SQL saves the function call's overhead on the hottest path.
+// the message before sending it; plain SQL saves the function call on the hottest path.
+// The subquery l makes the wake-up check (see pgcoord_outbox_wake: a function call for
+// the transaction's first message only), then takes the key's lock; the inserted row is
+// projected from l's one row, so its id is drawn after both (the planner keeps a volatile
+// output of a subquery, used or not). A subquery is the cheapest plan of the shapes that
+// order them so (a function scan or a CTE materializes its row). NULL headers and delay
+// are the defaults, which cost nothing to send.
 func (q *Queries) OutboxEnqueue(ctx context.Context, db DBTX, arg OutboxEnqueueParams) (OutboxEnqueueRow, error) {
 	row := db.QueryRow(ctx, outboxEnqueue,
 		arg.Topic,
@@ -233,16 +236,19 @@ func (q *Queries) OutboxEnqueue(ctx context.Context, db DBTX, arg OutboxEnqueueP
 }
 
 const outboxEnqueueMany = `-- name: OutboxEnqueueMany :many
-WITH l AS (
+WITH w AS (
+    SELECT pgcoord_outbox_wake() AS woken
+), l AS (
     SELECT count(*) AS locked FROM (
         SELECT pg_advisory_xact_lock(pgcoord_outbox_lock_key(k.topic, k.key))
-          FROM (SELECT DISTINCT ($1::text[])[i] AS topic, ($2::text[])[i] AS key
-                  FROM generate_subscripts($1::text[], 1) AS i
-                 ORDER BY 1, 2) k) x
+          FROM w, (SELECT DISTINCT ($1::text[])[i] AS topic, ($2::text[])[i] AS key
+                     FROM generate_subscripts($1::text[], 1) AS i
+                    ORDER BY 1, 2) k
+         WHERE w.woken) x
 ), ins AS (
     INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
     SELECT ($1::text[])[i], ($2::text[])[i], ($3::bytea[])[i], ($4::boolean[])[i],
-           ($5::jsonb[])[i], now() + coalesce(($6::interval[])[i], interval '0')
+           coalesce(($5::jsonb[])[i], '{}'), now() + coalesce(($6::interval[])[i], interval '0')
       FROM l, generate_subscripts($1::text[], 1) AS i
      WHERE l.locked >= 0
      ORDER BY i
@@ -267,8 +273,9 @@ type OutboxEnqueueManyRow struct {
 }
 
 // pgcoord_outbox_enqueue_many as plain SQL, for the Go library, which checks the messages
-// first: every (topic, key) lock is taken, in (topic, key) order, before the first id is
-// drawn (l is one row, joined before any row is inserted), and ids follow the arrays' order.
+// first: the wake-up check (w) is made, then every (topic, key) lock is taken, in (topic,
+// key) order, before the first id is drawn (l is one row, joined before any row is
+// inserted), and ids follow the arrays' order.
 func (q *Queries) OutboxEnqueueMany(ctx context.Context, db DBTX, arg OutboxEnqueueManyParams) ([]OutboxEnqueueManyRow, error) {
 	rows, err := db.Query(ctx, outboxEnqueueMany,
 		arg.Topics,

@@ -28,7 +28,7 @@ CREATE TABLE pgcoord_outbox (
     -- object) are checked by the functions that write messages (and by the Go library)
     -- rather than by CHECK constraints, which are evaluated again on every claim and settle
     -- (each an UPDATE of the row): write messages through pgcoord_outbox_enqueue*, not
-    -- with INSERT.
+    -- with INSERT, which would skip the checks, the per-key order lock and the wake-up.
     topic            text        NOT NULL,
     key              text        NOT NULL,
     payload          bytea       NOT NULL,
@@ -68,12 +68,14 @@ COMMENT ON TABLE pgcoord_outbox IS 'pgcoord: transactional outbox messages (pend
 -- registers in pgcoord_outbox_idle (until a deadline it keeps extending while it waits)
 -- and leaves it when it finds work again; busy relays need no wake-up.
 --
--- No wake-up is lost between a producer's check and its commit: the producer's trigger
--- takes a shared transaction-level advisory lock before it checks, held until it commits,
--- and a relay registers itself under the same lock in exclusive mode (pgcoord_outbox_idle),
--- so its registration waits until every producer that checked without seeing it has
+-- No wake-up is lost between a producer's check and its commit: the producer takes a
+-- shared transaction-level advisory lock before it checks, held until it commits, and a
+-- relay registers itself under the same lock in exclusive mode (pgcoord_outbox_idle), so
+-- its registration waits until every producer that checked without seeing it has
 -- committed — and its next claim, after the registration, sees their messages. A producer
--- that checks after the registration sees it and notifies.
+-- that checks after the registration sees it and notifies. (A producer in a REPEATABLE
+-- READ or SERIALIZABLE transaction checks with its transaction's snapshot, which may
+-- predate a registration: that relay then finds the message at its next poll.)
 CREATE TABLE pgcoord_outbox_idle (
     claimant text        PRIMARY KEY,
     until    timestamptz NOT NULL
@@ -81,33 +83,45 @@ CREATE TABLE pgcoord_outbox_idle (
 
 COMMENT ON TABLE pgcoord_outbox_idle IS 'pgcoord: outbox relays waiting for a notification';
 
--- One notification per transaction that inserts, and only while a relay waits, delivered
--- at commit: a batch insert wakes the relays once, a rolled-back insert never. Only the
--- transaction's first INSERT statement checks.
+-- pgcoord_outbox_wake_flag is the name of the transaction-local setting that says this
+-- transaction has checked for idle relays, namespaced by the install schema (two schemas'
+-- outboxes in one transaction keep separate flags). Everything in it is immutable, so the
+-- planner folds it to a constant: reading the flag costs nothing per statement.
+CREATE FUNCTION pgcoord_outbox_wake_flag() RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT 'pgcoord.outbox_woken_' || to_hex(pgcoord_lock_key('outbox:woken')) $$;
+
+-- pgcoord_outbox_wake is every write path's wake-up: the first call of a transaction
+-- takes the shared lock described above, notifies pgcoord_channel('outbox') if a relay
+-- waits — one notification per transaction, delivered at commit, none if it rolls back —
+-- and sets the flag; later calls return at once. The lock, the flag and the notification
+-- are undone together by a rolled-back savepoint. It returns true.
+--
+-- Writers call it in the statement that inserts, guarded so that only a transaction's
+-- first message pays for a function call:
+--   WHERE current_setting(pgcoord_outbox_wake_flag(), true) = 'on' OR pgcoord_outbox_wake()
+-- and before they take their (topic, key) locks, so that a producer never holds a key's
+-- lock while it queues for the wake-up lock behind a registering relay (which waits for
+-- the producers, one of which may be waiting for that key). It is not a trigger: an
+-- AFTER trigger's bookkeeping cost more than the check itself, on every statement. A row
+-- INSERTed by hand therefore wakes no relay; the relays find it at their next poll.
 -- +goose StatementBegin
-CREATE FUNCTION pgcoord_outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    -- Set once the transaction has checked: its shared lock is held until it ends, so a
-    -- relay cannot register unseen in between, and any notification already queued covers
-    -- the later statements. A rolled-back savepoint undoes the flag, the lock and the
-    -- notification together. Named after the table, so two schemas keep separate flags.
-    checked constant text := 'pgcoord.outbox_checked_' || TG_RELID::oid::bigint;
+CREATE FUNCTION pgcoord_outbox_wake() RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
-    IF current_setting(checked, true) = 'on' THEN
-        RETURN NULL;
+    IF current_setting(pgcoord_outbox_wake_flag(), true) = 'on' THEN
+        RETURN true;
     END IF;
-    PERFORM set_config(checked, 'on', true);
+    PERFORM set_config(pgcoord_outbox_wake_flag(), 'on', true);
+    -- The lock first, then the check: each statement of this (volatile) function reads a
+    -- new snapshot, so the check sees every registration that committed before the lock.
     PERFORM pg_advisory_xact_lock_shared(pgcoord_lock_key('outbox:wakeup'));
     IF EXISTS (SELECT FROM pgcoord_outbox_idle WHERE until > now()) THEN
         PERFORM pg_notify(pgcoord_channel('outbox'), '');
     END IF;
-    RETURN NULL;
+    RETURN true;
 END
 $$;
 -- +goose StatementEnd
-
-CREATE TRIGGER pgcoord_outbox_notify AFTER INSERT ON pgcoord_outbox
-    FOR EACH STATEMENT EXECUTE FUNCTION pgcoord_outbox_notify();
 
 -- pgcoord_outbox_idle registers p_claimant, a relay LISTENing on pgcoord_channel('outbox'),
 -- as waiting for work until now + p_ttl, after every producer that did not see it waiting
@@ -168,6 +182,7 @@ BEGIN
     IF jsonb_typeof(coalesce(p_headers, '{}')) <> 'object' THEN
         RAISE EXCEPTION 'pgcoord: outbox headers must be a JSON object, got %', p_headers USING ERRCODE = '22023';
     END IF;
+    PERFORM pgcoord_outbox_wake();
     PERFORM pg_advisory_xact_lock(pgcoord_outbox_lock_key(p_topic, p_key));
     RETURN QUERY
     INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
@@ -210,6 +225,7 @@ BEGIN
     IF EXISTS (SELECT FROM unnest(p_headers) AS h(v) WHERE jsonb_typeof(coalesce(h.v, '{}')) <> 'object') THEN
         RAISE EXCEPTION 'pgcoord: outbox headers must be JSON objects' USING ERRCODE = '22023';
     END IF;
+    PERFORM pgcoord_outbox_wake();
     PERFORM pg_advisory_xact_lock(pgcoord_outbox_lock_key(k.topic, k.key))
        FROM (SELECT DISTINCT m.topic, m.key FROM unnest(p_topics, p_keys) AS m(topic, key) ORDER BY 1, 2) k;
     RETURN QUERY
@@ -398,7 +414,8 @@ DROP FUNCTION pgcoord_outbox_enqueue_many(text[], text[], bytea[], boolean[], js
 DROP FUNCTION pgcoord_outbox_enqueue_bytes(text, text, bytea, boolean, jsonb, interval);
 DROP FUNCTION pgcoord_outbox_idle(text, interval);
 DROP TABLE pgcoord_outbox;
-DROP FUNCTION pgcoord_outbox_notify();
 DROP FUNCTION pgcoord_outbox_lock_key(text, text);
+DROP FUNCTION pgcoord_outbox_wake();
+DROP FUNCTION pgcoord_outbox_wake_flag();
 DROP TABLE pgcoord_outbox_idle;
 DROP SEQUENCE pgcoord_outbox_claim_token;

@@ -4,31 +4,38 @@
 
 -- name: OutboxEnqueue :one
 -- pgcoord_outbox_enqueue_bytes as one plain statement, for the Go library, which checks
--- the message before sending it: the key's lock is taken (in l) before the row's id is
--- drawn, and plain SQL saves the function call's overhead on the hottest path.
-WITH l AS (
-    SELECT pg_advisory_xact_lock(pgcoord_outbox_lock_key(@topic::text, @key::text))
-)
+-- the message before sending it; plain SQL saves the function call on the hottest path.
+-- The subquery l makes the wake-up check (see pgcoord_outbox_wake: a function call for
+-- the transaction's first message only), then takes the key's lock; the inserted row is
+-- projected from l's one row, so its id is drawn after both (the planner keeps a volatile
+-- output of a subquery, used or not). A subquery is the cheapest plan of the shapes that
+-- order them so (a function scan or a CTE materializes its row). NULL headers and delay
+-- are the defaults, which cost nothing to send.
 INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
-SELECT @topic::text, @key::text, @payload::bytea, @is_json::boolean, @headers::jsonb,
+SELECT @topic::text, @key::text, @payload::bytea, @is_json::boolean, coalesce(sqlc.narg('headers')::jsonb, '{}'),
        now() + coalesce(sqlc.narg('delay')::interval, interval '0')
-FROM l
+  FROM (SELECT pg_advisory_xact_lock(pgcoord_outbox_lock_key(@topic::text, @key::text))
+         WHERE current_setting(pgcoord_outbox_wake_flag(), true) = 'on' OR pgcoord_outbox_wake()) l
 RETURNING id, created_at, available_at;
 
 -- name: OutboxEnqueueMany :many
 -- pgcoord_outbox_enqueue_many as plain SQL, for the Go library, which checks the messages
--- first: every (topic, key) lock is taken, in (topic, key) order, before the first id is
--- drawn (l is one row, joined before any row is inserted), and ids follow the arrays' order.
-WITH l AS (
+-- first: the wake-up check (w) is made, then every (topic, key) lock is taken, in (topic,
+-- key) order, before the first id is drawn (l is one row, joined before any row is
+-- inserted), and ids follow the arrays' order.
+WITH w AS (
+    SELECT pgcoord_outbox_wake() AS woken
+), l AS (
     SELECT count(*) AS locked FROM (
         SELECT pg_advisory_xact_lock(pgcoord_outbox_lock_key(k.topic, k.key))
-          FROM (SELECT DISTINCT (@topics::text[])[i] AS topic, (@keys::text[])[i] AS key
-                  FROM generate_subscripts(@topics::text[], 1) AS i
-                 ORDER BY 1, 2) k) x
+          FROM w, (SELECT DISTINCT (@topics::text[])[i] AS topic, (@keys::text[])[i] AS key
+                     FROM generate_subscripts(@topics::text[], 1) AS i
+                    ORDER BY 1, 2) k
+         WHERE w.woken) x
 ), ins AS (
     INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
     SELECT (@topics::text[])[i], (@keys::text[])[i], (@payloads::bytea[])[i], (@is_json::boolean[])[i],
-           (@headers::jsonb[])[i], now() + coalesce((@delays::interval[])[i], interval '0')
+           coalesce((@headers::jsonb[])[i], '{}'), now() + coalesce((@delays::interval[])[i], interval '0')
       FROM l, generate_subscripts(@topics::text[], 1) AS i
      WHERE l.locked >= 0
      ORDER BY i
