@@ -92,7 +92,8 @@ func TestMetricsInProcess(t *testing.T) {
 		`pgcoord_semaphore_client_admissions_total{key="tenant:1"}`:                     "1",
 		`pgcoord_semaphore_client_refusals_total{key="tenant:1"}`:                       "1",
 		`pgcoord_semaphore_permits{key="tenant:1"}`:                                     "1",
-		`pgcoord_semaphore_client_acquire_wait_seconds{key="tenant:1",quantile="0.99"}`: "",
+		`pgcoord_semaphore_client_acquire_wait_seconds_count{key="tenant:1"}`:           "1",
+		`pgcoord_semaphore_client_acquire_wait_seconds_bucket{key="tenant:1",le="300"}`: "1",
 	} {
 		if got := sample(t, text, series); want != "" && got != want {
 			t.Errorf("%s = %s, want %s", series, got, want)

@@ -37,7 +37,7 @@ var (
 
 	// Measured in this process (Opts.Semaphores).
 	semClientWaitDesc = prometheus.NewDesc("pgcoord_semaphore_client_acquire_wait_seconds",
-		"Time admissions in this process took (for Acquire, the whole wait), at the quantile.", []string{"key", "quantile"}, nil)
+		"Time admissions in this process took (for Acquire, the whole wait).", keyLabel, nil)
 	semClientAdmissionsDesc = prometheus.NewDesc("pgcoord_semaphore_client_admissions_total",
 		"Permits granted to this process.", keyLabel, nil)
 	semClientRefusalsDesc = prometheus.NewDesc("pgcoord_semaphore_client_refusals_total",
@@ -86,10 +86,12 @@ func collectSemaphores(ctx context.Context, db pgcoord.DBTX, o *Opts) ([]prometh
 			ms = append(ms,
 				counter(semClientAdmissionsDesc, float64(k.Admissions), k.Key),
 				counter(semClientRefusalsDesc, float64(k.Refusals), k.Key))
-			if k.Admissions > 0 {
-				ms = append(ms, gauge(semClientWaitDesc, k.AcquireP50.Seconds(), k.Key, "0.5"),
-					gauge(semClientWaitDesc, k.AcquireP99.Seconds(), k.Key, "0.99"))
+			buckets := make(map[float64]uint64, len(semaphore.AcquireBounds))
+			for i, b := range semaphore.AcquireBounds {
+				buckets[b.Seconds()] = k.AcquireBuckets[i]
 			}
+			ms = append(ms, prometheus.MustNewConstHistogram(semClientWaitDesc, uint64(k.Admissions),
+				k.AcquireSum.Seconds(), buckets, k.Key))
 		}
 	}
 	return ms, len(keys) == o.MaxRows, nil

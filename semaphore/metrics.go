@@ -38,6 +38,19 @@ type KeyMetrics struct {
 	// AcquireP50 and AcquireP99 are the median and 99th percentile of the time admissions
 	// took, within 4%. Zero if there was no admission.
 	AcquireP50, AcquireP99 time.Duration
+	// AcquireSum is the total time the admissions took. AcquireBuckets[i] counts the
+	// admissions that took at most AcquireBounds[i] (cumulative, as a Prometheus histogram
+	// wants them); one within about 3% of a bound may be counted on either side of it.
+	AcquireSum     time.Duration
+	AcquireBuckets []uint64
+}
+
+// AcquireBounds are the upper bounds of KeyMetrics.AcquireBuckets.
+var AcquireBounds = []time.Duration{
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
+	500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second,
+	10 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute,
 }
 
 // Snapshot returns the counts of every key seen, sorted by key. It is a consistent view of
@@ -76,6 +89,7 @@ func (m *Metrics) key(k string) *keyMetrics {
 func (m *Metrics) admitted(k string, d time.Duration) {
 	km := m.key(k)
 	km.admissions.Add(1)
+	km.sumMicros.Add(max(d.Microseconds(), 0))
 	km.latency[bucketOf(d)].Add(1)
 }
 
@@ -87,6 +101,7 @@ func (m *Metrics) refused(k string) { m.key(k).refusals.Add(1) }
 // any of them.
 type keyMetrics struct {
 	admissions, refusals atomic.Int64
+	sumMicros            atomic.Int64
 	latency              [numBuckets]atomic.Int64
 }
 
@@ -129,6 +144,15 @@ func (km *keyMetrics) snapshot(k string) KeyMetrics {
 	}
 	s.AcquireP50 = quantile(&counts, n, 0.50)
 	s.AcquireP99 = quantile(&counts, n, 0.99)
+	s.AcquireSum = time.Duration(km.sumMicros.Load()) * time.Microsecond
+	s.AcquireBuckets = make([]uint64, len(AcquireBounds))
+	for i, c := range counts { // a bucket counts below a bound when its middle does
+		for j, b := range AcquireBounds {
+			if bucketMid(i) <= b {
+				s.AcquireBuckets[j] += uint64(c)
+			}
+		}
+	}
 	return s
 }
 

@@ -35,6 +35,23 @@ func TestMetricsQuantiles(t *testing.T) {
 	if !near(k.AcquireP50, 500*time.Millisecond) || !near(k.AcquireP99, 990*time.Millisecond) {
 		t.Fatalf("p50 %v, p99 %v; want 500ms and 990ms within 4%%", k.AcquireP50, k.AcquireP99)
 	}
+	// The histogram's buckets: cumulative, each bound's count within the 3% around it.
+	if k.AcquireSum != 500500*time.Millisecond {
+		t.Fatalf("sum %v, want 500.5s (1ms + 2ms + ... + 1000ms)", k.AcquireSum)
+	}
+	if len(k.AcquireBuckets) != len(AcquireBounds) {
+		t.Fatalf("%d buckets for %d bounds", len(k.AcquireBuckets), len(AcquireBounds))
+	}
+	for i, b := range AcquireBounds {
+		below := min(int64(b/time.Millisecond), 1000) // admissions of at most b
+		lo, hi := float64(below)*0.97-1, float64(below)*1.03+1
+		if got := float64(k.AcquireBuckets[i]); got < lo || got > hi {
+			t.Errorf("bucket <= %v counts %v admissions, want %d within 3%%", b, got, below)
+		}
+		if i > 0 && k.AcquireBuckets[i] < k.AcquireBuckets[i-1] {
+			t.Errorf("buckets not cumulative at %v", b)
+		}
+	}
 	// A wait longer than the histogram covers counts in its last bucket.
 	if bucketOf(1<<62) != numBuckets-1 {
 		t.Fatal("a huge duration is not in the last bucket")
