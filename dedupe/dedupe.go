@@ -66,6 +66,7 @@ type ClaimOpts struct {
 // longer than MaxKeyLen bytes, either not valid UTF-8 or holding a NUL byte — returns an
 // error wrapping pgcoord.ErrInvalidName; a nil tx or a Retention outside 0..MaxRetention
 // an error wrapping pgcoord.ErrInvalidArgument, before any SQL runs.
+// On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func Claim(ctx context.Context, tx pgx.Tx, scope, key string, opts *ClaimOpts) (bool, error) {
 	if err := validate(scope, key); err != nil {
 		return false, err
@@ -86,7 +87,7 @@ func Claim(ctx context.Context, tx pgx.Tx, scope, key string, opts *ClaimOpts) (
 	}
 	n, err := queries.DedupeClaim(ctx, tx, arg)
 	if err != nil {
-		return false, fmt.Errorf("dedupe: claim %s/%s: %w", scope, key, err)
+		return false, fmt.Errorf("dedupe: claim %s/%s: %w", scope, key, pgcoord.TranslateError(err))
 	}
 	return n == 1, nil
 }
@@ -166,7 +167,7 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 			return queries.DedupeGC(ctx, db, dbsqlc.DedupeGCParams{Now: dbarg.Now(o.Now), Batch: int32(o.Batch)})
 		})
 	if err != nil {
-		return deleted, fmt.Errorf("dedupe: GC: %w", err)
+		return deleted, fmt.Errorf("dedupe: GC: %w", pgcoord.TranslateError(err))
 	}
 	return deleted, nil
 }
@@ -197,6 +198,7 @@ func IsUniqueViolation(err error) bool {
 // wrapping pgcoord.ErrInvalidArgument after it ran. A nil db or an empty sql returns an
 // error wrapping pgcoord.ErrInvalidArgument before any SQL runs. Other errors are
 // returned wrapped, the *pgconn.PgError reachable with errors.As.
+// On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func InsertOnce(ctx context.Context, db pgcoord.DBTX, sql string, args ...any) (inserted bool, err error) {
 	if err := pgcoord.CheckDB(db); err != nil {
 		return false, err
@@ -207,7 +209,7 @@ func InsertOnce(ctx context.Context, db pgcoord.DBTX, sql string, args ...any) (
 	tag, err := db.Exec(ctx, sql, args...)
 	if err != nil {
 		if !IsUniqueViolation(err) {
-			return false, fmt.Errorf("dedupe: insert once: %w", err)
+			return false, fmt.Errorf("dedupe: insert once: %w", pgcoord.TranslateError(err))
 		}
 		if inFailedTx(db) {
 			return false, fmt.Errorf("%w (use INSERT ... ON CONFLICT DO NOTHING inside transactions): %w", ErrTxAborted, err)

@@ -87,4 +87,6 @@
 //     other; an id column that is not unique makes it change several rows (ErrNotUnique).
 //   - With asynchronous replication, a claim committed on a primary that dies before the
 //     standby received it is lost on failover, and the work can run again.
+//   - Only a primary takes writes: on a standby (or in a read-only transaction) Claim, GC,
+//     InsertOnce and Transition fail with an error wrapping pgcoord.ErrReadOnly.
 package dedupe

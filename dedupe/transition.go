@@ -66,6 +66,7 @@ type TransitionSpec struct {
 // db — returns an error wrapping pgcoord.ErrInvalidArgument before any SQL runs. A table or
 // column that does not exist is the server's error (SQLSTATE 42P01, 42703). An UPDATE
 // that changed several rows returns true with an error wrapping ErrNotUnique.
+// On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func Transition(ctx context.Context, db pgcoord.DBTX, t TransitionSpec) (bool, error) {
 	sql, err := t.sql()
 	if err != nil {
@@ -76,7 +77,7 @@ func Transition(ctx context.Context, db pgcoord.DBTX, t TransitionSpec) (bool, e
 	}
 	tag, err := db.Exec(ctx, sql, t.To, t.ID, t.From)
 	if err != nil {
-		return false, fmt.Errorf("dedupe: transition %s %v %s -> %s: %w", t.Table, t.ID, t.From, t.To, err)
+		return false, fmt.Errorf("dedupe: transition %s %v %s -> %s: %w", t.Table, t.ID, t.From, t.To, pgcoord.TranslateError(err))
 	}
 	switch n := tag.RowsAffected(); {
 	case n == 0:

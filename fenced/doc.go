@@ -41,4 +41,7 @@
 //     transactions short, or the lease's next holder waits (and VACUUM is held back).
 //   - Everything here needs the write to happen in the same database as the register or
 //     table; a write to another system is protected only by passing the token along.
+//   - Only a primary takes writes: on a standby (or in a read-only transaction) Check,
+//     Write, Exec, CheckLease, InstallGuard and RemoveGuard fail with an error wrapping
+//     pgcoord.ErrReadOnly.
 package fenced

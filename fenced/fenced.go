@@ -52,6 +52,7 @@ const GuardSQLState = "PGC01"
 // one resource are ordered: a writer with a lower token that arrives while a higher one is
 // in flight waits, then gets ErrStale. Call it before the writes it protects, and roll tx
 // back on ErrStale. One round trip.
+// On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func Check(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
 	if err := pgcoord.ValidateName("resource", resource); err != nil {
 		return err
@@ -64,7 +65,7 @@ func Check(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
 		return stale("%q token %d", resource, token)
 	}
 	if err != nil {
-		return fmt.Errorf("fenced: check %q: %w", resource, err)
+		return fmt.Errorf("fenced: check %q: %w", resource, pgcoord.TranslateError(err))
 	}
 	return nil
 }
@@ -75,6 +76,7 @@ func Check(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
 // statement's command tag, or ErrStale — in which case nothing was written and tx is
 // aborted and must be rolled back. Ordering and locking are those of Check. Use it when
 // the write does not need the check's answer first: it saves the round trip Check costs.
+// On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func Write(ctx context.Context, tx pgx.Tx, resource string, token int64, sql string, args ...any) (pgconn.CommandTag, error) {
 	if err := pgcoord.ValidateName("resource", resource); err != nil {
 		return pgconn.CommandTag{}, err
@@ -92,7 +94,7 @@ func Write(ctx context.Context, tx pgx.Tx, resource string, token int64, sql str
 		if IsStale(err) {
 			return pgconn.CommandTag{}, stale("%q token %d", resource, token)
 		}
-		return pgconn.CommandTag{}, fmt.Errorf("fenced: check %q: %w", resource, err)
+		return pgconn.CommandTag{}, fmt.Errorf("fenced: check %q: %w", resource, pgcoord.TranslateError(err))
 	}
 	tag, err := br.Exec()
 	if cerr := br.Close(); err == nil {
@@ -117,6 +119,7 @@ const fenceAssertSQL = `SELECT 1 FROM pgcoord_fence_assert($1, $2)`
 // — and turns "no row affected" into ErrStale. It returns the command tag otherwise. The
 // statement must include the fence comparison: Exec cannot check that it does. A violation
 // of the guard trigger (InstallGuard) is returned as ErrStale too.
+// On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func Exec(ctx context.Context, db pgcoord.DBTX, sql string, args ...any) (pgconn.CommandTag, error) {
 	if err := pgcoord.CheckDB(db); err != nil {
 		return pgconn.CommandTag{}, err
@@ -131,13 +134,14 @@ func Exec(ctx context.Context, db pgcoord.DBTX, sql string, args ...any) (pgconn
 	return tag, nil
 }
 
-// translate maps the guard trigger's error to ErrStale, keeping the driver error reachable.
+// translate maps the guard trigger's error to ErrStale and a read-only server's refusal to
+// pgcoord.ErrReadOnly, keeping the driver error reachable.
 func translate(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == GuardSQLState {
 		return stale("%w", err)
 	}
-	return fmt.Errorf("fenced: %w", err)
+	return fmt.Errorf("fenced: %w", pgcoord.TranslateError(err))
 }
 
 // IsStale reports whether err is ErrStale or the guard trigger's violation, for errors
@@ -153,6 +157,7 @@ func IsStale(err error) bool {
 // lease's own release waits until then. Writes made in tx after a successful CheckLease
 // therefore happen while l is held: mutual exclusion for data in the same database. It
 // returns an error wrapping leases.ErrLost otherwise. One round trip.
+// On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func CheckLease(ctx context.Context, tx pgx.Tx, l leases.Lease) error {
 	if err := pgcoord.ValidateName("lease", l.Name); err != nil {
 		return err
@@ -166,7 +171,7 @@ func CheckLease(ctx context.Context, tx pgx.Tx, l leases.Lease) error {
 		return fmt.Errorf("%w: %q token %d is not current", leases.ErrLost, l.Name, l.Token)
 	}
 	if err != nil {
-		return fmt.Errorf("fenced: check lease %q: %w", l.Name, err)
+		return fmt.Errorf("fenced: check lease %q: %w", l.Name, pgcoord.TranslateError(err))
 	}
 	return nil
 }
@@ -212,7 +217,7 @@ func InstallGuard(ctx context.Context, db pgcoord.DBTX, table, column string) er
 		FOR EACH ROW EXECUTE FUNCTION pgcoord_fence_guard(%s)`,
 		pgx.Identifier{trigger}.Sanitize(), tbl, quoteLiteral(column)))
 	if err != nil {
-		return fmt.Errorf("fenced: install guard on %s: %w", tbl, err)
+		return fmt.Errorf("fenced: install guard on %s: %w", tbl, pgcoord.TranslateError(err))
 	}
 	return nil
 }
@@ -226,7 +231,7 @@ func RemoveGuard(ctx context.Context, db pgcoord.DBTX, table, column string) err
 		return err
 	}
 	if _, err := db.Exec(ctx, fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", pgx.Identifier{trigger}.Sanitize(), tbl)); err != nil {
-		return fmt.Errorf("fenced: remove guard from %s: %w", tbl, err)
+		return fmt.Errorf("fenced: remove guard from %s: %w", tbl, pgcoord.TranslateError(err))
 	}
 	return nil
 }

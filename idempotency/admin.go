@@ -76,7 +76,7 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 				Batch: int32(o.Batch), Tombstone: dbarg.Interval(o.Tombstone), Now: now})
 		})
 	if err != nil {
-		return deleted, fmt.Errorf("idempotency: GC: %w", err)
+		return deleted, fmt.Errorf("idempotency: GC: %w", pgcoord.TranslateError(err))
 	}
 	return deleted, nil
 }

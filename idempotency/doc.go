@@ -137,4 +137,7 @@
 //     supported.
 //   - With asynchronous replication, a stored response committed on a primary that dies
 //     before the standby received it is lost on failover, and the retry executes again.
+//   - Only a primary takes writes: on a standby (or in a read-only transaction) Begin of a
+//     key that is not completed, Complete, Checkpoint and GC fail with an error wrapping
+//     pgcoord.ErrReadOnly (the middleware answers 500 and logs it); a replay works there.
 package idempotency

@@ -132,7 +132,8 @@ type Attempt struct {
 //
 // Bad input — an invalid scope (pgcoord.ValidateName), an invalid key (ErrInvalidKey), an
 // empty or over-long fingerprint, an option out of range, a nil pool — returns an error
-// wrapping pgcoord.ErrInvalidName or pgcoord.ErrInvalidArgument before any SQL runs.
+// wrapping pgcoord.ErrInvalidName or pgcoord.ErrInvalidArgument before any SQL runs. On a
+// standby, a key that is not completed returns an error wrapping pgcoord.ErrReadOnly.
 func Begin(ctx context.Context, pool *pgxpool.Pool, scope, key string, fingerprint []byte, opts *BeginOpts) (*Attempt, error) {
 	o, err := checkBegin(pool, scope, key, fingerprint, opts)
 	if err != nil {
@@ -180,7 +181,7 @@ func (a *Attempt) claim(ctx context.Context, pool *pgxpool.Pool, fingerprint []b
 		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_timeout: Wait passed
 			return fmt.Errorf("%w (waited %v)", ErrInFlight, o.Wait)
 		}
-		return fmt.Errorf("idempotency: begin %s/%s: %w", a.scope, a.key, err)
+		return fmt.Errorf("idempotency: begin %s/%s: %w", a.scope, a.key, pgcoord.TranslateError(err))
 	}
 	if !found { // a live attempt holds the key and has not committed its first phase
 		a.Close(ctx)
@@ -348,7 +349,7 @@ func (a *Attempt) Complete(ctx context.Context, resp Response) error {
 	// []byte as bytea, which the server refuses as jsonb.
 	err = a.commit(ctx, completeSQL, []any{a.scope, a.key, a.holder, resp.Status, json.RawMessage(headers), body, a.now}, false)
 	if err != nil {
-		return fmt.Errorf("idempotency: complete %s/%s: %w", a.scope, a.key, err)
+		return fmt.Errorf("idempotency: complete %s/%s: %w", a.scope, a.key, pgcoord.TranslateError(err))
 	}
 	return nil
 }
@@ -368,7 +369,7 @@ func (a *Attempt) Checkpoint(ctx context.Context, point string, data []byte) err
 		return fmt.Errorf("%w: idempotency: recovery point name must be 1 to %d bytes", pgcoord.ErrInvalidArgument, pgcoord.MaxNameLen)
 	}
 	if err := a.commit(ctx, checkpointSQL, []any{a.scope, a.key, a.holder, point, data, a.now}, true); err != nil {
-		return fmt.Errorf("idempotency: checkpoint %s/%s at %q: %w", a.scope, a.key, point, err)
+		return fmt.Errorf("idempotency: checkpoint %s/%s at %q: %w", a.scope, a.key, point, pgcoord.TranslateError(err))
 	}
 	a.point, a.data = point, data
 	return nil

@@ -11,8 +11,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/dedupe"
+	"github.com/pgcoord/pgcoord/fenced"
+	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/leases"
+	"github.com/pgcoord/pgcoord/outbox"
+	"github.com/pgcoord/pgcoord/outbox/inbox"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
 	"github.com/pgcoord/pgcoord/singleton"
@@ -31,7 +36,9 @@ var hourlyJob = singleton.Job{Name: "hourly-report", Every: time.Hour, TTL: time
 // TestFailoverStandbyRefusesGrants shows that every grant on a standby fails with
 // pgcoord.ErrReadOnly — also where a primary would refuse without writing (a full
 // semaphore) — and that renewals and releases of grants made on the primary fail the same
-// way, changing nothing.
+// way, changing nothing. The writes of the other packages (fenced, outbox, inbox,
+// idempotency, dedupe) answer ErrReadOnly on a standby too, so a caller can test for it
+// uniformly.
 func TestFailoverStandbyRefusesGrants(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -47,6 +54,12 @@ func TestFailoverStandbyRefusesGrants(t *testing.T) {
 	}
 	standby := pair.standby.pool("pgcoord-failover-standby")
 	pair.waitReplayed(primary, standby)
+	// inTx runs f in a transaction begun on the standby: BEGIN works there, the write in f
+	// fails.
+	inTx := func(ctx context.Context, f func(tx pgx.Tx) error) error {
+		return pgx.BeginFunc(ctx, standby, f)
+	}
+	msg := outbox.Message{Topic: "orders", Key: "42", Payload: []byte("created")}
 
 	calls := []struct {
 		name string
@@ -105,6 +118,71 @@ func TestFailoverStandbyRefusesGrants(t *testing.T) {
 			_, err := singleton.RunSession(ctx, standby, "nightly", func(context.Context) error {
 				return errors.New("ran on a standby")
 			}, nil)
+			return err
+		}},
+		{"fenced.Check", func(ctx context.Context) error {
+			return inTx(ctx, func(tx pgx.Tx) error { return fenced.Check(ctx, tx, "report", lease.Token) })
+		}},
+		{"fenced.Write", func(ctx context.Context) error {
+			return inTx(ctx, func(tx pgx.Tx) error {
+				_, err := fenced.Write(ctx, tx, "report", lease.Token, "SELECT 1")
+				return err
+			})
+		}},
+		{"outbox.Enqueue", func(ctx context.Context) error {
+			return inTx(ctx, func(tx pgx.Tx) error {
+				_, err := outbox.Enqueue(ctx, tx, msg)
+				return err
+			})
+		}},
+		{"outbox.EnqueueBatch", func(ctx context.Context) error {
+			return inTx(ctx, func(tx pgx.Tx) error {
+				_, err := outbox.EnqueueBatch(ctx, tx, []outbox.Message{msg, msg})
+				return err
+			})
+		}},
+		{"outbox.Relay.RunBatch", func(ctx context.Context) error {
+			relay, err := outbox.NewRelay(standby, &outbox.Config{
+				Handler: outbox.HandlerFunc(func(context.Context, outbox.Message) error {
+					return errors.New("delivered from a standby")
+				}),
+			})
+			if err != nil {
+				return err
+			}
+			_, err = relay.RunBatch(ctx)
+			return err
+		}},
+		{"outbox.Retry", func(ctx context.Context) error { return outbox.Retry(ctx, standby, 1) }},
+		{"outbox.Prune", func(ctx context.Context) error {
+			_, err := outbox.Prune(ctx, standby, nil)
+			return err
+		}},
+		{"inbox.Claim", func(ctx context.Context) error {
+			return inTx(ctx, func(tx pgx.Tx) error {
+				_, err := inbox.Claim(ctx, tx, "billing", 1)
+				return err
+			})
+		}},
+		{"idempotency.Begin", func(ctx context.Context) error {
+			a, err := idempotency.Begin(ctx, standby, "payments", "key-1", []byte("fingerprint"), nil)
+			if err == nil {
+				a.Close(ctx)
+			}
+			return err
+		}},
+		{"idempotency.GC", func(ctx context.Context) error {
+			_, err := idempotency.GC(ctx, standby, nil)
+			return err
+		}},
+		{"dedupe.Claim", func(ctx context.Context) error {
+			return inTx(ctx, func(tx pgx.Tx) error {
+				_, err := dedupe.Claim(ctx, tx, "emails", "welcome/7", nil)
+				return err
+			})
+		}},
+		{"dedupe.GC", func(ctx context.Context) error {
+			_, err := dedupe.GC(ctx, standby, nil)
 			return err
 		}},
 	}

@@ -163,7 +163,7 @@ func Retry(ctx context.Context, db pgcoord.DBTX, id int64) error {
 	}
 	n, err := queries.OutboxRetry(ctx, db, id)
 	if err != nil {
-		return fmt.Errorf("outbox: retry %d: %w", id, err)
+		return fmt.Errorf("outbox: retry %d: %w", id, pgcoord.TranslateError(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: no pending or dead message with id %d", ErrNotFound, id)
@@ -204,7 +204,7 @@ func RetryDead(ctx context.Context, db pgcoord.DBTX, opts *RetryDeadOpts) (int64
 		n, err = queries.OutboxRetryDead(ctx, db, topic)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("outbox: retry dead messages: %w", err)
+		return 0, fmt.Errorf("outbox: retry dead messages: %w", pgcoord.TranslateError(err))
 	}
 	return n, nil
 }
@@ -275,7 +275,7 @@ func Prune(ctx context.Context, db pgcoord.DBTX, opts *PruneOpts) (deleted int64
 			return queries.OutboxPrune(ctx, db, dbsqlc.OutboxPruneParams{Cutoff: cutoff, IncludeDead: o.Dead, Batch: int32(o.Batch)})
 		})
 	if err != nil {
-		return deleted, fmt.Errorf("outbox: prune: %w", err)
+		return deleted, fmt.Errorf("outbox: prune: %w", pgcoord.TranslateError(err))
 	}
 	return deleted, nil
 }

@@ -124,4 +124,8 @@
 //   - With asynchronous replication, an enqueue or an outcome committed on a primary that
 //     fails before the standby has it is lost on failover: a message may vanish with its
 //     business change, or be delivered again.
+//   - Only a primary takes writes: on a standby (or in a read-only transaction) Enqueue,
+//     EnqueueBatch, a relay's claims and outcomes, Retry, RetryDead and Prune fail with an
+//     error wrapping pgcoord.ErrReadOnly (Run logs it and retries); so do inbox.Claim and
+//     inbox.GC.
 package outbox

@@ -124,6 +124,7 @@ type Message struct {
 // (pgcoord.ErrInvalidName), a payload over MaxPayload (ErrPayloadTooLarge), a JSON message
 // whose payload is not valid JSON (ErrInvalidJSON), headers over MaxHeaders, a Delay
 // outside 0..MaxDelay or a nil tx (pgcoord.ErrInvalidArgument).
+// On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func Enqueue(ctx context.Context, tx pgx.Tx, msg Message) (Message, error) {
 	headers, err := validateMessage(msg)
 	if err != nil {
@@ -143,7 +144,7 @@ func Enqueue(ctx context.Context, tx pgx.Tx, msg Message) (Message, error) {
 	}
 	row, err := queries.OutboxEnqueue(ctx, tx, arg)
 	if err != nil {
-		return Message{}, fmt.Errorf("outbox: enqueue to %s/%s: %w", msg.Topic, msg.Key, err)
+		return Message{}, fmt.Errorf("outbox: enqueue to %s/%s: %w", msg.Topic, msg.Key, pgcoord.TranslateError(err))
 	}
 	msg.ID, msg.State, msg.CreatedAt, msg.AvailableAt = row.ID, Pending, row.CreatedAt, row.AvailableAt
 	msg.Delay = 0
@@ -160,7 +161,7 @@ const MaxBatch = 10000
 // concurrent EnqueueBatch calls never deadlock on each other.
 //
 // Every message is checked as Enqueue checks it, before any SQL runs; so is the count
-// (1..MaxBatch).
+// (1..MaxBatch). On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func EnqueueBatch(ctx context.Context, tx pgx.Tx, msgs []Message) ([]Message, error) {
 	if len(msgs) == 0 || len(msgs) > MaxBatch {
 		return nil, fmt.Errorf("%w: outbox: batch of %d messages is outside 1..%d", pgcoord.ErrInvalidArgument, len(msgs), MaxBatch)
@@ -188,7 +189,7 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, msgs []Message) ([]Message, er
 	}
 	rows, err := queries.OutboxEnqueueMany(ctx, tx, arg)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: enqueue %d messages: %w", len(msgs), err)
+		return nil, fmt.Errorf("outbox: enqueue %d messages: %w", len(msgs), pgcoord.TranslateError(err))
 	}
 	if len(rows) != len(msgs) {
 		return nil, fmt.Errorf("outbox: enqueue %d messages: %d written", len(msgs), len(rows))

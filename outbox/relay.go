@@ -291,7 +291,7 @@ func (r *Relay) setIdle(ctx context.Context, idle bool) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := queries.OutboxIdle(ctx, r.pool, arg); err != nil {
-		r.cfg.Logger.Warn("outbox: relay cannot record whether it waits", "claimant", r.cfg.Claimant, "idle", idle, "error", err)
+		r.cfg.Logger.Warn("outbox: relay cannot record whether it waits", "claimant", r.cfg.Claimant, "idle", idle, "error", pgcoord.TranslateError(err))
 		return false
 	}
 	return true
@@ -301,7 +301,7 @@ func (r *Relay) setIdle(ctx context.Context, idle bool) bool {
 // does, and returns how many messages it claimed: 0 when none was ready (after a short
 // batch, the next one starts again from the first key). For a relay driven by the
 // caller's own loop or schedule (a cron job draining the outbox), and for tests. It may
-// run beside Run.
+// run beside Run. On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func (r *Relay) RunBatch(ctx context.Context) (int, error) {
 	n, _, err := r.batch(ctx)
 	return n, err
@@ -361,7 +361,7 @@ func (r *Relay) batch(ctx context.Context) (n int, fromStart bool, err error) {
 		Now: r.now(),
 	})
 	if err != nil {
-		return 0, cur.atStart(), err
+		return 0, cur.atStart(), fmt.Errorf("outbox: claim: %w", pgcoord.TranslateError(err))
 	}
 	slices.SortFunc(rows, func(a, b dbsqlc.PgcoordOutbox) int {
 		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Key, b.Key), cmp.Compare(a.ID, b.ID))
@@ -504,7 +504,7 @@ func (r *Relay) settle(ctx context.Context, token int64, rows []dbsqlc.PgcoordOu
 	defer cancel()
 	n, err := queries.OutboxSettle(sctx, r.pool, arg)
 	if err != nil {
-		return fmt.Errorf("outbox: record outcomes of claim %d: %w", token, err)
+		return fmt.Errorf("outbox: record outcomes of claim %d: %w", token, pgcoord.TranslateError(err))
 	}
 	log := r.cfg.Logger
 	if fenced := len(outcomes) - int(n); fenced > 0 {

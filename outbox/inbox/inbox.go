@@ -70,6 +70,7 @@ import (
 // A consumer name (1 to 255 bytes of UTF-8, no NUL) that is invalid returns an error
 // wrapping pgcoord.ErrInvalidName, a nil tx or a message id below 1 an error wrapping
 // pgcoord.ErrInvalidArgument, before any SQL runs.
+// On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func Claim(ctx context.Context, tx pgx.Tx, consumer string, messageID int64) (bool, error) {
 	if err := pgcoord.ValidateName("inbox consumer", consumer); err != nil {
 		return false, err
@@ -82,7 +83,7 @@ func Claim(ctx context.Context, tx pgx.Tx, consumer string, messageID int64) (bo
 	}
 	n, err := queries.InboxClaim(ctx, tx, dbsqlc.InboxClaimParams{Consumer: consumer, MessageID: messageID})
 	if err != nil {
-		return false, fmt.Errorf("inbox: claim %s/%d: %w", consumer, messageID, err)
+		return false, fmt.Errorf("inbox: claim %s/%d: %w", consumer, messageID, pgcoord.TranslateError(err))
 	}
 	return n == 1, nil
 }
@@ -146,7 +147,7 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 			return queries.InboxGC(ctx, db, dbsqlc.InboxGCParams{Cutoff: cutoff, Batch: int32(o.Batch)})
 		})
 	if err != nil {
-		return deleted, fmt.Errorf("inbox: GC: %w", err)
+		return deleted, fmt.Errorf("inbox: GC: %w", pgcoord.TranslateError(err))
 	}
 	return deleted, nil
 }
