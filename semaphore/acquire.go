@@ -69,6 +69,9 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 	return Permit{}, fmt.Errorf("semaphore: acquire %q: %w", key, pgcoord.TranslateError(err))
 }
 
+// lineSlack is how much longer than two poll intervals a waiter's place in line lasts.
+const lineSlack = time.Second
+
 // acquire is Acquire's waiting loop, on one connection of pool. tried reports whether an
 // attempt was sent (so there may be a place in line or a permit to clean up).
 func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl time.Duration, o AcquireOpts) (p Permit, tried bool, err error) {
@@ -89,7 +92,10 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		return Permit{}, false, err
 	}
 	defer w.Close()
-	want := dbarg.Interval(2 * o.PollInterval)
+	// How long each attempt keeps the place in line: until two polls later, and a second
+	// more for the round trips of a loaded server or pooler, so that a live waiter never
+	// lapses between its own polls.
+	want := dbarg.Interval(2*o.PollInterval + lineSlack)
 	for {
 		tried = true
 		sent := time.Now()

@@ -89,7 +89,8 @@ type AcquireOpts struct {
 	// PollInterval bounds how long Acquire waits between attempts when no notification
 	// arrives (behind a transaction-mode pooler, or when a holder dies without
 	// releasing). Default 1s, with ±20% jitter. A waiter that stops polling (a dead
-	// process) loses its place in line after twice this interval.
+	// process) loses its place in line after twice this interval plus a second (the
+	// second covers slow round trips: a live waiter must not lose its place to them).
 	PollInterval time.Duration
 	// NoListen makes Acquire poll only, without LISTEN: for connections through a
 	// transaction-mode pooler, where notifications are not delivered.
