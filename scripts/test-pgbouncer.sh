@@ -19,8 +19,13 @@ fi
 source scripts/test-env.sh
 eval "$(scripts/start-pgbouncer.sh "$PGCOORD_TEST_DATABASE_URL")"
 stop() {
-  kill "$(cat "$PGCOORD_TEST_PGBOUNCER_DIR/pgbouncer.pid")" 2>/dev/null || true
-  rm -rf "$PGCOORD_TEST_PGBOUNCER_DIR"
+  local pid
+  pid=$(cat "$PGCOORD_TEST_PGBOUNCER_DIR/pgbouncer.pid" 2>/dev/null || true)
+  if [[ -n $pid ]] && kill "$pid" 2>/dev/null; then
+    # PgBouncer writes its log until it has exited: wait (at most 5 s), then remove.
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+  rm -rf "$PGCOORD_TEST_PGBOUNCER_DIR" || true
 }
 trap stop EXIT
 echo "test-pgbouncer: PgBouncer in transaction mode, config and log in $PGCOORD_TEST_PGBOUNCER_DIR" >&2
