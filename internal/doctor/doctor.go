@@ -300,6 +300,7 @@ func checkLeases(ctx context.Context, pool *pgxpool.Pool, _ Options) Finding {
 		return failed(err)
 	}
 	held, expired := 0, 0
+	var late []string
 	for _, l := range all {
 		switch {
 		case l.Held():
@@ -307,9 +308,25 @@ func checkLeases(ctx context.Context, pool *pgxpool.Pool, _ Options) Finding {
 		case l.Holder != "": // expired, never released nor taken since
 			expired++
 		}
+		if !l.LastNearMissAt.IsZero() && l.DBNow.Sub(l.LastNearMissAt) < nearMissWindow {
+			late = append(late, fmt.Sprintf("%s (latest %s ago)", l.Name, l.DBNow.Sub(l.LastNearMissAt).Round(time.Second)))
+		}
 	}
-	return Finding{Status: OK, Summary: fmt.Sprintf("%d lease(s) held, %d expired without release", held, expired)}
+	summary := fmt.Sprintf("%d lease(s) held, %d expired without release", held, expired)
+	if len(late) == 0 {
+		return Finding{Status: OK, Summary: summary}
+	}
+	return Finding{Status: Attention,
+		Summary: fmt.Sprintf("%s; %d renewed with less than a quarter of the TTL left in the last hour: %s", summary, len(late), list(late)),
+		Explain: "A near miss: a holder renewed just before losing its lease, by the database clock. The holder paused " +
+			"(GC, CPU starvation, a stopped process) or the database answered slowly; a little later and a second holder " +
+			"would have run beside it, stopped only by fencing. Raise the TTL (Do renews every third of it), or find the " +
+			"pause. Counts per lease: pgcoord leases show NAME."}
 }
+
+// nearMissWindow is how recent a lease's latest near miss must be for the leases check to
+// call for attention.
+const nearMissWindow = time.Hour
 
 func checkSemaphores(ctx context.Context, pool *pgxpool.Pool, _ Options) Finding {
 	all, _, err := page.Collect(-1, pgcoord.MaxListLimit, func(last *semaphore.KeyStatus, n int) ([]semaphore.KeyStatus, error) {

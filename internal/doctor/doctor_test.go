@@ -13,6 +13,7 @@ import (
 	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/internal/doctor"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
@@ -152,6 +153,35 @@ func TestLeakedPermitAndOverdueJob(t *testing.T) {
 	}
 	if f := byCheck["jobs"]; f.Status != doctor.Attention || !strings.Contains(f.Summary, "hourly-export") {
 		t.Errorf("jobs: %+v", f)
+	}
+}
+
+// A lease renewed with less than a quarter of its grant left in the last hour calls for
+// attention, naming it; one whose near miss is older does not.
+func TestLeaseNearMiss(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	byCheck := findings(t, ctx, func() ([]doctor.Finding, error) { return doctor.Run(ctx, pool, doctor.Options{}) })
+	if f := byCheck["leases"]; f.Status != doctor.OK {
+		t.Fatalf("no lease: %+v", f)
+	}
+	now := time.Now()
+	for name, at := range map[string]time.Time{"close-call": now.Add(-2 * time.Minute), "long-ago": now.Add(-2 * time.Hour)} {
+		l, err := leases.TryAcquire(ctx, pool, name, time.Minute, &leases.AcquireOpts{Now: at.Add(-55 * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Renewed with 5s of its 60s left.
+		if _, err := leases.Renew(ctx, pool, l, time.Minute, &leases.RenewOpts{Now: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byCheck = findings(t, ctx, func() ([]doctor.Finding, error) { return doctor.Run(ctx, pool, doctor.Options{}) })
+	f := byCheck["leases"]
+	if f.Status != doctor.Attention || !strings.Contains(f.Summary, "close-call (latest 2m") ||
+		strings.Contains(f.Summary, "long-ago") || f.Explain == "" {
+		t.Errorf("leases with near misses 2m and 2h ago: %+v", f)
 	}
 }
 
