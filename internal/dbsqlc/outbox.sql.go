@@ -218,9 +218,8 @@ type OutboxEnqueueRow struct {
 // The subquery l makes the wake-up check (see pgcoord_outbox_wake: a function call for
 // the transaction's first message only), then takes the key's lock; the inserted row is
 // projected from l's one row, so its id is drawn after both (the planner keeps a volatile
-// output of a subquery, used or not). A subquery is the cheapest plan of the shapes that
-// order them so (a function scan or a CTE materializes its row). NULL headers and delay
-// are the defaults, which cost nothing to send.
+// output of a subquery, used or not; unlike a function scan or a CTE, a subquery does not
+// materialize its row). NULL headers and delay stand for the columns' defaults.
 func (q *Queries) OutboxEnqueue(ctx context.Context, db DBTX, arg OutboxEnqueueParams) (OutboxEnqueueRow, error) {
 	row := db.QueryRow(ctx, outboxEnqueue,
 		arg.Topic,

@@ -8,9 +8,8 @@
 -- The subquery l makes the wake-up check (see pgcoord_outbox_wake: a function call for
 -- the transaction's first message only), then takes the key's lock; the inserted row is
 -- projected from l's one row, so its id is drawn after both (the planner keeps a volatile
--- output of a subquery, used or not). A subquery is the cheapest plan of the shapes that
--- order them so (a function scan or a CTE materializes its row). NULL headers and delay
--- are the defaults, which cost nothing to send.
+-- output of a subquery, used or not; unlike a function scan or a CTE, a subquery does not
+-- materialize its row). NULL headers and delay stand for the columns' defaults.
 INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
 SELECT @topic::text, @key::text, @payload::bytea, @is_json::boolean, coalesce(sqlc.narg('headers')::jsonb, '{}'),
        now() + coalesce(sqlc.narg('delay')::interval, interval '0')
