@@ -237,6 +237,36 @@ func TestAcquireWithoutListenAndAtExpiry(t *testing.T) {
 	}
 }
 
+// A waiter's place in line lasts two poll intervals plus a second from each attempt, by
+// the database clock: a slow round trip between two polls does not cost it its place.
+func TestAPlaceInLineOutlastsTwoPolls(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	held := mustTry(t, pool, "slack", 1, time.Hour, nil)
+	poll := 10 * time.Second
+	if pgtest.BehindPooler() {
+		poll = 50 * time.Millisecond // what waitFor polls at behind a pooler
+	}
+	call := waitFor(t, pool, "slack", 1, &semaphore.AcquireOpts{PollInterval: 10 * time.Second})
+	var lasts time.Duration
+	if err := pool.QueryRow(ctx, `SELECT extract(epoch FROM wanted_until - since) * 1e6 FROM pgcoord_semaphore_waiters WHERE key = 'slack'`).
+		Scan(&lasts); err != nil {
+		t.Fatal(err)
+	}
+	lasts *= time.Microsecond
+	// Measured from the first attempt (since); a later attempt extends it, so the place
+	// may last longer than that from since, never shorter.
+	if want := 2*poll + time.Second; lasts < want || lasts > want+5*time.Second {
+		t.Errorf("a place in line lasts %v from the first attempt, want %v (two polls of %v and a second)", lasts, want, poll)
+	}
+	if err := semaphore.Release(ctx, pool, held); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := call.Wait(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A waiting Acquire gives up with its context, leaves the line and gives its connection
 // back, no longer listening.
 func TestAcquireHonoursContextAndReturnsItsConnection(t *testing.T) {
