@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -128,5 +129,65 @@ func TestWakeUpOncePerCommittedTransaction(t *testing.T) {
 	})
 	if n := notifications(); n != 1 {
 		t.Fatalf("after a rolled-back savepoint: %d notifications, want 1", n)
+	}
+}
+
+// Producers check for idle relays before they take their keys' locks, so a producer never
+// holds a key's lock while it queues for the wake-up lock behind a registering relay. If it
+// did, a producer already past its check that then wants that key would wait for it — for
+// as long as the queued producer's transaction — while the relay waits for that producer.
+func TestWakeUpCheckComesBeforeTheKeyLock(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	begin := func() pgx.Tx {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+		return tx
+	}
+	// a has checked (it holds the wake-up lock, shared) and holds key 1.
+	a := begin()
+	if _, err := outbox.Enqueue(ctx, a, msg("1", "x")); err != nil {
+		t.Fatal(err)
+	}
+	// A relay registers: it waits for a, the producer that checked before it.
+	relay, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relay.Release()
+	relayPID := pgtest.BackendPID(t, relay)
+	registered := pgtest.Go(func() (struct{}, error) {
+		_, err := relay.Exec(ctx, `SELECT pgcoord_outbox_idle('relay', '1 minute')`)
+		return struct{}{}, err
+	})
+	pgtest.WaitBlocked(t, pool, registered, relayPID, pgtest.BackendPID(t, a))
+	// c's first message, to key 2, queues behind the relay for its check.
+	c := begin()
+	cPID := pgtest.BackendPID(t, c)
+	queued := pgtest.Go(func() (outbox.Message, error) { return outbox.Enqueue(ctx, c, msg("2", "x")) })
+	pgtest.WaitBlocked(t, pool, queued, cPID, relayPID)
+	// c holds no key yet, so a gets key 2 at once.
+	if _, err := a.Exec(ctx, `SET LOCAL lock_timeout = '500ms'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Enqueue(ctx, a, msg("2", "y")); err != nil {
+		t.Fatalf("a producer waited for key 2, held by one queued behind the relay: %v", err)
+	}
+	if err := a.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := registered.Wait(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queued.Wait(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Commit(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
