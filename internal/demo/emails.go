@@ -38,8 +38,14 @@ const (
 	emailRole      = "emails"
 	emailCustomers = 30
 	emailReplicas  = 3
-	// emailEvery is the demo's "week": the slot of a tick.
-	emailEvery = 3 * time.Second
+	// emailEvery is the demo's "week": the slot of a tick. Its first tick falls on the
+	// moment every replica's timer fires (fireAt), so the replicas all watch that tick; the
+	// slot is long enough for the takeover of a killed runner, which must come within it,
+	// even on a loaded machine.
+	emailEvery = 10 * time.Second
+	// emailStartup is how long before that first tick the replicas start: each one must
+	// be up before it, or it would wait for the next tick.
+	emailStartup = 2 * time.Second
 	// emailTTL is the lease of a running tick: a runner silent for that long is taken over.
 	emailTTL = time.Second
 	// emailPace is the time one email takes to send.
@@ -97,7 +103,7 @@ func (d *demo) emailRound(ctx context.Context, mode string, res *EmailResult) (s
 		defer func() { stop(); <-done }()
 	}
 	var procs []*proc
-	fireAt := time.Now().Add(time.Second) // every replica's own timer says: now
+	fireAt := time.Now().Add(emailStartup) // every replica's own timer says: now
 	for i := 1; i <= emailReplicas; i++ {
 		name := "replica-" + strconv.Itoa(i)
 		p, err := d.start(name, emailRole, map[string]string{
@@ -186,7 +192,7 @@ func (d *demo) sendEmail(ctx context.Context, m outbox.Message) error {
 
 // emailWorker is one replica. Naive: at FIRE_AT its own timer sends the report to every
 // customer, and it says "sent <n> <campaign>". pgcoord: it runs the job with
-// singleton.Schedule; the first attempt of a tick stops a third of the way through and
+// singleton.Schedule, whose first tick falls on FIRE_AT; the first attempt of a tick stops a third of the way through and
 // says "stalled <campaign> <n>" (the demo kills it), a run that completes says
 // "ran <campaign> <attempt>". It stops on "stop".
 func emailWorker(ctx context.Context, w *worker) error {
@@ -215,7 +221,7 @@ func emailWorker(ctx context.Context, w *worker) error {
 		_ = w.await(sctx, "stop")
 		cancel()
 	}()
-	job := singleton.Job{Name: "weekly-report", Every: emailEvery, TTL: emailTTL}
+	job := singleton.Job{Name: "weekly-report", Every: emailEvery, TTL: emailTTL, Origin: time.UnixMilli(fireAt)}
 	err = singleton.Schedule(sctx, w.pool, job, func(ctx context.Context, run singleton.Run) error {
 		campaign := run.ScheduledFor.UTC().Format(time.RFC3339)
 		stallAfter := emailCustomers + 1
