@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -115,8 +116,8 @@ type faultHarness struct {
 	admin       *pgxpool.Pool
 
 	mu      sync.Mutex
-	started int                    // workers started so far
-	workers map[string]*workerProc // live workers by name
+	started int                         // workers started so far
+	workers map[string]*workerproc.Proc // live workers by name
 	lines   []workerLine
 	faults  []string
 	wg      sync.WaitGroup
@@ -129,7 +130,7 @@ func newFaultHarness(t *testing.T, seed uint64) *faultHarness {
 		t.Fatal(err)
 	}
 	h := &faultHarness{t: t, ctx: t.Context(), rng: rand.New(rand.NewPCG(seed, 0)), seed: seed,
-		container: srv.Container.GetContainerID(), workers: map[string]*workerProc{}}
+		container: srv.Container.GetContainerID(), workers: map[string]*workerproc.Proc{}}
 	h.workerProxy = newNetProxy(t, u.Host)
 	h.adminProxy = newNetProxy(t, u.Host)
 	via := func(p *netProxy) string {
@@ -167,7 +168,7 @@ func (h *faultHarness) startWorker(name string) {
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
-		for line := range w.out.lines {
+		for line := range w.Lines() {
 			h.mu.Lock()
 			h.lines = append(h.lines, workerLine{worker: w, line: line})
 			h.mu.Unlock()
@@ -182,7 +183,7 @@ func (h *faultHarness) startWorkers() {
 }
 
 // pick returns a random live worker.
-func (h *faultHarness) pick() (string, *workerProc) {
+func (h *faultHarness) pick() (string, *workerproc.Proc) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	names := slices.Sorted(maps.Keys(h.workers))
@@ -207,13 +208,13 @@ func (h *faultHarness) injectFaults(d time.Duration) {
 			name, w := h.pick()
 			pause := h.between(200*time.Millisecond, 1200*time.Millisecond)
 			fault = fmt.Sprintf("SIGSTOP %s for %v", name, pause)
-			if w.signal(syscall.SIGSTOP) == nil {
-				time.AfterFunc(pause, func() { _ = w.signal(syscall.SIGCONT) })
+			if w.Signal(syscall.SIGSTOP) == nil {
+				time.AfterFunc(pause, func() { _ = w.Signal(syscall.SIGCONT) })
 			}
 		case r < 50: // a crash
 			name, w := h.pick()
 			fault = "SIGKILL " + name
-			_ = w.signal(syscall.SIGKILL)
+			_ = w.Signal(syscall.SIGKILL)
 			h.mu.Lock()
 			delete(h.workers, name)
 			h.mu.Unlock()
@@ -291,12 +292,12 @@ func (h *faultHarness) stopWorkers() {
 	h.mu.Unlock()
 	time.Sleep(1500 * time.Millisecond) // every SIGSTOP's SIGCONT has fired
 	for _, w := range live {
-		_ = w.signal(syscall.SIGCONT)
-		_ = w.send("stop")
+		_ = w.Signal(syscall.SIGCONT)
+		_ = w.Send("stop")
 	}
 	for _, w := range live {
-		if err := w.wait(30 * time.Second); err != nil {
-			h.t.Errorf("worker %s: %v; stderr: %s", w.name, err, w.errOut.all())
+		if err := w.Wait(30 * time.Second); err != nil {
+			h.t.Errorf("worker %s: %v; stderr: %s", w.Name(), err, w.Stderr())
 		}
 	}
 	h.wg.Wait()
@@ -582,7 +583,7 @@ func parseFaultHistory(t *testing.T, lines []workerLine) *faultHistory {
 		if len(f) == 0 {
 			continue
 		}
-		name := l.worker.name
+		name := l.worker.Name()
 		switch {
 		case f[0] == "op" && len(f) >= 5 && f[2] == "call":
 			op := &faultOp{worker: name, call: num(f[3]), write: f[4] == "write", reg: f[5]}

@@ -17,6 +17,7 @@ import (
 	"github.com/pgcoord/pgcoord/dedupe"
 	"github.com/pgcoord/pgcoord/fenced"
 	"github.com/pgcoord/pgcoord/idempotency"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/outbox/inbox"
@@ -61,7 +62,7 @@ func init() { workerRoles[faultRole] = faultWorker }
 
 // faultWorker runs the register, semaphore and cron workloads until "stop". Parameters:
 // NAME, SEED.
-func faultWorker(ctx context.Context, w *workerEnv) error {
+func faultWorker(ctx context.Context, w *workerproc.Worker) error {
 	name := w.Param("NAME")
 	seed, err := strconv.ParseUint(w.Param("SEED"), 10, 64)
 	if err != nil {
@@ -74,7 +75,7 @@ func faultWorker(ctx context.Context, w *workerEnv) error {
 		stop()
 	}()
 	w.Say("started")
-	loops := []func(context.Context, *workerEnv, string, *rand.Rand){faultRegisterLoop, faultSemaphoreLoop, faultCronLoop,
+	loops := []func(context.Context, *workerproc.Worker, string, *rand.Rand){faultRegisterLoop, faultSemaphoreLoop, faultCronLoop,
 		faultIdempotencyLoop, faultProducerLoop, faultRelayLoop}
 	done := make(chan struct{})
 	for i, loop := range loops {
@@ -92,7 +93,7 @@ func faultWorker(ctx context.Context, w *workerEnv) error {
 // faultRegisterLoop takes the lease of a random register and writes the register under the
 // grant's fence token a few times, with pauses in between; or reads a register. It never
 // checks that it still holds the lease: stale writes are what the fence must refuse.
-func faultRegisterLoop(ctx context.Context, w *workerEnv, name string, rng *rand.Rand) {
+func faultRegisterLoop(ctx context.Context, w *workerproc.Worker, name string, rng *rand.Rand) {
 	var seq int64
 	opID := func() string { seq++; return fmt.Sprintf("%s-%d", name, seq) }
 	for ctx.Err() == nil {
@@ -148,7 +149,7 @@ func faultRegisterLoop(ctx context.Context, w *workerEnv, name string, rng *rand
 // faultSemaphoreLoop takes permits of one key and holds each for a while. Each permit's
 // life is said by the database clock: from after the admission to before the release, or
 // to its expiry if it was not released.
-func faultSemaphoreLoop(ctx context.Context, w *workerEnv, name string, rng *rand.Rand) {
+func faultSemaphoreLoop(ctx context.Context, w *workerproc.Worker, name string, rng *rand.Rand) {
 	for ctx.Err() == nil {
 		var p semaphore.Permit
 		err := withTimeout(ctx, func(ctx context.Context) (err error) {
@@ -179,7 +180,7 @@ func faultSemaphoreLoop(ctx context.Context, w *workerEnv, name string, rng *ran
 
 // faultCronLoop runs the cron job on this replica. Each run records its tick's effect once,
 // in the dedupe table, in the transaction that inserts the effect row.
-func faultCronLoop(ctx context.Context, w *workerEnv, name string, rng *rand.Rand) {
+func faultCronLoop(ctx context.Context, w *workerproc.Worker, name string, rng *rand.Rand) {
 	job := singleton.Job{Name: faultCronJob, Every: faultCronEvery, TTL: faultCronTTL}
 	_ = singleton.Schedule(ctx, w.Pool, job, func(ctx context.Context, run singleton.Run) error {
 		sleepRand(ctx, rng, 200*time.Millisecond) // the run's work
@@ -205,7 +206,7 @@ func faultCronLoop(ctx context.Context, w *workerEnv, name string, rng *rand.Ran
 // commits with the stored response, or not at all. The keys come from a space shared by
 // every worker, so the same key is often tried by several at once, and by the next worker
 // after one died holding it.
-func faultIdempotencyLoop(ctx context.Context, w *workerEnv, name string, rng *rand.Rand) {
+func faultIdempotencyLoop(ctx context.Context, w *workerproc.Worker, name string, rng *rand.Rand) {
 	fp := idempotency.Fingerprint("POST", "/charges", nil, nil)
 	for ctx.Err() == nil {
 		key := fmt.Sprintf("pay-%d", rng.IntN(faultPayKeys))
@@ -231,7 +232,7 @@ func faultIdempotencyLoop(ctx context.Context, w *workerEnv, name string, rng *r
 // faultProducerLoop enqueues messages for keys shared by every worker, a few per
 // transaction, and rolls back about one transaction in five: those messages must never
 // be applied.
-func faultProducerLoop(ctx context.Context, w *workerEnv, name string, rng *rand.Rand) {
+func faultProducerLoop(ctx context.Context, w *workerproc.Worker, name string, rng *rand.Rand) {
 	for ctx.Err() == nil {
 		rollback := rng.IntN(5) == 0
 		_ = withTimeout(ctx, func(ctx context.Context) error {
@@ -257,7 +258,7 @@ func faultProducerLoop(ctx context.Context, w *workerEnv, name string, rng *rand
 }
 
 // faultRelayLoop runs a relay of the fault topic (see newFaultRelay).
-func faultRelayLoop(ctx context.Context, w *workerEnv, name string, _ *rand.Rand) {
+func faultRelayLoop(ctx context.Context, w *workerproc.Worker, name string, _ *rand.Rand) {
 	relay, err := newFaultRelay(w.Pool, name)
 	if err != nil {
 		w.Say("error %v", err)

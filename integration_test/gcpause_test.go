@@ -19,6 +19,7 @@ import (
 
 	"github.com/pgcoord/pgcoord/fenced"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/leases"
 )
 
@@ -76,7 +77,7 @@ func orderLease(order int64) string { return fmt.Sprintf("order:%d", order) }
 // "acquired <token> <acquired_at> <expires_at>" (database clock, Unix microseconds), then
 // waits for "go" on stdin and charges once, and says "charged", or "stale <reason>" when
 // fencing refused the charge.
-func chargeWorker(ctx context.Context, w *workerEnv) error {
+func chargeWorker(ctx context.Context, w *workerproc.Worker) error {
 	order, err := strconv.ParseInt(w.Param("ORDER"), 10, 64)
 	if err != nil {
 		return err
@@ -212,7 +213,7 @@ func newGCPauseRig(t *testing.T) *gcpauseRig {
 }
 
 // start starts a charge worker, which t's cleanup removes whatever happens.
-func (r *gcpauseRig) start(t *testing.T, name, mode, acquire string, order int64) (*workerProc, error) {
+func (r *gcpauseRig) start(t *testing.T, name, mode, acquire string, order int64) (*workerproc.Proc, error) {
 	return startWorker(t, fmt.Sprintf("%s(order %d, %s)", name, order, mode), gcpauseRole, r.url, r.schema, map[string]string{
 		"ORDER": strconv.FormatInt(order, 10), "MODE": mode, "TTL": gcpauseTTL.String(),
 		"NAME": name, "ACQUIRE": acquire, "WAIT": gcpauseStep.String(),
@@ -220,13 +221,13 @@ func (r *gcpauseRig) start(t *testing.T, name, mode, acquire string, order int64
 }
 
 // acquired waits for w's grant.
-func acquired(w *workerProc) (grant, error) {
-	line, err := w.expect(gcpauseStep, "acquired ", "held")
+func acquired(w *workerproc.Proc) (grant, error) {
+	line, err := w.Expect(gcpauseStep, "acquired ", "held")
 	if err != nil {
 		return grant{}, err
 	}
 	if line == "held" {
-		return grant{}, fmt.Errorf("worker %s was refused the lease", w.name)
+		return grant{}, fmt.Errorf("worker %s was refused the lease", w.Name())
 	}
 	return parseGrant(line)
 }
@@ -275,7 +276,7 @@ func (r *gcpauseRig) pauseOrder(ctx context.Context, t *testing.T, mode string, 
 		return out, err
 	}
 	// The pause: A holds the lease and has not charged yet.
-	if err := a.signal(syscall.SIGSTOP); err != nil {
+	if err := a.Signal(syscall.SIGSTOP); err != nil {
 		return out, err
 	}
 	if out.before, err = waitExpired(ctx, r.pool, orderLease(order)); err != nil {
@@ -288,27 +289,27 @@ func (r *gcpauseRig) pauseOrder(ctx context.Context, t *testing.T, mode string, 
 	if out.b, err = acquired(b); err != nil {
 		return out, err
 	}
-	if err := b.send("go"); err != nil {
+	if err := b.Send("go"); err != nil {
 		return out, err
 	}
-	if _, err := b.expect(gcpauseStep, "charged"); err != nil {
+	if _, err := b.Expect(gcpauseStep, "charged"); err != nil {
 		return out, err
 	}
-	if err := b.wait(gcpauseStep); err != nil {
-		return out, fmt.Errorf("worker %s: %w", b.name, err)
+	if err := b.Wait(gcpauseStep); err != nil {
+		return out, fmt.Errorf("worker %s: %w", b.Name(), err)
 	}
 	// A wakes up, still believing it holds the lease, and charges.
-	if err := a.signal(syscall.SIGCONT); err != nil {
+	if err := a.Signal(syscall.SIGCONT); err != nil {
 		return out, err
 	}
-	if err := a.send("go"); err != nil {
+	if err := a.Send("go"); err != nil {
 		return out, err
 	}
-	if out.aSaid, err = a.expect(gcpauseStep, "charged", "stale"); err != nil {
+	if out.aSaid, err = a.Expect(gcpauseStep, "charged", "stale"); err != nil {
 		return out, err
 	}
-	if err := a.wait(gcpauseStep); err != nil {
-		return out, fmt.Errorf("worker %s: %w", a.name, err)
+	if err := a.Wait(gcpauseStep); err != nil {
+		return out, fmt.Errorf("worker %s: %w", a.Name(), err)
 	}
 	return out, nil
 }
@@ -489,12 +490,12 @@ func TestGCPauseKilledHolder(t *testing.T) {
 		if o.a, err = acquired(a); err != nil {
 			return o, err
 		}
-		if err := a.signal(syscall.SIGKILL); err != nil {
+		if err := a.Signal(syscall.SIGKILL); err != nil {
 			return o, err
 		}
 		var exit *exec.ExitError
-		if err := a.wait(gcpauseStep); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			return o, fmt.Errorf("worker %s: exit %v, want killed by SIGKILL", a.name, err)
+		if err := a.Wait(gcpauseStep); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			return o, fmt.Errorf("worker %s: exit %v, want killed by SIGKILL", a.Name(), err)
 		}
 		// B waits (bounded by WAIT inside the worker) for a lease nobody will release.
 		b, err := r.start(t, "B", "fenced", "wait", order)
@@ -504,13 +505,13 @@ func TestGCPauseKilledHolder(t *testing.T) {
 		if o.b, err = acquired(b); err != nil {
 			return o, err
 		}
-		if err := b.send("go"); err != nil {
+		if err := b.Send("go"); err != nil {
 			return o, err
 		}
-		if _, err := b.expect(gcpauseStep, "charged"); err != nil {
+		if _, err := b.Expect(gcpauseStep, "charged"); err != nil {
 			return o, err
 		}
-		return o, b.wait(gcpauseStep)
+		return o, b.Wait(gcpauseStep)
 	})
 	for _, o := range outcomes {
 		if o.b.token <= o.a.token {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 )
 
 // Idempotency keys across a crash. A worker process serves HTTP on loopback behind the
@@ -49,7 +50,7 @@ CREATE TABLE idem_orders (id serial PRIMARY KEY, key text NOT NULL, pid int NOT 
 //
 // It says "listening <url>" once it serves, and "charged <id>" / "ordered <id>" when the
 // handler made its effect.
-func idempotencyServer(ctx context.Context, w *workerEnv) error {
+func idempotencyServer(ctx context.Context, w *workerproc.Worker) error {
 	mode, hang := w.Param("MODE"), w.Param("HANG") == "1"
 	pool := w.Pool
 	handler := func(rw http.ResponseWriter, r *http.Request) {
@@ -142,12 +143,12 @@ func TestIdempotencyKeyRecoveredAfterSIGKILL(t *testing.T) {
 			if _, err := pool.Exec(ctx, idemSchema); err != nil {
 				t.Fatal(err)
 			}
-			start := func(name, hang string) (*workerProc, string) {
+			start := func(name, hang string) (*workerproc.Proc, string) {
 				p, err := startWorker(t, name, idemRole, pgtest.URL(t), schema, map[string]string{"MODE": mode, "HANG": hang})
 				if err != nil {
 					t.Fatal(err)
 				}
-				line, err := p.expect(pgtest.WaitLimit, "listening ")
+				line, err := p.Expect(pgtest.WaitLimit, "listening ")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -160,14 +161,14 @@ func TestIdempotencyKeyRecoveredAfterSIGKILL(t *testing.T) {
 				status, _, _, err := idemPost(url1, key, body)
 				return status, err
 			})
-			effect, err := first.expect(pgtest.WaitLimit, "charged ", "ordered ")
+			effect, err := first.Expect(pgtest.WaitLimit, "charged ", "ordered ")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := first.signal(syscall.SIGKILL); err != nil {
+			if err := first.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			_ = first.wait(pgtest.WaitLimit)
+			_ = first.Wait(pgtest.WaitLimit)
 			if status, err := broken.Wait(t); err == nil {
 				t.Fatalf("the killed server answered the first request: %d", status)
 			}
@@ -211,11 +212,11 @@ func TestIdempotencyKeyRecoveredAfterSIGKILL(t *testing.T) {
 					idempotency.DerivedKey(idempotency.DefaultScope, key, "charge")).Scan(&effects, &others)
 			case "atomic":
 				// The killed attempt's order rolled back; the retry's committed.
-				if got["pid"] != float64(second.cmd.Process.Pid) {
-					t.Errorf("retry answered %v; want the order of the second process (pid %d)", got, second.cmd.Process.Pid)
+				if got["pid"] != float64(second.Pid()) {
+					t.Errorf("retry answered %v; want the order of the second process (pid %d)", got, second.Pid())
 				}
 				err = pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE pid <> $1) FROM idem_orders`,
-					second.cmd.Process.Pid).Scan(&effects, &others)
+					second.Pid()).Scan(&effects, &others)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -228,8 +229,8 @@ func TestIdempotencyKeyRecoveredAfterSIGKILL(t *testing.T) {
 			if err != nil || status2 != status || reply2 != reply || header2.Get("Idempotent-Replayed") != "true" || header.Get("Idempotent-Replayed") != "" {
 				t.Fatalf("repeat = %d %q (%v), replayed=%q; want %d %q replayed", status2, reply2, err, header2.Get("Idempotent-Replayed"), status, reply)
 			}
-			_ = second.send("quit")
-			if err := second.wait(pgtest.WaitLimit); err != nil {
+			_ = second.Send("quit")
+			if err := second.Wait(pgtest.WaitLimit); err != nil {
 				t.Fatal(err)
 			}
 		})

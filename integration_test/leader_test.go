@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/leases"
 )
 
@@ -80,7 +81,7 @@ type leaderRig struct {
 	t           *testing.T
 	pool        *pgxpool.Pool
 	url, schema string
-	workers     map[string]*workerProc
+	workers     map[string]*workerproc.Proc
 	events      chan leaderEvent
 	grants      map[int64]leaderGrant // from the "leading" lines
 	said        map[string][]string   // every line, per worker
@@ -91,7 +92,7 @@ func newLeaderRig(t *testing.T) *leaderRig {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	r := &leaderRig{
-		t: t, pool: pool, url: pgtest.URL(t), workers: map[string]*workerProc{},
+		t: t, pool: pool, url: pgtest.URL(t), workers: map[string]*workerproc.Proc{},
 		events: make(chan leaderEvent, 4096), grants: map[int64]leaderGrant{}, said: map[string][]string{},
 	}
 	if err := pool.QueryRow(t.Context(), "SELECT current_schema()").Scan(&r.schema); err != nil {
@@ -114,7 +115,7 @@ func (r *leaderRig) start(name string) {
 	}
 	r.workers[name] = p
 	go func() {
-		for line := range p.out.lines {
+		for line := range p.Lines() {
 			r.events <- leaderEvent{worker: name, line: line, at: time.Now()}
 		}
 	}()
@@ -138,7 +139,7 @@ func (r *leaderRig) await(d time.Duration, what string, match func(leaderEvent) 
 		case ev := <-r.events:
 			r.said[ev.worker] = append(r.said[ev.worker], ev.line)
 			if strings.HasPrefix(ev.line, "error ") {
-				r.t.Fatalf("worker %s: %s; stderr: %s", ev.worker, ev.line, r.workers[ev.worker].errOut.all())
+				r.t.Fatalf("worker %s: %s; stderr: %s", ev.worker, ev.line, r.workers[ev.worker].Stderr())
 			}
 			if g, ok := parseLeading(ev); ok {
 				if prev, dup := r.grants[g.token]; dup {
@@ -219,7 +220,7 @@ func (r *leaderRig) pause(g leaderGrant) (time.Time, int) {
 	r.t.Helper()
 	p := r.workers[g.worker]
 	for attempt := 1; ; attempt++ {
-		if err := p.signal(syscall.SIGSTOP); err != nil {
+		if err := p.Signal(syscall.SIGSTOP); err != nil {
 			r.t.Fatal(err)
 		}
 		at := time.Now()
@@ -230,7 +231,7 @@ func (r *leaderRig) pause(g leaderGrant) (time.Time, int) {
 			r.t.Fatal("the leader was stopped inside a write 20 times in a row")
 		}
 		n := r.writes(g.token)
-		if err := p.signal(syscall.SIGCONT); err != nil {
+		if err := p.Signal(syscall.SIGCONT); err != nil {
 			r.t.Fatal(err)
 		}
 		r.awaitWrites(g.token, n+1)
@@ -316,7 +317,7 @@ func TestLeaderElectionWithRealProcesses(t *testing.T) {
 		t.Errorf("takeover after SIGSTOP took %v by the database clock, more than TTL + poll interval", d)
 	}
 	r.awaitWrites(second.token, 5) // the new leader writes, so the fence register holds its token
-	if err := r.workers[first.worker].signal(syscall.SIGCONT); err != nil {
+	if err := r.workers[first.worker].Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	woke := r.await(leaderStep, "the paused leader notices", func(ev leaderEvent) bool {
@@ -325,7 +326,7 @@ func TestLeaderElectionWithRealProcesses(t *testing.T) {
 	t.Logf("SIGSTOP of %s (%d attempt(s) to stop it outside a write): its grant had %v left; %s elected %v after its expiry, %v after the stop (database clock; its line arrived %v after the stop); on waking %s said %q",
 		first.worker, attempts, pausedExpiry.Sub(stoppedDB), second.worker, second.acquiredAt.Sub(pausedExpiry),
 		second.acquiredAt.Sub(stoppedDB), takeover, first.worker, woke.line)
-	if err := r.workers[first.worker].send("zombie"); err != nil {
+	if err := r.workers[first.worker].Send("zombie"); err != nil {
 		t.Fatal(err)
 	}
 	zombie := r.await(leaderStep, "the woken leader's write with its old token", func(ev leaderEvent) bool {
@@ -338,7 +339,7 @@ func TestLeaderElectionWithRealProcesses(t *testing.T) {
 	// 2. The crash. The current leader is killed; another takes over when its grant
 	// expires, within TTL + one poll interval of the kill.
 	r.awaitWrites(second.token, 10)
-	if err := r.workers[second.worker].signal(syscall.SIGKILL); err != nil {
+	if err := r.workers[second.worker].Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
@@ -346,7 +347,7 @@ func TestLeaderElectionWithRealProcesses(t *testing.T) {
 	if err := r.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&killedDB); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.workers[second.worker].wait(leaderStep); err == nil {
+	if err := r.workers[second.worker].Wait(leaderStep); err == nil {
 		t.Fatalf("worker %s exited cleanly after SIGKILL", second.worker)
 	}
 	third := r.awaitLeader(leaderStep, "a leader after SIGKILL", second.token, second.worker)
@@ -364,7 +365,7 @@ func TestLeaderElectionWithRealProcesses(t *testing.T) {
 	r.awaitWrites(third.token, 5)
 
 	// 3. The shutdown. The leader resigns; the last process takes over at once.
-	if err := r.workers[third.worker].send("quit"); err != nil {
+	if err := r.workers[third.worker].Send("quit"); err != nil {
 		t.Fatal(err)
 	}
 	quit := time.Now()
@@ -378,15 +379,15 @@ func TestLeaderElectionWithRealProcesses(t *testing.T) {
 	}
 	t.Logf("resignation of %s: %s elected %v after \"quit\" was sent", third.worker, fourth.worker, handoff)
 	r.await(leaderStep, "the resigned leader says bye", func(ev leaderEvent) bool { return ev.worker == third.worker && ev.line == "bye" })
-	if err := r.workers[third.worker].wait(leaderStep); err != nil {
+	if err := r.workers[third.worker].Wait(leaderStep); err != nil {
 		t.Fatalf("worker %s: %v", third.worker, err)
 	}
 	r.awaitWrites(fourth.token, 5)
-	if err := r.workers[fourth.worker].send("quit"); err != nil {
+	if err := r.workers[fourth.worker].Send("quit"); err != nil {
 		t.Fatal(err)
 	}
 	r.await(leaderStep, "the last leader says bye", func(ev leaderEvent) bool { return ev.worker == fourth.worker && ev.line == "bye" })
-	if err := r.workers[fourth.worker].wait(leaderStep); err != nil {
+	if err := r.workers[fourth.worker].Wait(leaderStep); err != nil {
 		t.Fatalf("worker %s: %v", fourth.worker, err)
 	}
 	watch.close()

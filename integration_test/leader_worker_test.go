@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/fenced"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/leases"
 )
 
@@ -73,7 +74,7 @@ func leaderWrite(ctx context.Context, pool *pgxpool.Pool, worker string, token i
 //
 // A leader looks at its term's context only after each write, like code that does not check
 // it in time: after a pause it writes once more before it can notice the loss.
-func leaderWorker(ctx context.Context, w *workerEnv) error {
+func leaderWorker(ctx context.Context, w *workerproc.Worker) error {
 	name := w.Param("NAME")
 	ttl, err := time.ParseDuration(w.Param("TTL"))
 	if err != nil {
@@ -121,9 +122,9 @@ func leaderWorker(ctx context.Context, w *workerEnv) error {
 	done := make(chan error, 1)
 	go func() { done <- e.Run(runCtx) }()
 	w.Say("ready")
-	for w.in.Scan() {
-		cmd := w.in.Text()
-		if cmd == "quit" {
+	for {
+		cmd, err := w.Next()
+		if err != nil || cmd == "quit" { // an error: the test is gone
 			break
 		}
 		if cmd != "zombie" {

@@ -8,9 +8,13 @@ import (
 	"testing"
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	workerproc.Main(workerRoles) // this test binary is also the tests' worker processes
+	pgtest.Main(m)
+}
 
 var binary struct {
 	once sync.Once

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/outbox/inbox"
 )
@@ -75,7 +76,7 @@ type obPayload struct {
 // order within a transaction), keeping each open for 0-4ms, and rolls back one in five.
 // Parameters: NAME, SEED, TXS. It says "rolledback <id>" for every message of a rolled-back
 // transaction, and "done" at the end.
-func outboxProducer(ctx context.Context, w *workerEnv) error {
+func outboxProducer(ctx context.Context, w *workerproc.Worker) error {
 	name := w.Param("NAME")
 	seed, _ := strconv.ParseUint(w.Param("SEED"), 10, 64)
 	txs, err := strconv.Atoi(w.Param("TXS"))
@@ -124,7 +125,7 @@ func outboxProducer(ctx context.Context, w *workerEnv) error {
 
 // outboxRelay runs a relay whose handler applies each message once through the inbox,
 // until "quit" on stdin. It says "ready", and "bye <stats>" when it stops.
-func outboxRelay(ctx context.Context, w *workerEnv) error {
+func outboxRelay(ctx context.Context, w *workerproc.Worker) error {
 	handler := outbox.HandlerFunc(func(ctx context.Context, m outbox.Message) error {
 		var p obPayload
 		if err := json.Unmarshal(m.Payload, &p); err != nil {
@@ -158,8 +159,8 @@ func outboxRelay(ctx context.Context, w *workerEnv) error {
 	rctx, stop := context.WithCancel(ctx)
 	go func() {
 		defer stop()
-		for w.in.Scan() {
-			if w.in.Text() == "quit" {
+		for {
+			if cmd, err := w.Next(); err != nil || cmd == "quit" {
 				return
 			}
 		}
@@ -202,24 +203,24 @@ func TestOutboxWithRealProcessesKillsAndPauses(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	start := func(name, role string, params map[string]string) *workerProc {
+	start := func(name, role string, params map[string]string) *workerproc.Proc {
 		t.Helper()
 		params["NAME"] = name
 		p, err := startWorker(t, name, role, url, schema, params)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := p.expect(pgtest.WaitLimit, "ready"); err != nil {
+		if _, err := p.Expect(pgtest.WaitLimit, "ready"); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
-	var producers []*workerProc
+	var producers []*workerproc.Proc
 	for i := range obProducers {
 		producers = append(producers, start(fmt.Sprint("producer-", i), obProducerRole,
 			map[string]string{"SEED": fmt.Sprint(i + 1), "TXS": fmt.Sprint(obTxPerProd)}))
 	}
-	relays := map[string]*workerProc{}
+	relays := map[string]*workerproc.Proc{}
 	nextRelay := 0
 	startRelay := func() {
 		name := fmt.Sprint("relay-", nextRelay)
@@ -241,7 +242,7 @@ func TestOutboxWithRealProcessesKillsAndPauses(t *testing.T) {
 	for _, p := range producers {
 		go func() {
 			for {
-				l, err := p.expect(2*time.Minute, "rolledback ", "done")
+				l, err := p.Expect(2*time.Minute, "rolledback ", "done")
 				lines <- line{l, err}
 				if err != nil || l == "done" {
 					return
@@ -292,30 +293,30 @@ func TestOutboxWithRealProcessesKillsAndPauses(t *testing.T) {
 		})
 		victim := relays[names[rng.IntN(len(names))]]
 		if (kills+pauses)%2 == 0 {
-			if err := victim.signal(syscall.SIGKILL); err != nil {
+			if err := victim.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			if err := victim.wait(pgtest.WaitLimit); err == nil {
-				t.Fatalf("relay %s exited cleanly after SIGKILL", victim.name)
+			if err := victim.Wait(pgtest.WaitLimit); err == nil {
+				t.Fatalf("relay %s exited cleanly after SIGKILL", victim.Name())
 			}
-			delete(relays, victim.name)
+			delete(relays, victim.Name())
 			kills++
 			startRelay()
 			continue
 		}
-		if err := victim.signal(syscall.SIGSTOP); err != nil {
+		if err := victim.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * obClaimTTL) // paused past its claim
-		if err := victim.signal(syscall.SIGCONT); err != nil {
+		if err := victim.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
 		pauses++
 	}
 	<-producing
 	for _, p := range producers {
-		if err := p.wait(pgtest.WaitLimit); err != nil {
-			t.Fatalf("producer %s: %v; stderr %s", p.name, err, p.errOut.all())
+		if err := p.Wait(pgtest.WaitLimit); err != nil {
+			t.Fatalf("producer %s: %v; stderr %s", p.Name(), err, p.Stderr())
 		}
 	}
 
@@ -335,18 +336,18 @@ func TestOutboxWithRealProcessesKillsAndPauses(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for _, p := range relays {
-		if err := p.send("quit"); err != nil {
+		if err := p.Send("quit"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, p := range relays {
-		l, err := p.expect(pgtest.WaitLimit, "bye")
+		l, err := p.Expect(pgtest.WaitLimit, "bye")
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: %s", p.name, l)
-		if err := p.wait(pgtest.WaitLimit); err != nil {
-			t.Fatalf("relay %s: %v; stderr %s", p.name, err, p.errOut.all())
+		t.Logf("%s: %s", p.Name(), l)
+		if err := p.Wait(pgtest.WaitLimit); err != nil {
+			t.Fatalf("relay %s: %v; stderr %s", p.Name(), err, p.Stderr())
 		}
 	}
 

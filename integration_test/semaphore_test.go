@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/semaphore"
 )
 
@@ -121,7 +122,7 @@ CREATE TRIGGER sem_audit AFTER INSERT OR UPDATE OR DELETE ON pgcoord_semaphore_p
 //   - "released <key> <token>" when the release and its record committed;
 //   - "lost <key> <token>" when a renewal or release found the permit gone;
 //   - "bye" when it stops after "quit", holding nothing.
-func semaphoreWorker(ctx context.Context, w *workerEnv) error {
+func semaphoreWorker(ctx context.Context, w *workerproc.Worker) error {
 	name := w.Param("NAME")
 	seed, err := strconv.ParseUint(w.Param("SEED"), 10, 64)
 	if err != nil {
@@ -131,8 +132,8 @@ func semaphoreWorker(ctx context.Context, w *workerEnv) error {
 	quit := make(chan struct{})
 	go func() {
 		defer close(quit)
-		for w.in.Scan() {
-			if w.in.Text() == "quit" {
+		for {
+			if cmd, err := w.Next(); err != nil || cmd == "quit" {
 				return
 			}
 		}
@@ -218,7 +219,7 @@ func semRecord(ctx context.Context, tx pgx.Tx, p semaphore.Permit) error {
 
 // semHold works for d, renewing every third of the TTL, then releases. Each renewal and the
 // release commit with their record.
-func semHold(ctx context.Context, w *workerEnv, p semaphore.Permit, d time.Duration, quit <-chan struct{}) error {
+func semHold(ctx context.Context, w *workerproc.Worker, p semaphore.Permit, d time.Duration, quit <-chan struct{}) error {
 	done := time.After(d)
 	tick := time.NewTicker(semTTL / 3)
 	defer tick.Stop()
@@ -271,7 +272,7 @@ type semRig struct {
 	pool        *pgxpool.Pool
 	url, schema string
 	mu          sync.Mutex
-	procs       map[string]*workerProc
+	procs       map[string]*workerproc.Proc
 	holding     map[string]string // worker -> "key token" it said it holds
 	killed      map[string]bool
 	errs        []string
@@ -288,14 +289,14 @@ func (r *semRig) start() string {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if _, err := p.expect(pgtest.WaitLimit, "ready"); err != nil {
+	if _, err := p.Expect(pgtest.WaitLimit, "ready"); err != nil {
 		r.t.Fatal(err)
 	}
 	r.mu.Lock()
 	r.procs[name] = p
 	r.mu.Unlock()
 	go func() {
-		for line := range p.out.lines {
+		for line := range p.Lines() {
 			f := strings.Fields(line)
 			r.mu.Lock()
 			switch {
@@ -304,7 +305,7 @@ func (r *semRig) start() string {
 			case len(f) == 3 && (f[0] == "released" || f[0] == "lost"):
 				delete(r.holding, name)
 			case f[0] == "error":
-				r.errs = append(r.errs, name+": "+line+"; stderr: "+p.errOut.all())
+				r.errs = append(r.errs, name+": "+line+"; stderr: "+p.Stderr())
 			}
 			r.mu.Unlock()
 		}
@@ -351,7 +352,7 @@ func TestSemaphoreWithRealProcessesAndKills(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
-	r := &semRig{t: t, pool: pool, url: pgtest.URL(t), procs: map[string]*workerProc{}, holding: map[string]string{}, killed: map[string]bool{}}
+	r := &semRig{t: t, pool: pool, url: pgtest.URL(t), procs: map[string]*workerproc.Proc{}, holding: map[string]string{}, killed: map[string]bool{}}
 	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&r.schema); err != nil {
 		t.Fatal(err)
 	}
@@ -376,10 +377,10 @@ func TestSemaphoreWithRealProcessesAndKills(t *testing.T) {
 		p := r.procs[v]
 		r.killed[v] = true
 		r.mu.Unlock()
-		if err := p.signal(syscall.SIGKILL); err != nil {
+		if err := p.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.wait(pgtest.WaitLimit); err == nil {
+		if err := p.Wait(pgtest.WaitLimit); err == nil {
 			t.Fatalf("worker %s exited cleanly after SIGKILL", v)
 		}
 		kills++
@@ -390,7 +391,7 @@ func TestSemaphoreWithRealProcessesAndKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.mu.Lock()
-	var survivors []*workerProc
+	var survivors []*workerproc.Proc
 	for n, p := range r.procs {
 		if !r.killed[n] {
 			survivors = append(survivors, p)
@@ -398,13 +399,13 @@ func TestSemaphoreWithRealProcessesAndKills(t *testing.T) {
 	}
 	r.mu.Unlock()
 	for _, p := range survivors {
-		if err := p.send("quit"); err != nil {
+		if err := p.Send("quit"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, p := range survivors {
-		if err := p.wait(pgtest.WaitLimit); err != nil {
-			t.Fatalf("worker %s: %v; stderr: %s", p.name, err, p.errOut.all())
+		if err := p.Wait(pgtest.WaitLimit); err != nil {
+			t.Fatalf("worker %s: %v; stderr: %s", p.Name(), err, p.Stderr())
 		}
 	}
 	r.mu.Lock()

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/singleton"
 )
 
@@ -59,7 +60,7 @@ CREATE TABLE email_sends (
 // STALL_AT (a tick, Unix microseconds: the first attempt of that tick stops after half its
 // emails, says "stalled <tick> <token>" and waits to be killed). It says "started", then
 // "ran <tick> <token> <attempt>" after each run, and stops on "stop".
-func cronWorker(ctx context.Context, w *workerEnv) error {
+func cronWorker(ctx context.Context, w *workerproc.Worker) error {
 	startAfter, err := time.ParseDuration(w.Param("START_AFTER"))
 	if err != nil {
 		return err
@@ -108,17 +109,17 @@ func cronWorker(ctx context.Context, w *workerEnv) error {
 
 // workerLine is a line a worker said.
 type workerLine struct {
-	worker *workerProc
+	worker *workerproc.Proc
 	line   string
 	closed bool // the worker's output ended (it exited)
 }
 
 // mergeLines forwards the lines of every worker to one channel.
-func mergeLines(workers []*workerProc) <-chan workerLine {
+func mergeLines(workers []*workerproc.Proc) <-chan workerLine {
 	out := make(chan workerLine, 64)
 	for _, w := range workers {
 		go func() {
-			for line := range w.out.lines {
+			for line := range w.Lines() {
 				out <- workerLine{worker: w, line: line}
 			}
 			out <- workerLine{worker: w, closed: true}
@@ -157,7 +158,7 @@ func TestCronThreeReplicasSendEachWeeklyEmailOnce(t *testing.T) {
 	// The tick whose first runner is killed: a few ticks into the window.
 	stallAt := slot.Add(6 * cronEvery)
 
-	var workers []*workerProc
+	var workers []*workerproc.Proc
 	for i, name := range []string{"pod-a", "pod-b", "pod-c"} {
 		w, err := startWorker(t, name, cronRole, pgtest.URL(t), schema, map[string]string{
 			"JOB": job, "NAME": name, "START_AFTER": (time.Duration(i) * 70 * time.Millisecond).String(),
@@ -169,7 +170,7 @@ func TestCronThreeReplicasSendEachWeeklyEmailOnce(t *testing.T) {
 		workers = append(workers, w)
 	}
 	for _, w := range workers {
-		if _, err := w.expect(cronStep, "started"); err != nil {
+		if _, err := w.Expect(cronStep, "started"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -185,7 +186,7 @@ func TestCronThreeReplicasSendEachWeeklyEmailOnce(t *testing.T) {
 	}
 
 	var (
-		victim      *workerProc
+		victim      *workerproc.Proc
 		victimToken int64
 		killedAt    time.Time // database clock
 		ran         = map[int64][]string{}
@@ -211,40 +212,40 @@ func TestCronThreeReplicasSendEachWeeklyEmailOnce(t *testing.T) {
 		switch {
 		case l.closed && l.worker == victim:
 		case l.closed:
-			t.Fatalf("worker %s exited (%v); stderr: %s", l.worker.name, l.worker.waitErrIfDone(), l.worker.errOut.all())
+			t.Fatalf("worker %s exited (%v); stderr: %s", l.worker.Name(), l.worker.Wait(5*time.Second), l.worker.Stderr())
 		case len(f) == 4 && f[0] == "ran":
-			ran[mustInt(t, f[1])] = append(ran[mustInt(t, f[1])], l.worker.name+"/attempt "+f[3])
+			ran[mustInt(t, f[1])] = append(ran[mustInt(t, f[1])], l.worker.Name()+"/attempt "+f[3])
 		case len(f) == 3 && f[0] == "stalled":
 			if victim != nil || mustInt(t, f[1]) != stallAt.UnixMicro() {
-				t.Fatalf("%s said %q; want one stall, of tick %v", l.worker.name, l.line, stallAt)
+				t.Fatalf("%s said %q; want one stall, of tick %v", l.worker.Name(), l.line, stallAt)
 			}
 			victim, victimToken = l.worker, mustInt(t, f[2])
 			// The victim is alive and heartbeating until now: no takeover can come earlier.
 			if killedAt, _, err = dbSlot(ctx, pool); err != nil {
 				t.Fatal(err)
 			}
-			if err := victim.signal(syscall.SIGKILL); err != nil {
+			if err := victim.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			var exit *exec.ExitError
-			if err := victim.wait(cronStep); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-				t.Fatalf("worker %s: exit %v, want killed by SIGKILL", victim.name, err)
+			if err := victim.Wait(cronStep); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("worker %s: exit %v, want killed by SIGKILL", victim.Name(), err)
 			}
 		default:
-			t.Fatalf("worker %s said %q; stderr: %s", l.worker.name, l.line, l.worker.errOut.all())
+			t.Fatalf("worker %s said %q; stderr: %s", l.worker.Name(), l.line, l.worker.Stderr())
 		}
 	}
 	for _, w := range workers {
 		if w != victim {
-			if err := w.send("stop"); err != nil {
+			if err := w.Send("stop"); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	for _, w := range workers {
 		if w != victim {
-			if err := w.wait(cronStep); err != nil {
-				t.Fatalf("worker %s: %v; stderr: %s", w.name, err, w.errOut.all())
+			if err := w.Wait(cronStep); err != nil {
+				t.Fatalf("worker %s: %v; stderr: %s", w.Name(), err, w.Stderr())
 			}
 		}
 	}
@@ -297,7 +298,7 @@ func TestCronThreeReplicasSendEachWeeklyEmailOnce(t *testing.T) {
 			t.Errorf("tick %v: completed runs %v, want exactly one", r.tick, got)
 		}
 	}
-	if takeover.holder == victim.name || takeover.token <= victimToken || !takeover.started.After(killedAt) {
+	if takeover.holder == victim.Name() || takeover.token <= victimToken || !takeover.started.After(killedAt) {
 		t.Errorf("the stalled tick was finished by %s with token %d, started %v; want another replica, a token above the killed one's %d, after the kill (%v)",
 			takeover.holder, takeover.token, takeover.started, victimToken, killedAt)
 	}
@@ -320,17 +321,17 @@ func TestCronThreeReplicasSendEachWeeklyEmailOnce(t *testing.T) {
 	}
 	var byVictim, byTakeover int
 	err = pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE worker = $2 AND token = $3), count(*) FILTER (WHERE worker = $4 AND token = $5)
-		FROM email_sends WHERE campaign_id = $1`, stallAt.UnixMicro(), victim.name, victimToken, takeover.holder, takeover.token).
+		FROM email_sends WHERE campaign_id = $1`, stallAt.UnixMicro(), victim.Name(), victimToken, takeover.holder, takeover.token).
 		Scan(&byVictim, &byTakeover)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if byVictim != cronUsers/2 || byTakeover != cronUsers-cronUsers/2 {
 		t.Errorf("stalled tick: %d emails by the killed %s, %d by %s; want %d and %d",
-			byVictim, victim.name, byTakeover, takeover.holder, cronUsers/2, cronUsers-cronUsers/2)
+			byVictim, victim.Name(), byTakeover, takeover.holder, cronUsers/2, cronUsers-cronUsers/2)
 	}
 	t.Logf("%d ticks; runs per replica %v; %s killed at tick %v, taken over by %s after %v",
-		ticks, perWorker, victim.name, stallAt, takeover.holder, takeover.started.Sub(killedAt))
+		ticks, perWorker, victim.Name(), stallAt, takeover.holder, takeover.started.Sub(killedAt))
 }
 
 func mustInt(t *testing.T, s string) int64 {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/pgcoord/pgcoord/internal/cli"
 	"github.com/pgcoord/pgcoord/internal/pgconfig"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -45,7 +46,7 @@ type demo struct {
 	Config
 	url, schema string
 	pool        *pgxpool.Pool
-	procs       []*proc
+	procs       []*workerproc.Proc
 }
 
 // Run replays the three incidents in a new schema of cfg.DatabaseURL, prints the report to
@@ -106,7 +107,7 @@ func (d *demo) setUp(ctx context.Context) error {
 // tearDown stops every worker still running and drops the schema.
 func (d *demo) tearDown() {
 	for _, p := range d.procs {
-		p.stop(2 * time.Second)
+		_ = p.Stop(2 * time.Second)
 	}
 	if d.pool != nil {
 		d.pool.Close()

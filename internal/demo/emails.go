@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgcoord/pgcoord/dedupe"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/outbox/inbox"
 	"github.com/pgcoord/pgcoord/singleton"
@@ -102,7 +103,7 @@ func (d *demo) emailRound(ctx context.Context, mode string, res *EmailResult) (s
 		go func() { _ = relay.Run(rctx); close(done) }()
 		defer func() { stop(); <-done }()
 	}
-	var procs []*proc
+	var procs []*workerproc.Proc
 	fireAt := time.Now().Add(emailStartup) // every replica's own timer says: now
 	for i := 1; i <= emailReplicas; i++ {
 		name := "replica-" + strconv.Itoa(i)
@@ -112,38 +113,38 @@ func (d *demo) emailRound(ctx context.Context, mode string, res *EmailResult) (s
 		if err != nil {
 			return "", err
 		}
-		defer p.stop(5 * time.Second)
+		defer p.Stop(5 * time.Second)
 		procs = append(procs, p)
 	}
-	g := newGroup(procs...)
+	g := workerproc.NewGroup(procs...)
 	if mode == mailNaive {
 		var campaign string
 		for range procs {
-			l, err := g.next("sent")
+			l, err := g.Next(stepTimeout, "sent")
 			if err != nil {
 				return "", err
 			}
-			campaign = strings.Fields(l.line)[2]
+			campaign = strings.Fields(l.Text)[2]
 		}
 		return campaign, nil
 	}
-	stalled, err := g.next("stalled") // the runner of the tick, a third of the way through
+	stalled, err := g.Next(stepTimeout, "stalled") // the runner of the tick, a third of the way through
 	if err != nil {
 		return "", err
 	}
-	if err := stalled.p.signal(syscall.SIGKILL); err != nil {
+	if err := stalled.Proc.Signal(syscall.SIGKILL); err != nil {
 		return "", err
 	}
-	res.Killed = stalled.p.name
-	res.SentBeforeKill, _ = strconv.Atoi(strings.Fields(stalled.line)[2])
-	ran, err := g.next("ran") // the tick, taken over and finished by another replica
+	res.Killed = stalled.Proc.Name()
+	res.SentBeforeKill, _ = strconv.Atoi(strings.Fields(stalled.Text)[2])
+	ran, err := g.Next(stepTimeout, "ran") // the tick, taken over and finished by another replica
 	if err != nil {
 		return "", err
 	}
-	f := strings.Fields(ran.line) // ran <campaign> <attempt>
-	res.TookOver = ran.p.name
+	f := strings.Fields(ran.Text) // ran <campaign> <attempt>
+	res.TookOver = ran.Proc.Name()
 	res.TakeoverAttempt, _ = strconv.Atoi(f[2])
-	g.send("stop")
+	g.Send("stop")
 	return f[1], d.drainOutbox(ctx)
 }
 
@@ -192,12 +193,12 @@ func (d *demo) sendEmail(ctx context.Context, m outbox.Message) error {
 
 // emailWorker is one replica. Naive: at FIRE_AT its own timer sends the report to every
 // customer, and it says "sent <n> <campaign>". pgcoord: it runs the job with
-// singleton.Schedule, whose first tick falls on FIRE_AT; the first attempt of a tick stops a third of the way through and
-// says "stalled <campaign> <n>" (the demo kills it), a run that completes says
-// "ran <campaign> <attempt>". It stops on "stop".
-func emailWorker(ctx context.Context, w *worker) error {
-	mode, name := w.param("MODE"), w.param("NAME")
-	fireAt, err := strconv.ParseInt(w.param("FIRE_AT"), 10, 64)
+// singleton.Schedule, whose first tick falls on FIRE_AT; the first attempt of a tick stops
+// a third of the way through and says "stalled <campaign> <n>" (the demo kills it), a run
+// that completes says "ran <campaign> <attempt>". It stops on "stop".
+func emailWorker(ctx context.Context, w *workerproc.Worker) error {
+	mode, name := w.Param("MODE"), w.Param("NAME")
+	fireAt, err := strconv.ParseInt(w.Param("FIRE_AT"), 10, 64)
 	if err != nil {
 		return err
 	}
@@ -205,24 +206,24 @@ func emailWorker(ctx context.Context, w *worker) error {
 		time.Sleep(time.Until(time.UnixMilli(fireAt)))
 		campaign := time.UnixMilli(fireAt).UTC().Format("2006-01-02")
 		for c := 1; c <= emailCustomers; c++ {
-			if _, err := w.pool.Exec(ctx, `INSERT INTO demo_emails (mode, campaign, customer, replica) VALUES ($1, $2, $3, $4)`,
+			if _, err := w.Pool.Exec(ctx, `INSERT INTO demo_emails (mode, campaign, customer, replica) VALUES ($1, $2, $3, $4)`,
 				mode, campaign, c, name); err != nil {
 				return err
 			}
 			time.Sleep(emailPace)
 		}
-		w.say("sent %d %s", emailCustomers, campaign)
-		return w.await(ctx, "stop")
+		w.Say("sent %d %s", emailCustomers, campaign)
+		return w.Await("stop")
 	}
 
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		_ = w.await(sctx, "stop")
+		_ = w.Await("stop")
 		cancel()
 	}()
 	job := singleton.Job{Name: "weekly-report", Every: emailEvery, TTL: emailTTL, Origin: time.UnixMilli(fireAt)}
-	err = singleton.Schedule(sctx, w.pool, job, func(ctx context.Context, run singleton.Run) error {
+	err = singleton.Schedule(sctx, w.Pool, job, func(ctx context.Context, run singleton.Run) error {
 		campaign := run.ScheduledFor.UTC().Format(time.RFC3339)
 		stallAfter := emailCustomers + 1
 		if run.Attempt == 1 {
@@ -231,14 +232,14 @@ func emailWorker(ctx context.Context, w *worker) error {
 		sent := 0
 		for c := 1; c <= emailCustomers; c++ {
 			if sent == stallAfter {
-				w.say("stalled %s %d", campaign, sent)
+				w.Say("stalled %s %d", campaign, sent)
 				<-ctx.Done() // the demo kills this process
 				return ctx.Err()
 			}
 			// The email goes to the outbox in the transaction of its dedupe claim: a
 			// customer already served by an earlier attempt is skipped, and an email is
 			// sent only if its claim committed.
-			err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+			err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
 				first, err := dedupe.Claim(ctx, tx, "weekly-report:"+campaign, strconv.Itoa(c), nil)
 				if err != nil || !first {
 					return err
@@ -256,7 +257,7 @@ func emailWorker(ctx context.Context, w *worker) error {
 			}
 			time.Sleep(emailPace)
 		}
-		w.say("ran %s %d", campaign, run.Attempt)
+		w.Say("ran %s %d", campaign, run.Attempt)
 		return nil
 	}, &singleton.ScheduleOpts{Holder: name})
 	if errors.Is(err, context.Canceled) {

@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgcoord/pgcoord/fenced"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/leases"
 )
 
@@ -82,68 +82,61 @@ func (d *demo) paymentRound(mode string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer a.stop(5 * time.Second)
-	if _, err := a.expect("acquired"); err != nil {
+	defer a.Stop(5 * time.Second)
+	if _, err := a.Expect(stepTimeout, "acquired"); err != nil {
 		return "", err
 	}
-	if err := a.signal(syscall.SIGSTOP); err != nil { // the pause, between the lock and the charge
+	if err := a.Signal(syscall.SIGSTOP); err != nil { // the pause, between the lock and the charge
 		return "", err
 	}
 	b, err := d.start("B", paymentRole, params("B")) // the job is redelivered to B
 	if err != nil {
 		return "", err
 	}
-	defer b.stop(5 * time.Second)
-	if _, err := b.expect("acquired"); err != nil { // after A's lease expired
+	defer b.Stop(5 * time.Second)
+	if _, err := b.Expect(stepTimeout, "acquired"); err != nil { // after A's lease expired
 		return "", err
 	}
-	if err := b.send("charge"); err != nil {
+	if err := b.Send("charge"); err != nil {
 		return "", err
 	}
-	if _, err := b.expect("charged"); err != nil {
+	if _, err := b.Expect(stepTimeout, "charged"); err != nil {
 		return "", err
 	}
-	if err := a.send("charge"); err != nil { // A wakes up and carries on where it stopped
+	if err := a.Send("charge"); err != nil { // A wakes up and carries on where it stopped
 		return "", err
 	}
-	if err := a.signal(syscall.SIGCONT); err != nil {
+	if err := a.Signal(syscall.SIGCONT); err != nil {
 		return "", err
 	}
-	line, err := a.expect("")
-	if err != nil {
-		return "", err
-	}
-	if strings.HasPrefix(line, "error") {
-		return "", fmt.Errorf("A: %s%s", line, a.stderrText())
-	}
-	return line, nil
+	return a.Expect(stepTimeout, "charged", "rejected", "replayed")
 }
 
 // paymentWorker is worker A or B: it takes the order's lease, says "acquired <token>",
 // waits for "charge", charges, and says "charged", "rejected" or "replayed".
-func paymentWorker(ctx context.Context, w *worker) error {
-	mode, name, lease := w.param("MODE"), w.param("NAME"), w.param("LEASE")
-	l, err := leases.Acquire(ctx, w.pool, lease, paymentTTL, &leases.AcquireOpts{
+func paymentWorker(ctx context.Context, w *workerproc.Worker) error {
+	mode, name, lease := w.Param("MODE"), w.Param("NAME"), w.Param("LEASE")
+	l, err := leases.Acquire(ctx, w.Pool, lease, paymentTTL, &leases.AcquireOpts{
 		Holder: "worker-" + name, PollInterval: 100 * time.Millisecond,
 	})
 	if err != nil {
 		return err
 	}
-	w.say("acquired %d", l.Token)
-	if err := w.await(ctx, "charge"); err != nil {
+	w.Say("acquired %d", l.Token)
+	if err := w.Await("charge"); err != nil {
 		return err
 	}
 	// A believes it still holds the lease: nothing in this process tells it otherwise.
 	switch mode {
 	case payNaive:
-		_, err = w.pool.Exec(ctx, `INSERT INTO demo_charges (mode, order_id, worker, token) VALUES ($1, $2, $3, $4)`,
+		_, err = w.Pool.Exec(ctx, `INSERT INTO demo_charges (mode, order_id, worker, token) VALUES ($1, $2, $3, $4)`,
 			mode, paymentOrder, name, l.Token)
 		if err != nil {
 			return err
 		}
-		w.say("charged")
+		w.Say("charged")
 	case payFenced:
-		err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		err = pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
 			_, err := fenced.Write(ctx, tx, lease, l.Token,
 				`INSERT INTO demo_charges (mode, order_id, worker, token) VALUES ($1, $2, $3, $4)`,
 				mode, paymentOrder, name, l.Token)
@@ -151,16 +144,16 @@ func paymentWorker(ctx context.Context, w *worker) error {
 		})
 		switch {
 		case errors.Is(err, fenced.ErrStale):
-			w.say("rejected")
+			w.Say("rejected")
 		case err != nil:
 			return err
 		default:
-			w.say("charged")
+			w.Say("charged")
 		}
 	case payProvider:
 		// The provider's side: one charge per idempotency key; a repeat gets the first back.
 		var created bool
-		err = w.pool.QueryRow(ctx, `INSERT INTO demo_provider_charges (idempotency_key, order_id, worker)
+		err = w.Pool.QueryRow(ctx, `INSERT INTO demo_provider_charges (idempotency_key, order_id, worker)
 			VALUES ($1, $2, $3)
 			ON CONFLICT (idempotency_key) DO UPDATE SET requests = demo_provider_charges.requests + 1
 			RETURNING xmax = 0`, "charge-order-"+strconv.Itoa(paymentOrder), paymentOrder, name).Scan(&created)
@@ -168,9 +161,9 @@ func paymentWorker(ctx context.Context, w *worker) error {
 			return err
 		}
 		if created {
-			w.say("charged")
+			w.Say("charged")
 		} else {
-			w.say("replayed")
+			w.Say("replayed")
 		}
 	default:
 		return fmt.Errorf("unknown payment mode %q", mode)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/semaphore"
 )
 
@@ -90,19 +91,19 @@ func (d *demo) tenants(ctx context.Context) (TenantResult, error) {
 
 // tenantRound runs the workers in one mode until both tenants' jobs are done.
 func (d *demo) tenantRound(ctx context.Context, mode string) error {
-	var procs []*proc
+	var procs []*workerproc.Proc
 	for i := 1; i <= tenantWorkers; i++ {
 		name := "worker-" + strconv.Itoa(i)
 		p, err := d.start(name, tenantRole, map[string]string{"MODE": mode, "NAME": name})
 		if err != nil {
 			return err
 		}
-		defer p.stop(5 * time.Second)
+		defer p.Stop(5 * time.Second)
 		procs = append(procs, p)
 	}
-	g := newGroup(procs...)
+	g := workerproc.NewGroup(procs...)
 	for range procs {
-		if _, err := g.next("ready"); err != nil {
+		if _, err := g.Next(stepTimeout, "ready"); err != nil {
 			return err
 		}
 	}
@@ -139,7 +140,7 @@ func (d *demo) tenantRound(ctx context.Context, mode string) error {
 			return err
 		}
 		if done == tenantBigJobs+tenantSmallJobs {
-			g.send("stop")
+			g.Send("stop")
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -152,15 +153,15 @@ func (d *demo) tenantRound(ctx context.Context, mode string) error {
 // tenantWorker is one worker: it says "ready", then runs jobs until "stop". fifo: the
 // oldest job of the queue. fair: a permit from semaphore.Next, then the oldest job of the
 // permit's tenant.
-func tenantWorker(ctx context.Context, w *worker) error {
-	mode, name := w.param("MODE"), w.param("NAME")
+func tenantWorker(ctx context.Context, w *workerproc.Worker) error {
+	mode, name := w.Param("MODE"), w.Param("NAME")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		_ = w.await(ctx, "stop")
+		_ = w.Await("stop")
 		cancel()
 	}()
-	w.say("ready")
+	w.Say("ready")
 	for ctx.Err() == nil {
 		var ran bool
 		var err error
@@ -183,25 +184,25 @@ func tenantWorker(ctx context.Context, w *worker) error {
 }
 
 // runFairJob runs one job of the tenant semaphore.Next chooses, under its permit.
-func runFairJob(ctx context.Context, w *worker, name string) (bool, error) {
-	p, err := semaphore.Next(ctx, w.pool, 10*time.Second, nil)
+func runFairJob(ctx context.Context, w *workerproc.Worker, name string) (bool, error) {
+	p, err := semaphore.Next(ctx, w.Pool, 10*time.Second, nil)
 	if errors.Is(err, semaphore.ErrNoWork) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	defer func() { _ = semaphore.Release(context.WithoutCancel(ctx), w.pool, p) }() // ErrLost: it expired, and is free
+	defer func() { _ = semaphore.Release(context.WithoutCancel(ctx), w.Pool, p) }() // ErrLost: it expired, and is free
 	return runJob(ctx, w, queueFair, p.Key, name)
 }
 
 // runJob takes the oldest job of the mode's queue (of tenant, if not empty), runs it and
 // records it; it returns false if there was none.
-func runJob(ctx context.Context, w *worker, mode, tenant, name string) (bool, error) {
+func runJob(ctx context.Context, w *workerproc.Worker, mode, tenant, name string) (bool, error) {
 	var id int64
 	var jobTenant string
 	var enqueued, started time.Time
-	err := w.pool.QueryRow(ctx, `DELETE FROM demo_jobs WHERE id = (
+	err := w.Pool.QueryRow(ctx, `DELETE FROM demo_jobs WHERE id = (
 			SELECT id FROM demo_jobs WHERE mode = $1 AND ($2 = '' OR tenant = $2)
 			ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
 		RETURNING id, tenant, enqueued_at, clock_timestamp()`, mode, tenant).Scan(&id, &jobTenant, &enqueued, &started)
@@ -212,7 +213,7 @@ func runJob(ctx context.Context, w *worker, mode, tenant, name string) (bool, er
 		return false, err
 	}
 	time.Sleep(tenantJob) // the job's work
-	_, err = w.pool.Exec(context.WithoutCancel(ctx), `INSERT INTO demo_job_runs (mode, tenant, job_id, worker, enqueued_at, started_at, finished_at)
+	_, err = w.Pool.Exec(context.WithoutCancel(ctx), `INSERT INTO demo_job_runs (mode, tenant, job_id, worker, enqueued_at, started_at, finished_at)
 		VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp())`, mode, jobTenant, id, name, enqueued, started)
 	return err == nil, err
 }

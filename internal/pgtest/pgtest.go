@@ -38,10 +38,6 @@ const (
 	EnvURL = "PGCOORD_TEST_DATABASE_URL"
 	// EnvImage names the variable holding the Postgres image testcontainers runs.
 	EnvImage = "PGCOORD_TEST_IMAGE"
-	// EnvWorker is set (to any value) in worker processes that a test starts by re-running
-	// its own test binary. Main then starts no server: a worker is handed its database
-	// by the test that started it, and must not leave a container behind when killed.
-	EnvWorker = "PGCOORD_TEST_WORKER"
 	// DefaultImage is the official Postgres image, used when EnvImage is unset.
 	DefaultImage = pgcontainer.DefaultImage
 )
@@ -67,9 +63,6 @@ var shared struct {
 func Main(m *testing.M) {
 	shared.mainCalled = true
 	flag.Parse()
-	if os.Getenv(EnvWorker) != "" {
-		os.Exit(m.Run())
-	}
 	if os.Getenv("CI") == "" && connect() != nil {
 		addSkip("^Example")
 	}
@@ -104,9 +97,6 @@ func URL(t testing.TB) string {
 	t.Helper()
 	if !shared.mainCalled {
 		t.Fatal("pgtest: call pgtest.Main from the package's TestMain")
-	}
-	if os.Getenv(EnvWorker) != "" {
-		t.Fatal("pgtest: a worker process must use the database its test handed it, not start one")
 	}
 	if err := connect(); err != nil {
 		Unavailable(t, err)

@@ -2,20 +2,18 @@ package gocronpg_test
 
 import (
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 )
 
 func TestMain(m *testing.M) {
 	// A worker process of TestLockerAcrossProcesses runs its scheduler and exits here,
 	// without the testing package.
-	if os.Getenv(envWorker) == "1" {
-		os.Exit(workerMain())
-	}
+	workerproc.Main(map[string]workerproc.Role{processRole: processReplica})
 	pgtest.Main(m)
 }
 

@@ -1,77 +1,46 @@
 package gocronpg_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgcoord/pgcoord/internal/pgconfig"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/singleton"
 	"github.com/pgcoord/pgcoord/singleton/gocronpg"
 )
 
-// Worker processes of TestLockerAcrossProcesses: the test binary re-run with envWorker=1,
-// caught by TestMain before the testing package starts.
-const (
-	envWorker = "GOCRONPG_TEST_WORKER" // "1" in a worker process
-	envURL    = "GOCRONPG_TEST_URL"
-	envSchema = "GOCRONPG_TEST_SCHEMA"
-	envName   = "GOCRONPG_TEST_NAME"  // the replica's name (Locker holder)
-	envStart  = "GOCRONPG_TEST_START" // the job's first tick, Unix microseconds
-	envEvery  = "GOCRONPG_TEST_EVERY"
-	envTicks  = "GOCRONPG_TEST_TICKS" // the worker stops after this many ticks
-)
+// processRole is the role of TestLockerAcrossProcesses's worker processes (see
+// internal/workerproc; TestMain runs it): a replica with a gocron scheduler.
+const processRole = "gocron-replica"
 
 const processJob = "proc-job"
 
-func workerMain() int {
-	if err := runWorker(); err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		return 1
-	}
-	return 0
-}
-
-// runWorker runs a gocron scheduler with a Locker and one job every envEvery from
-// envStart, recording each run in the executions table, and stops half an interval after
-// the last of envTicks ticks.
-func runWorker() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // an orphan cannot linger
-	defer cancel()
-	name := os.Getenv(envName)
-	startMicros, err := strconv.ParseInt(os.Getenv(envStart), 10, 64)
+// processReplica runs a gocron scheduler with a Locker and one job every EVERY from START
+// (Unix microseconds), recording each run in the executions table as replica NAME, and
+// stops half an interval after the last of TICKS ticks.
+func processReplica(ctx context.Context, w *workerproc.Worker) error {
+	name, pool := w.Param("NAME"), w.Pool
+	startMicros, err := strconv.ParseInt(w.Param("START"), 10, 64)
 	if err != nil {
 		return err
 	}
 	start := time.UnixMicro(startMicros)
-	every, err := time.ParseDuration(os.Getenv(envEvery))
+	every, err := time.ParseDuration(w.Param("EVERY"))
 	if err != nil {
 		return err
 	}
-	ticks, err := strconv.Atoi(os.Getenv(envTicks))
+	ticks, err := strconv.Atoi(w.Param("TICKS"))
 	if err != nil {
 		return err
 	}
-	cfg, err := pgconfig.Pool(os.Getenv(envURL), pgconfig.Options{AppName: "gocronpg-test-worker", Schema: os.Getenv(envSchema), MaxConns: 4})
-	if err != nil {
-		return err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
 	locker, err := gocronpg.NewLocker(pool, &gocronpg.LockerConfig{Window: every, TTL: 5 * time.Second, Holder: name})
 	if err != nil {
 		return err
@@ -117,24 +86,6 @@ func runWorker() error {
 	return errors.Join(jobErrs...)
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a process writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // Three processes, each running a gocron scheduler with a Locker, one job every 500ms
 // started in step: each tick runs exactly once across the processes.
 func TestLockerAcrossProcesses(t *testing.T) {
@@ -153,50 +104,27 @@ func TestLockerAcrossProcesses(t *testing.T) {
 	)
 	// Room for the processes to start (under -race) before the first tick.
 	start := alignedStart(every, 3*time.Second)
-	type proc struct {
-		cmd     *exec.Cmd
-		stderr  syncBuffer
-		done    chan struct{} // closed when the process has exited
-		waitErr error
-	}
-	var procs []*proc
+	var procs []*workerproc.Proc
 	for i := range 3 {
-		p := &proc{cmd: exec.Command(os.Args[0]), done: make(chan struct{})}
-		p.cmd.Env = append(os.Environ(), envWorker+"=1", envURL+"="+pgtest.URL(t), envSchema+"="+schema,
-			envName+"="+fmt.Sprintf("proc-%d", i), envStart+"="+strconv.FormatInt(start.UnixMicro(), 10),
-			envEvery+"="+every.String(), envTicks+"="+strconv.Itoa(ticks), "GORACE=atexit_sleep_ms=0")
-		p.cmd.Stdout, p.cmd.Stderr = &p.stderr, &p.stderr
-		p.cmd.WaitDelay = 5 * time.Second
-		if err := p.cmd.Start(); err != nil {
+		p, err := workerproc.Start(workerproc.Spec{
+			Name: fmt.Sprintf("proc-%d", i), Role: processRole, URL: pgtest.URL(t), Schema: schema,
+			Params: map[string]string{"NAME": fmt.Sprintf("proc-%d", i), "START": strconv.FormatInt(start.UnixMicro(), 10),
+				"EVERY": every.String(), "TICKS": strconv.Itoa(ticks)},
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
-		go func() {
-			p.waitErr = p.cmd.Wait()
-			close(p.done)
-		}()
 		t.Cleanup(func() {
-			select {
-			case <-p.done:
-			default:
-				_ = p.cmd.Process.Kill()
-				select {
-				case <-p.done:
-				case <-time.After(15 * time.Second):
-					t.Errorf("worker %d still there 15s after SIGKILL", i)
-				}
+			if err := p.Stop(0); err != nil {
+				t.Error(err)
 			}
 		})
 		procs = append(procs, p)
 	}
-	deadline := time.After(time.Until(start) + ticks*every + 30*time.Second)
-	for i, p := range procs {
-		select {
-		case <-p.done:
-			if p.waitErr != nil {
-				t.Fatalf("worker %d: %v\n%s", i, p.waitErr, p.stderr.String())
-			}
-		case <-deadline:
-			t.Fatalf("worker %d did not finish in time\n%s", i, p.stderr.String())
+	deadline := time.Now().Add(time.Until(start) + ticks*every + 30*time.Second)
+	for _, p := range procs {
+		if err := p.Wait(time.Until(deadline)); err != nil {
+			t.Fatalf("worker %s: %v\n%s", p.Name(), err, p.Stderr())
 		}
 	}
 	execs := executions(t, pool)
