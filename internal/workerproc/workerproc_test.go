@@ -3,11 +3,13 @@
 package workerproc_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,6 +48,19 @@ var roles = map[string]workerproc.Role{
 		<-ctx.Done()
 		w.Say("ended %v", ctx.Err())
 		return nil
+	},
+	// parent starts a "stubborn" worker of its own, says "child <pid>" and waits.
+	"parent": func(ctx context.Context, w *workerproc.Worker) error {
+		child, err := workerproc.Start(workerproc.Spec{Name: "child", Role: "stubborn"})
+		if err != nil {
+			return err
+		}
+		if _, err := child.Expect(wait, "ready"); err != nil {
+			return err
+		}
+		w.Say("child %d", child.Pid())
+		<-ctx.Done()
+		return child.Stop(0)
 	},
 	// stubborn says "ready" and sleeps through the end of its context.
 	"stubborn": func(_ context.Context, w *workerproc.Worker) error {
@@ -214,4 +229,46 @@ func TestGroup(t *testing.T) {
 	if _, err := g.Next(100*time.Millisecond, "nothing"); err == nil {
 		t.Error("Next found a line nobody said")
 	}
+}
+
+// On Linux the kernel kills a worker whose parent dies without stopping it (a test binary
+// killed mid-run), even one that ignores the end of its stdin.
+func TestWorkerDiesWithItsParent(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal is Linux's; elsewhere a worker ends with its stdin or its Lifetime")
+	}
+	p := start(t, "parent", "parent", nil)
+	l, err := p.Expect(wait, "child ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimPrefix(l, "child "))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(wait)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("worker %d still alive %v after its parent was killed", pid, wait)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// alive says whether process pid exists and is not a zombie.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z"
 }
