@@ -17,9 +17,13 @@ type lineWriter struct {
 	partial []byte
 	pending []string
 	closed  bool
-	buf     strings.Builder
+	tail    []byte // the last tailSize bytes written
+	cut     bool   // tail lost earlier bytes
 	lines   chan string
 }
+
+// tailSize is how much of a process's output lineWriter keeps for error messages.
+const tailSize = 4000
 
 func newLineWriter() *lineWriter {
 	w := &lineWriter{lines: make(chan string)}
@@ -31,7 +35,10 @@ func newLineWriter() *lineWriter {
 func (w *lineWriter) Write(b []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.buf.Write(b)
+	w.tail = append(w.tail, b...)
+	if n := len(w.tail); n > 2*tailSize {
+		w.tail, w.cut = append(w.tail[:0], w.tail[n-tailSize:]...), true
+	}
 	w.partial = append(w.partial, b...)
 	for {
 		i := bytes.IndexByte(w.partial, '\n')
@@ -76,13 +83,16 @@ func (w *lineWriter) close() {
 	w.more.Broadcast()
 }
 
-// all returns everything written, its last 4000 bytes if it is longer.
+// all returns everything written, its last tailSize bytes if it is longer.
 func (w *lineWriter) all() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	s := w.buf.String()
-	if len(s) > 4000 {
-		s = "..." + s[len(s)-4000:]
+	s := string(w.tail)
+	if len(s) > tailSize {
+		return "..." + s[len(s)-tailSize:]
+	}
+	if w.cut {
+		return "..." + s
 	}
 	return s
 }
@@ -91,6 +101,6 @@ func (w *lineWriter) all() string {
 func (w *lineWriter) lastLine() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	s := strings.TrimSuffix(w.buf.String(), "\n")
+	s := strings.TrimSuffix(string(w.tail), "\n")
 	return s[strings.LastIndexByte(s, '\n')+1:]
 }

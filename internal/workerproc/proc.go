@@ -87,7 +87,7 @@ func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 // has exited. Read a process's lines one way only: Lines, Expect or a Group.
 func (p *Proc) Lines() <-chan string { return p.out.lines }
 
-// Stderr is what p wrote to stderr (its last 4000 bytes).
+// Stderr is what p wrote to stderr (its last tailSize bytes).
 func (p *Proc) Stderr() string { return p.errOut.all() }
 
 // Expect returns p's next line, which must start with one of prefixes, waiting at most d.
