@@ -19,15 +19,6 @@ func Duration(iv pgtype.Interval) time.Duration {
 		time.Duration(iv.Days)*24*time.Hour + time.Duration(iv.Months)*30*24*time.Hour
 }
 
-// Now is the optional p_now argument of the SQL API: nil (the database clock) for the zero
-// time, else t.
-func Now(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
-}
-
 // Deref returns *p, or the zero value for a nil p (a NULL column).
 func Deref[T any](p *T) T {
 	var zero T

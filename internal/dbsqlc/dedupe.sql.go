@@ -7,33 +7,26 @@ package dbsqlc
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const dedupeClaim = `-- name: DedupeClaim :execrows
 INSERT INTO pgcoord_dedupe (scope, key, claimed_at, expires_at)
-VALUES ($1::text, $2::text, coalesce($3::timestamptz, now()),
-        coalesce($3::timestamptz, now()) + $4::interval)
+VALUES ($1::text, $2::text, pgcoord_now(),
+        pgcoord_now() + $3::interval)
 ON CONFLICT (scope, key) DO NOTHING
 `
 
 type DedupeClaimParams struct {
 	Scope     string
 	Key       string
-	Now       *time.Time
 	Retention pgtype.Interval
 }
 
 // expires_at is claimed_at + retention, by the database clock; NULL retention keeps the claim.
 func (q *Queries) DedupeClaim(ctx context.Context, db DBTX, arg DedupeClaimParams) (int64, error) {
-	result, err := db.Exec(ctx, dedupeClaim,
-		arg.Scope,
-		arg.Key,
-		arg.Now,
-		arg.Retention,
-	)
+	result, err := db.Exec(ctx, dedupeClaim, arg.Scope, arg.Key, arg.Retention)
 	if err != nil {
 		return 0, err
 	}
@@ -42,11 +35,11 @@ func (q *Queries) DedupeClaim(ctx context.Context, db DBTX, arg DedupeClaimParam
 
 const dedupeCountExpired = `-- name: DedupeCountExpired :one
 SELECT count(*) FROM pgcoord_dedupe
-WHERE expires_at <= coalesce($1::timestamptz, now())
+WHERE expires_at <= pgcoord_now()
 `
 
-func (q *Queries) DedupeCountExpired(ctx context.Context, db DBTX, now *time.Time) (int64, error) {
-	row := db.QueryRow(ctx, dedupeCountExpired, now)
+func (q *Queries) DedupeCountExpired(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, dedupeCountExpired)
 	var count int64
 	err := row.Scan(&count)
 	return count, err
@@ -56,18 +49,13 @@ const dedupeGC = `-- name: DedupeGC :execrows
 DELETE FROM pgcoord_dedupe
 WHERE ctid = ANY (ARRAY(
     SELECT d.ctid FROM pgcoord_dedupe d
-    WHERE d.expires_at <= coalesce($1::timestamptz, now())
-    LIMIT $2::int))
-  AND expires_at <= coalesce($1::timestamptz, now())
+    WHERE d.expires_at <= pgcoord_now()
+    LIMIT $1::int))
+  AND expires_at <= pgcoord_now()
 `
 
-type DedupeGCParams struct {
-	Now   *time.Time
-	Batch int32
-}
-
-func (q *Queries) DedupeGC(ctx context.Context, db DBTX, arg DedupeGCParams) (int64, error) {
-	result, err := db.Exec(ctx, dedupeGC, arg.Now, arg.Batch)
+func (q *Queries) DedupeGC(ctx context.Context, db DBTX, batch int32) (int64, error) {
+	result, err := db.Exec(ctx, dedupeGC, batch)
 	if err != nil {
 		return 0, err
 	}

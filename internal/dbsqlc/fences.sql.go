@@ -7,21 +7,19 @@ package dbsqlc
 
 import (
 	"context"
-	"time"
 )
 
 const fenceCheck = `-- name: FenceCheck :one
-SELECT f.resource, f.fence_token, f.updated_at FROM pgcoord_fence_check($1::text, $2::bigint, $3::timestamptz) f
+SELECT f.resource, f.fence_token, f.updated_at FROM pgcoord_fence_check($1::text, $2::bigint) f
 `
 
 type FenceCheckParams struct {
 	Resource   string
 	FenceToken int64
-	Now        *time.Time
 }
 
 func (q *Queries) FenceCheck(ctx context.Context, db DBTX, arg FenceCheckParams) (PgcoordFence, error) {
-	row := db.QueryRow(ctx, fenceCheck, arg.Resource, arg.FenceToken, arg.Now)
+	row := db.QueryRow(ctx, fenceCheck, arg.Resource, arg.FenceToken)
 	var i PgcoordFence
 	err := row.Scan(&i.Resource, &i.FenceToken, &i.UpdatedAt)
 	return i, err

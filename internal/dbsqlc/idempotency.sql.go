@@ -15,28 +15,27 @@ import (
 
 const idempotencyCountExpired = `-- name: IdempotencyCountExpired :one
 SELECT count(*) FROM pgcoord_idempotency_keys
-WHERE expires_at <= coalesce($1::timestamptz, now())
+WHERE expires_at <= pgcoord_now()
 `
 
-func (q *Queries) IdempotencyCountExpired(ctx context.Context, db DBTX, now *time.Time) (int64, error) {
-	row := db.QueryRow(ctx, idempotencyCountExpired, now)
+func (q *Queries) IdempotencyCountExpired(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, idempotencyCountExpired)
 	var count int64
 	err := row.Scan(&count)
 	return count, err
 }
 
 const idempotencyGC = `-- name: IdempotencyGC :one
-SELECT pgcoord_idempotency_gc($1::int, $2::interval, $3::timestamptz)::bigint AS deleted
+SELECT pgcoord_idempotency_gc($1::int, $2::interval)::bigint AS deleted
 `
 
 type IdempotencyGCParams struct {
 	Batch     int32
 	Tombstone pgtype.Interval
-	Now       *time.Time
 }
 
 func (q *Queries) IdempotencyGC(ctx context.Context, db DBTX, arg IdempotencyGCParams) (int64, error) {
-	row := db.QueryRow(ctx, idempotencyGC, arg.Batch, arg.Tombstone, arg.Now)
+	row := db.QueryRow(ctx, idempotencyGC, arg.Batch, arg.Tombstone)
 	var deleted int64
 	err := row.Scan(&deleted)
 	return deleted, err
@@ -46,13 +45,12 @@ const idempotencyGet = `-- name: IdempotencyGet :one
 SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point,
        k.status, k.headers, k.body, k.created_at, k.updated_at, k.completed_at, k.expires_at,
        pgcoord_idempotency_held(k.scope, k.key) AS held,
-       coalesce($1::timestamptz, now())::timestamptz AS db_now
+       pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_idempotency_keys k
-WHERE k.scope = $2::text AND k.key = $3::text
+WHERE k.scope = $1::text AND k.key = $2::text
 `
 
 type IdempotencyGetParams struct {
-	Now   *time.Time
 	Scope string
 	Key   string
 }
@@ -77,7 +75,7 @@ type IdempotencyGetRow struct {
 }
 
 func (q *Queries) IdempotencyGet(ctx context.Context, db DBTX, arg IdempotencyGetParams) (IdempotencyGetRow, error) {
-	row := db.QueryRow(ctx, idempotencyGet, arg.Now, arg.Scope, arg.Key)
+	row := db.QueryRow(ctx, idempotencyGet, arg.Scope, arg.Key)
 	var i IdempotencyGetRow
 	err := row.Scan(
 		&i.Scope,
@@ -105,17 +103,16 @@ SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_
        k.status, coalesce(octet_length(k.body), 0)::int AS body_bytes, k.created_at, k.updated_at,
        k.completed_at, k.expires_at,
        (k.state = 'in_flight' AND pgcoord_idempotency_held(k.scope, k.key))::boolean AS held,
-       coalesce($1::timestamptz, now())::timestamptz AS db_now
+       pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_idempotency_keys k
-WHERE (k.scope, k.key) > ($2::text, $3::text)
-  AND (NOT $4::boolean OR k.state = 'in_flight')
-  AND (NOT $5::boolean OR (k.state = 'in_flight' AND NOT pgcoord_idempotency_held(k.scope, k.key)))
+WHERE (k.scope, k.key) > ($1::text, $2::text)
+  AND (NOT $3::boolean OR k.state = 'in_flight')
+  AND (NOT $4::boolean OR (k.state = 'in_flight' AND NOT pgcoord_idempotency_held(k.scope, k.key)))
 ORDER BY k.scope, k.key
-LIMIT $6::int
+LIMIT $5::int
 `
 
 type IdempotencyListParams struct {
-	Now          *time.Time
 	AfterScope   string
 	AfterKey     string
 	InFlightOnly bool
@@ -145,7 +142,6 @@ type IdempotencyListRow struct {
 // key nobody holds is stuck: its holder died and no retry has recovered it yet.
 func (q *Queries) IdempotencyList(ctx context.Context, db DBTX, arg IdempotencyListParams) ([]IdempotencyListRow, error) {
 	rows, err := db.Query(ctx, idempotencyList,
-		arg.Now,
 		arg.AfterScope,
 		arg.AfterKey,
 		arg.InFlightOnly,
@@ -188,20 +184,19 @@ func (q *Queries) IdempotencyList(ctx context.Context, db DBTX, arg IdempotencyL
 
 const idempotencyLookup = `-- name: IdempotencyLookup :one
 
-SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point, k.recovery_data, k.status, k.headers, k.body, k.created_at, k.updated_at, k.completed_at, k.expires_at FROM pgcoord_idempotency_lookup($1::text, $2::text, $3::timestamptz) k
+SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point, k.recovery_data, k.status, k.headers, k.body, k.created_at, k.updated_at, k.completed_at, k.expires_at FROM pgcoord_idempotency_lookup($1::text, $2::text) k
 `
 
 type IdempotencyLookupParams struct {
 	Scope string
 	Key   string
-	Now   *time.Time
 }
 
 // Idempotency keys go through the SQL API functions of 00005_idempotency.sql. The calls an
 // attempt pipelines with BEGIN or COMMIT (one round trip for both) are sent by package
 // idempotency itself; these are the others.
 func (q *Queries) IdempotencyLookup(ctx context.Context, db DBTX, arg IdempotencyLookupParams) (PgcoordIdempotencyKey, error) {
-	row := db.QueryRow(ctx, idempotencyLookup, arg.Scope, arg.Key, arg.Now)
+	row := db.QueryRow(ctx, idempotencyLookup, arg.Scope, arg.Key)
 	var i PgcoordIdempotencyKey
 	err := row.Scan(
 		&i.Scope,

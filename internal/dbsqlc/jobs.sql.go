@@ -13,13 +13,12 @@ import (
 )
 
 const claimTick = `-- name: ClaimTick :one
-SELECT r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error, coalesce($1::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_job_claim($2::text, $3::interval, $4::timestamptz, $5::text,
-                       $6::text, $7::interval, $1::timestamptz, nullif($8::text, '')) r
+SELECT r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error, pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_job_claim($1::text, $2::interval, $3::timestamptz, $4::text,
+                       $5::text, $6::interval, nullif($7::text, '')) r
 `
 
 type ClaimTickParams struct {
-	Now        *time.Time
 	Job        string
 	Every      pgtype.Interval
 	Origin     time.Time
@@ -45,7 +44,6 @@ type ClaimTickRow struct {
 
 func (q *Queries) ClaimTick(ctx context.Context, db DBTX, arg ClaimTickParams) (ClaimTickRow, error) {
 	row := db.QueryRow(ctx, claimTick,
-		arg.Now,
 		arg.Job,
 		arg.Every,
 		arg.Origin,
@@ -72,7 +70,7 @@ func (q *Queries) ClaimTick(ctx context.Context, db DBTX, arg ClaimTickParams) (
 }
 
 const dBNow = `-- name: DBNow :one
-SELECT now()::timestamptz AS db_now
+SELECT pgcoord_now()::timestamptz AS db_now
 `
 
 func (q *Queries) DBNow(ctx context.Context, db DBTX) (time.Time, error) {
@@ -84,7 +82,7 @@ func (q *Queries) DBNow(ctx context.Context, db DBTX) (time.Time, error) {
 
 const finishTick = `-- name: FinishTick :execrows
 SELECT 1 FROM pgcoord_job_finish($1::text, $2::timestamptz, $3::bigint,
-                                 $4::text, $5::timestamptz)
+                                 $4::text)
 `
 
 type FinishTickParams struct {
@@ -92,7 +90,6 @@ type FinishTickParams struct {
 	ScheduledFor time.Time
 	FenceToken   int64
 	Error        *string
-	Now          *time.Time
 }
 
 func (q *Queries) FinishTick(ctx context.Context, db DBTX, arg FinishTickParams) (int64, error) {
@@ -101,7 +98,6 @@ func (q *Queries) FinishTick(ctx context.Context, db DBTX, arg FinishTickParams)
 		arg.ScheduledFor,
 		arg.FenceToken,
 		arg.Error,
-		arg.Now,
 	)
 	if err != nil {
 		return 0, err
@@ -110,13 +106,12 @@ func (q *Queries) FinishTick(ctx context.Context, db DBTX, arg FinishTickParams)
 }
 
 const heartbeatTick = `-- name: HeartbeatTick :one
-SELECT r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error, coalesce($1::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_job_heartbeat($2::text, $3::timestamptz, $4::bigint,
-                           $5::interval, $1::timestamptz) r
+SELECT r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error, pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_job_heartbeat($1::text, $2::timestamptz, $3::bigint,
+                           $4::interval) r
 `
 
 type HeartbeatTickParams struct {
-	Now          *time.Time
 	Job          string
 	ScheduledFor time.Time
 	FenceToken   int64
@@ -139,7 +134,6 @@ type HeartbeatTickRow struct {
 
 func (q *Queries) HeartbeatTick(ctx context.Context, db DBTX, arg HeartbeatTickParams) (HeartbeatTickRow, error) {
 	row := db.QueryRow(ctx, heartbeatTick,
-		arg.Now,
 		arg.Job,
 		arg.ScheduledFor,
 		arg.FenceToken,
@@ -163,22 +157,21 @@ func (q *Queries) HeartbeatTick(ctx context.Context, db DBTX, arg HeartbeatTickP
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT j.name, j.every, j.origin, j.overlap, j.fence_token, j.last_started_at, j.last_success_at, j.last_failure_at, j.last_error, j.consecutive_failures, j.created_at, coalesce($1::timestamptz, now())::timestamptz AS db_now,
+SELECT j.name, j.every, j.origin, j.overlap, j.fence_token, j.last_started_at, j.last_success_at, j.last_failure_at, j.last_error, j.consecutive_failures, j.created_at, pgcoord_now()::timestamptz AS db_now,
        coalesce((SELECT r.state FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state <> 'skipped'
          ORDER BY r.scheduled_for DESC LIMIT 1), '')::text AS last_state,
        (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state = 'running'
-           AND r.expires_at > coalesce($1::timestamptz, now()))::bigint AS running,
+           AND r.expires_at > pgcoord_now())::bigint AS running,
        coalesce((SELECT min(r.scheduled_for) FROM pgcoord_job_runs r WHERE r.job = j.name),
                 date_bin(j.every, j.created_at, j.origin))::timestamptz AS first_tick,
        (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name)::bigint AS ticks_recorded
 FROM pgcoord_jobs j
-WHERE j.name > $2::text
+WHERE j.name > $1::text
 ORDER BY j.name
-LIMIT $3::int
+LIMIT $2::int
 `
 
 type ListJobsParams struct {
-	Now     *time.Time
 	After   string
 	MaxRows int32
 }
@@ -203,7 +196,7 @@ type ListJobsRow struct {
 }
 
 func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]ListJobsRow, error) {
-	rows, err := db.Query(ctx, listJobs, arg.Now, arg.After, arg.MaxRows)
+	rows, err := db.Query(ctx, listJobs, arg.After, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}

@@ -15,13 +15,12 @@ import (
 
 const acquireLease = `-- name: AcquireLease :one
 
-SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce($1::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_lease_acquire($2::text, $3::text, $4::interval, $5::jsonb, $1::timestamptz,
-                           nullif($6::text, '')) l
+SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_lease_acquire($1::text, $2::text, $3::interval, $4::jsonb,
+                           nullif($5::text, '')) l
 `
 
 type AcquireLeaseParams struct {
-	Now        *time.Time
 	Name       string
 	Holder     string
 	Ttl        pgtype.Interval
@@ -44,7 +43,6 @@ type AcquireLeaseRow struct {
 // The hot-path queries (acquire, wait, renew) return only what a Lease needs.
 func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg AcquireLeaseParams) (AcquireLeaseRow, error) {
 	row := db.QueryRow(ctx, acquireLease,
-		arg.Now,
 		arg.Name,
 		arg.Holder,
 		arg.Ttl,
@@ -64,23 +62,17 @@ func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg AcquireLeasePar
 }
 
 const checkLease = `-- name: CheckLease :one
-SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, l.near_misses, l.last_near_miss_at, l.forced_expiries FROM pgcoord_lease_check($1::text, $2::text, $3::bigint, $4::timestamptz) l
+SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, l.near_misses, l.last_near_miss_at, l.forced_expiries FROM pgcoord_lease_check($1::text, $2::text, $3::bigint) l
 `
 
 type CheckLeaseParams struct {
 	Name       string
 	Holder     string
 	FenceToken int64
-	Now        *time.Time
 }
 
 func (q *Queries) CheckLease(ctx context.Context, db DBTX, arg CheckLeaseParams) (PgcoordLease, error) {
-	row := db.QueryRow(ctx, checkLease,
-		arg.Name,
-		arg.Holder,
-		arg.FenceToken,
-		arg.Now,
-	)
+	row := db.QueryRow(ctx, checkLease, arg.Name, arg.Holder, arg.FenceToken)
 	var i PgcoordLease
 	err := row.Scan(
 		&i.Name,
@@ -101,12 +93,11 @@ func (q *Queries) CheckLease(ctx context.Context, db DBTX, arg CheckLeaseParams)
 }
 
 const expireLease = `-- name: ExpireLease :one
-SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, l.near_misses, l.last_near_miss_at, l.forced_expiries, coalesce($1::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_lease_expire($2::text, $3::text, $1::timestamptz) l
+SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, l.near_misses, l.last_near_miss_at, l.forced_expiries, pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_lease_expire($1::text, $2::text) l
 `
 
 type ExpireLeaseParams struct {
-	Now       *time.Time
 	Name      string
 	ExpiredBy string
 }
@@ -129,7 +120,7 @@ type ExpireLeaseRow struct {
 }
 
 func (q *Queries) ExpireLease(ctx context.Context, db DBTX, arg ExpireLeaseParams) (ExpireLeaseRow, error) {
-	row := db.QueryRow(ctx, expireLease, arg.Now, arg.Name, arg.ExpiredBy)
+	row := db.QueryRow(ctx, expireLease, arg.Name, arg.ExpiredBy)
 	var i ExpireLeaseRow
 	err := row.Scan(
 		&i.Name,
@@ -151,14 +142,9 @@ func (q *Queries) ExpireLease(ctx context.Context, db DBTX, arg ExpireLeaseParam
 }
 
 const getLease = `-- name: GetLease :one
-SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, l.near_misses, l.last_near_miss_at, l.forced_expiries, coalesce($1::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_leases l WHERE l.name = $2::text
+SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, l.near_misses, l.last_near_miss_at, l.forced_expiries, pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_leases l WHERE l.name = $1::text
 `
-
-type GetLeaseParams struct {
-	Now  *time.Time
-	Name string
-}
 
 type GetLeaseRow struct {
 	Name           string
@@ -177,8 +163,8 @@ type GetLeaseRow struct {
 	DbNow          time.Time
 }
 
-func (q *Queries) GetLease(ctx context.Context, db DBTX, arg GetLeaseParams) (GetLeaseRow, error) {
-	row := db.QueryRow(ctx, getLease, arg.Now, arg.Name)
+func (q *Queries) GetLease(ctx context.Context, db DBTX, name string) (GetLeaseRow, error) {
+	row := db.QueryRow(ctx, getLease, name)
 	var i GetLeaseRow
 	err := row.Scan(
 		&i.Name,
@@ -211,17 +197,16 @@ func (q *Queries) LeaseChannel(ctx context.Context, db DBTX) (string, error) {
 }
 
 const listLeases = `-- name: ListLeases :many
-SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, l.near_misses, l.last_near_miss_at, l.forced_expiries, coalesce($1::timestamptz, now())::timestamptz AS db_now
+SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, l.near_misses, l.last_near_miss_at, l.forced_expiries, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_leases l
-WHERE l.name > $2::text
-  AND (NOT $3::boolean OR l.expires_at > coalesce($1::timestamptz, now()))
-  AND (NOT $4::boolean OR l.expires_at <= coalesce($1::timestamptz, now()))
+WHERE l.name > $1::text
+  AND (NOT $2::boolean OR l.expires_at > pgcoord_now())
+  AND (NOT $3::boolean OR l.expires_at <= pgcoord_now())
 ORDER BY l.name
-LIMIT $5::int
+LIMIT $4::int
 `
 
 type ListLeasesParams struct {
-	Now         *time.Time
 	After       string
 	HeldOnly    bool
 	ExpiredOnly bool
@@ -247,7 +232,6 @@ type ListLeasesRow struct {
 
 func (q *Queries) ListLeases(ctx context.Context, db DBTX, arg ListLeasesParams) ([]ListLeasesRow, error) {
 	rows, err := db.Query(ctx, listLeases,
-		arg.Now,
 		arg.After,
 		arg.HeldOnly,
 		arg.ExpiredOnly,
@@ -287,23 +271,17 @@ func (q *Queries) ListLeases(ctx context.Context, db DBTX, arg ListLeasesParams)
 }
 
 const releaseLease = `-- name: ReleaseLease :execrows
-SELECT 1 FROM pgcoord_lease_release($1::text, $2::text, $3::bigint, $4::timestamptz)
+SELECT 1 FROM pgcoord_lease_release($1::text, $2::text, $3::bigint)
 `
 
 type ReleaseLeaseParams struct {
 	Name       string
 	Holder     string
 	FenceToken int64
-	Now        *time.Time
 }
 
 func (q *Queries) ReleaseLease(ctx context.Context, db DBTX, arg ReleaseLeaseParams) (int64, error) {
-	result, err := db.Exec(ctx, releaseLease,
-		arg.Name,
-		arg.Holder,
-		arg.FenceToken,
-		arg.Now,
-	)
+	result, err := db.Exec(ctx, releaseLease, arg.Name, arg.Holder, arg.FenceToken)
 	if err != nil {
 		return 0, err
 	}
@@ -311,12 +289,11 @@ func (q *Queries) ReleaseLease(ctx context.Context, db DBTX, arg ReleaseLeasePar
 }
 
 const renewLease = `-- name: RenewLease :one
-SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce($1::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_lease_renew($2::text, $3::text, $4::bigint, $5::interval, $6::boolean, $1::timestamptz) l
+SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_lease_renew($1::text, $2::text, $3::bigint, $4::interval, $5::boolean) l
 `
 
 type RenewLeaseParams struct {
-	Now        *time.Time
 	Name       string
 	Holder     string
 	FenceToken int64
@@ -335,7 +312,6 @@ type RenewLeaseRow struct {
 
 func (q *Queries) RenewLease(ctx context.Context, db DBTX, arg RenewLeaseParams) (RenewLeaseRow, error) {
 	row := db.QueryRow(ctx, renewLease,
-		arg.Now,
 		arg.Name,
 		arg.Holder,
 		arg.FenceToken,
@@ -355,13 +331,12 @@ func (q *Queries) RenewLease(ctx context.Context, db DBTX, arg RenewLeaseParams)
 }
 
 const waitLease = `-- name: WaitLease :one
-SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce($1::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_lease_wait($2::text, $3::text, $4::interval, $5::interval, $6::jsonb, $1::timestamptz,
-                        nullif($7::text, '')) l
+SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_lease_wait($1::text, $2::text, $3::interval, $4::interval, $5::jsonb,
+                        nullif($6::text, '')) l
 `
 
 type WaitLeaseParams struct {
-	Now        *time.Time
 	Name       string
 	Holder     string
 	Ttl        pgtype.Interval
@@ -381,7 +356,6 @@ type WaitLeaseRow struct {
 
 func (q *Queries) WaitLease(ctx context.Context, db DBTX, arg WaitLeaseParams) (WaitLeaseRow, error) {
 	row := db.QueryRow(ctx, waitLease,
-		arg.Now,
 		arg.Name,
 		arg.Holder,
 		arg.Ttl,

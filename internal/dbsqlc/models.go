@@ -37,6 +37,12 @@ type PgcoordFence struct {
 	UpdatedAt  time.Time
 }
 
+// pgcoord: the highest fence token of every collected register and lease
+type PgcoordFenceFloor struct {
+	One        bool
+	FenceToken int64
+}
+
 // pgcoord: idempotency keys: request fingerprint, state, recovery point, stored response
 type PgcoordIdempotencyKey struct {
 	Scope         string
@@ -93,7 +99,7 @@ type PgcoordJobRun struct {
 	Error        *string
 }
 
-// pgcoord: one row per lease name, kept so fence tokens never repeat; a free lease has holder NULL
+// pgcoord: one row per lease name and its newest grant; a free lease has holder NULL
 type PgcoordLease struct {
 	Name           string
 	FenceToken     int64
@@ -148,6 +154,7 @@ type PgcoordSemaphore struct {
 	Key         string
 	PermitLimit int32
 	Weight      int32
+	Configured  bool
 	FenceToken  int64
 	Demand      int64
 	Vtime       float64
@@ -169,6 +176,7 @@ type PgcoordSemaphorePermit struct {
 	AcquiredAt time.Time
 	RenewedAt  *time.Time
 	ExpiresAt  time.Time
+	Reserved   bool
 }
 
 type PgcoordSemaphoreWaiter struct {

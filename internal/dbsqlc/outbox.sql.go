@@ -15,18 +15,17 @@ import (
 
 const inboxClaim = `-- name: InboxClaim :execrows
 INSERT INTO pgcoord_outbox_inbox (consumer, message_id, applied_at)
-VALUES ($1::text, $2::bigint, coalesce($3::timestamptz, now()))
+VALUES ($1::text, $2::bigint, pgcoord_now())
 ON CONFLICT (consumer, message_id) DO NOTHING
 `
 
 type InboxClaimParams struct {
 	Consumer  string
 	MessageID int64
-	Now       *time.Time
 }
 
 func (q *Queries) InboxClaim(ctx context.Context, db DBTX, arg InboxClaimParams) (int64, error) {
-	result, err := db.Exec(ctx, inboxClaim, arg.Consumer, arg.MessageID, arg.Now)
+	result, err := db.Exec(ctx, inboxClaim, arg.Consumer, arg.MessageID)
 	if err != nil {
 		return 0, err
 	}
@@ -76,20 +75,20 @@ func (q *Queries) OutboxChannel(ctx context.Context, db DBTX) (string, error) {
 }
 
 const outboxClaim = `-- name: OutboxClaim :many
-SELECT o.id, o.topic, o.key, o.payload, o.is_json, o.headers, o.state, o.created_at, o.available_at, o.attempts, o.claim_token, o.claimed_by, o.claim_expires_at, o.last_error, o.delivered_at, o.dead_at FROM pgcoord_outbox_claim($1::text, $2::int, $3::int, $4::interval,
-                                     $5::text[], $6::text, $7::text,
-                                     $8::timestamptz) o
+SELECT o.id, o.topic, o.key, o.payload, o.is_json, o.headers, o.state, o.created_at, o.available_at, o.attempts, o.claim_token, o.claimed_by, o.claim_expires_at, o.last_error, o.delivered_at, o.dead_at FROM pgcoord_outbox_claim($1::text, $2::int, $3::int, $4::bigint,
+                                     $5::interval, $6::text[], $7::text,
+                                     $8::text) o
 `
 
 type OutboxClaimParams struct {
 	Claimant   string
 	MaxRows    int32
 	KeyLimit   int32
+	MaxBytes   int64
 	Ttl        pgtype.Interval
 	Topics     []string
 	AfterTopic string
 	AfterKey   string
-	Now        *time.Time
 }
 
 func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParams) ([]PgcoordOutbox, error) {
@@ -97,11 +96,11 @@ func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParam
 		arg.Claimant,
 		arg.MaxRows,
 		arg.KeyLimit,
+		arg.MaxBytes,
 		arg.Ttl,
 		arg.Topics,
 		arg.AfterTopic,
 		arg.AfterKey,
-		arg.Now,
 	)
 	if err != nil {
 		return nil, err
@@ -169,17 +168,12 @@ func (q *Queries) OutboxCountPrunable(ctx context.Context, db DBTX, arg OutboxCo
 }
 
 const outboxCutoff = `-- name: OutboxCutoff :one
-SELECT (coalesce($1::timestamptz, now()) - $2::interval)::timestamptz AS cutoff
+SELECT (pgcoord_now() - $1::interval)::timestamptz AS cutoff
 `
 
-type OutboxCutoffParams struct {
-	Now *time.Time
-	Age pgtype.Interval
-}
-
 // The database clock minus an age: the cutoff of Prune and inbox GC.
-func (q *Queries) OutboxCutoff(ctx context.Context, db DBTX, arg OutboxCutoffParams) (time.Time, error) {
-	row := db.QueryRow(ctx, outboxCutoff, arg.Now, arg.Age)
+func (q *Queries) OutboxCutoff(ctx context.Context, db DBTX, age pgtype.Interval) (time.Time, error) {
+	row := db.QueryRow(ctx, outboxCutoff, age)
 	var cutoff time.Time
 	err := row.Scan(&cutoff)
 	return cutoff, err
@@ -189,7 +183,7 @@ const outboxEnqueue = `-- name: OutboxEnqueue :one
 
 INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
 SELECT $1::text, $2::text, $3::bytea, $4::boolean, coalesce($5::jsonb, '{}'),
-       now() + coalesce($6::interval, interval '0')
+       pgcoord_now() + coalesce($6::interval, interval '0')
   FROM (SELECT pg_advisory_xact_lock(pgcoord_outbox_lock_key($1::text, $2::text))
          WHERE current_setting(pgcoord_outbox_wake_flag(), true) = 'on' OR pgcoord_outbox_wake()) l
 RETURNING id, created_at, available_at
@@ -247,7 +241,7 @@ WITH w AS (
 ), ins AS (
     INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
     SELECT ($1::text[])[i], ($2::text[])[i], ($3::bytea[])[i], ($4::boolean[])[i],
-           coalesce(($5::jsonb[])[i], '{}'), now() + coalesce(($6::interval[])[i], interval '0')
+           coalesce(($5::jsonb[])[i], '{}'), pgcoord_now() + coalesce(($6::interval[])[i], interval '0')
       FROM l, generate_subscripts($1::text[], 1) AS i
      WHERE l.locked >= 0
      ORDER BY i
@@ -330,8 +324,8 @@ func (q *Queries) OutboxGet(ctx context.Context, db DBTX, id int64) (PgcoordOutb
 	return i, err
 }
 
-const outboxIdle = `-- name: OutboxIdle :exec
-SELECT pgcoord_outbox_idle($1::text, $2::interval)
+const outboxIdle = `-- name: OutboxIdle :one
+SELECT pgcoord_outbox_idle($1::text, $2::interval)::boolean AS tight
 `
 
 type OutboxIdleParams struct {
@@ -339,34 +333,60 @@ type OutboxIdleParams struct {
 	Ttl      pgtype.Interval
 }
 
-func (q *Queries) OutboxIdle(ctx context.Context, db DBTX, arg OutboxIdleParams) error {
-	_, err := db.Exec(ctx, outboxIdle, arg.Claimant, arg.Ttl)
-	return err
+func (q *Queries) OutboxIdle(ctx context.Context, db DBTX, arg OutboxIdleParams) (bool, error) {
+	row := db.QueryRow(ctx, outboxIdle, arg.Claimant, arg.Ttl)
+	var tight bool
+	err := row.Scan(&tight)
+	return tight, err
 }
 
 const outboxList = `-- name: OutboxList :many
-SELECT o.id, o.topic, o.key, o.payload, o.is_json, o.headers, o.state, o.created_at, o.available_at, o.attempts, o.claim_token, o.claimed_by, o.claim_expires_at, o.last_error, o.delivered_at, o.dead_at
+SELECT o.id, o.topic, o.key, o.is_json, o.headers, o.state, o.created_at, o.available_at, o.attempts,
+       o.claim_token, o.claimed_by, o.claim_expires_at, o.last_error, o.delivered_at, o.dead_at,
+       octet_length(o.payload)::int AS payload_size,
+       (CASE WHEN $1::int > 0 THEN substring(o.payload FROM 1 FOR $1::int)
+             ELSE ''::bytea END)::bytea AS payload_head
 FROM pgcoord_outbox o
-WHERE ($1::text IS NULL OR o.state = $1::text)
-  AND ($2::text IS NULL OR o.topic = $2::text)
-  AND o.id > $3::bigint
+WHERE ($2::text IS NULL OR o.state = $2::text)
+  AND ($3::text IS NULL OR o.topic = $3::text)
+  AND o.id > $4::bigint
 ORDER BY o.id
-LIMIT $4::int
+LIMIT $5::int
 `
 
 type OutboxListParams struct {
-	State   *string
-	Topic   *string
-	AfterID int64
-	MaxRows int32
+	PayloadBytes int32
+	State        *string
+	Topic        *string
+	AfterID      int64
+	MaxRows      int32
 }
 
 type OutboxListRow struct {
-	PgcoordOutbox PgcoordOutbox
+	ID             int64
+	Topic          string
+	Key            string
+	IsJson         bool
+	Headers        json.RawMessage
+	State          string
+	CreatedAt      time.Time
+	AvailableAt    time.Time
+	Attempts       int32
+	ClaimToken     *int64
+	ClaimedBy      *string
+	ClaimExpiresAt *time.Time
+	LastError      *string
+	DeliveredAt    *time.Time
+	DeadAt         *time.Time
+	PayloadSize    int32
+	PayloadHead    []byte
 }
 
+// A page of messages with each payload's size and only its first payload_bytes bytes
+// (none for 0): substring reads a slice of a TOASTed payload, octet_length its stored size.
 func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams) ([]OutboxListRow, error) {
 	rows, err := db.Query(ctx, outboxList,
+		arg.PayloadBytes,
 		arg.State,
 		arg.Topic,
 		arg.AfterID,
@@ -380,22 +400,23 @@ func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams)
 	for rows.Next() {
 		var i OutboxListRow
 		if err := rows.Scan(
-			&i.PgcoordOutbox.ID,
-			&i.PgcoordOutbox.Topic,
-			&i.PgcoordOutbox.Key,
-			&i.PgcoordOutbox.Payload,
-			&i.PgcoordOutbox.IsJson,
-			&i.PgcoordOutbox.Headers,
-			&i.PgcoordOutbox.State,
-			&i.PgcoordOutbox.CreatedAt,
-			&i.PgcoordOutbox.AvailableAt,
-			&i.PgcoordOutbox.Attempts,
-			&i.PgcoordOutbox.ClaimToken,
-			&i.PgcoordOutbox.ClaimedBy,
-			&i.PgcoordOutbox.ClaimExpiresAt,
-			&i.PgcoordOutbox.LastError,
-			&i.PgcoordOutbox.DeliveredAt,
-			&i.PgcoordOutbox.DeadAt,
+			&i.ID,
+			&i.Topic,
+			&i.Key,
+			&i.IsJson,
+			&i.Headers,
+			&i.State,
+			&i.CreatedAt,
+			&i.AvailableAt,
+			&i.Attempts,
+			&i.ClaimToken,
+			&i.ClaimedBy,
+			&i.ClaimExpiresAt,
+			&i.LastError,
+			&i.DeliveredAt,
+			&i.DeadAt,
+			&i.PayloadSize,
+			&i.PayloadHead,
 		); err != nil {
 			return nil, err
 		}
@@ -437,7 +458,7 @@ const outboxRetry = `-- name: OutboxRetry :execrows
 UPDATE pgcoord_outbox
    SET state = 'pending', dead_at = NULL,
        attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END,
-       available_at = least(available_at, now())
+       available_at = least(available_at, pgcoord_now())
  WHERE id = $1::bigint AND state IN ('pending', 'dead')
 `
 
@@ -453,7 +474,7 @@ func (q *Queries) OutboxRetry(ctx context.Context, db DBTX, id int64) (int64, er
 
 const outboxRetryDead = `-- name: OutboxRetryDead :execrows
 UPDATE pgcoord_outbox
-   SET state = 'pending', dead_at = NULL, attempts = 0, available_at = now()
+   SET state = 'pending', dead_at = NULL, attempts = 0, available_at = pgcoord_now()
  WHERE state = 'dead' AND ($1::text IS NULL OR topic = $1::text)
 `
 
@@ -468,7 +489,7 @@ func (q *Queries) OutboxRetryDead(ctx context.Context, db DBTX, topic *string) (
 const outboxSettle = `-- name: OutboxSettle :one
 SELECT pgcoord_outbox_settle($1::bigint, $2::bigint[], $3::bigint[], $4::text[],
                              $5::bigint[], $6::int, $7::interval,
-                             $8::interval, $9::timestamptz)::int AS settled
+                             $8::interval)::int AS settled
 `
 
 type OutboxSettleParams struct {
@@ -480,7 +501,6 @@ type OutboxSettleParams struct {
 	MaxAttempts int32
 	Backoff     pgtype.Interval
 	MaxBackoff  pgtype.Interval
-	Now         *time.Time
 }
 
 func (q *Queries) OutboxSettle(ctx context.Context, db DBTX, arg OutboxSettleParams) (int32, error) {
@@ -493,7 +513,6 @@ func (q *Queries) OutboxSettle(ctx context.Context, db DBTX, arg OutboxSettlePar
 		arg.MaxAttempts,
 		arg.Backoff,
 		arg.MaxBackoff,
-		arg.Now,
 	)
 	var settled int32
 	err := row.Scan(&settled)
@@ -503,9 +522,9 @@ func (q *Queries) OutboxSettle(ctx context.Context, db DBTX, arg OutboxSettlePar
 const outboxStats = `-- name: OutboxStats :many
 WITH p AS (
     SELECT o.topic, count(*) AS pending,
-           count(*) FILTER (WHERE o.available_at <= coalesce($1::timestamptz, now())
-                              AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= coalesce($1::timestamptz, now()))) AS due,
-           count(*) FILTER (WHERE o.claim_expires_at > coalesce($1::timestamptz, now())) AS in_flight,
+           count(*) FILTER (WHERE o.available_at <= pgcoord_now()
+                              AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= pgcoord_now())) AS due,
+           count(*) FILTER (WHERE o.claim_expires_at > pgcoord_now()) AS in_flight,
            min(o.created_at) AS oldest_pending,
            max(o.attempts) AS max_attempts
       FROM pgcoord_outbox o WHERE o.state = 'pending' GROUP BY o.topic
@@ -519,16 +538,11 @@ SELECT coalesce(p.topic, d.topic)::text AS topic,
        coalesce(d.dead, 0)::bigint AS dead,
        coalesce(p.oldest_pending, 'epoch')::timestamptz AS oldest_pending,
        coalesce(p.max_attempts, 0)::int AS max_attempts,
-       coalesce($1::timestamptz, now())::timestamptz AS db_now
+       pgcoord_now()::timestamptz AS db_now
 FROM p FULL JOIN d ON d.topic = p.topic
-WHERE $2::text IS NULL OR coalesce(p.topic, d.topic) = $2::text
+WHERE $1::text IS NULL OR coalesce(p.topic, d.topic) = $1::text
 ORDER BY 1
 `
-
-type OutboxStatsParams struct {
-	Now       *time.Time
-	OnlyTopic *string
-}
 
 type OutboxStatsRow struct {
 	Topic         string
@@ -542,8 +556,8 @@ type OutboxStatsRow struct {
 }
 
 // Per topic. oldest_pending is 'epoch' when the topic has no pending message.
-func (q *Queries) OutboxStats(ctx context.Context, db DBTX, arg OutboxStatsParams) ([]OutboxStatsRow, error) {
-	rows, err := db.Query(ctx, outboxStats, arg.Now, arg.OnlyTopic)
+func (q *Queries) OutboxStats(ctx context.Context, db DBTX, onlyTopic *string) ([]OutboxStatsRow, error) {
+	rows, err := db.Query(ctx, outboxStats, onlyTopic)
 	if err != nil {
 		return nil, err
 	}

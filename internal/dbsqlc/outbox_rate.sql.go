@@ -13,15 +13,15 @@ import (
 const outboxDeliveryRate = `-- name: OutboxDeliveryRate :many
 
 WITH clock AS (
-    SELECT coalesce($1::timestamptz, now())::timestamptz AS db_now
+    SELECT pgcoord_now()::timestamptz AS db_now
 ), counted AS (
     SELECT CASE WHEN w.in_window THEN w.topic ELSE '' END AS topic,
            CASE WHEN w.in_window THEN floor(date_part('epoch', w.db_now - w.delivered_at) / 60)::int ELSE -1 END AS minutes_ago,
            count(*) AS delivered
       FROM (SELECT r.topic, r.delivered_at, c.db_now,
-                   (r.delivered_at <= c.db_now AND r.delivered_at > c.db_now - make_interval(mins => $2::int)) IS TRUE AS in_window
+                   (r.delivered_at <= c.db_now AND r.delivered_at > c.db_now - make_interval(mins => $1::int)) IS TRUE AS in_window
               FROM clock c,
-                   LATERAL (SELECT o.topic, o.delivered_at FROM pgcoord_outbox o ORDER BY o.id DESC LIMIT $3::int) r) w
+                   LATERAL (SELECT o.topic, o.delivered_at FROM pgcoord_outbox o ORDER BY o.id DESC LIMIT $2::int) r) w
      GROUP BY 1, 2
 )
 SELECT coalesce(g.topic, '')::text AS topic,
@@ -34,7 +34,6 @@ ORDER BY 1, 2 DESC
 `
 
 type OutboxDeliveryRateParams struct {
-	Now     *time.Time
 	Minutes int32
 	MaxScan int32
 }
@@ -56,7 +55,7 @@ type OutboxDeliveryRateRow struct {
 // back, for db_now, even from an empty outbox. The epoch is taken as double precision
 // (date_part): extract() computes in numeric, which doubled the statement's cost.
 func (q *Queries) OutboxDeliveryRate(ctx context.Context, db DBTX, arg OutboxDeliveryRateParams) ([]OutboxDeliveryRateRow, error) {
-	rows, err := db.Query(ctx, outboxDeliveryRate, arg.Now, arg.Minutes, arg.MaxScan)
+	rows, err := db.Query(ctx, outboxDeliveryRate, arg.Minutes, arg.MaxScan)
 	if err != nil {
 		return nil, err
 	}

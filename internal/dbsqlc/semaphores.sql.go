@@ -13,16 +13,11 @@ import (
 )
 
 const listPermits = `-- name: ListPermits :many
-SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.renewed_at, p.expires_at, coalesce($1::timestamptz, now())::timestamptz AS db_now
+SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.renewed_at, p.expires_at, p.reserved, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_semaphore_permits p
-WHERE p.key = $2::text
+WHERE p.key = $1::text
 ORDER BY p.acquired_at, p.holder
 `
-
-type ListPermitsParams struct {
-	Now *time.Time
-	Key string
-}
 
 type ListPermitsRow struct {
 	Key        string
@@ -31,11 +26,12 @@ type ListPermitsRow struct {
 	AcquiredAt time.Time
 	RenewedAt  *time.Time
 	ExpiresAt  time.Time
+	Reserved   bool
 	DbNow      time.Time
 }
 
-func (q *Queries) ListPermits(ctx context.Context, db DBTX, arg ListPermitsParams) ([]ListPermitsRow, error) {
-	rows, err := db.Query(ctx, listPermits, arg.Now, arg.Key)
+func (q *Queries) ListPermits(ctx context.Context, db DBTX, key string) ([]ListPermitsRow, error) {
+	rows, err := db.Query(ctx, listPermits, key)
 	if err != nil {
 		return nil, err
 	}
@@ -50,6 +46,7 @@ func (q *Queries) ListPermits(ctx context.Context, db DBTX, arg ListPermitsParam
 			&i.AcquiredAt,
 			&i.RenewedAt,
 			&i.ExpiresAt,
+			&i.Reserved,
 			&i.DbNow,
 		); err != nil {
 			return nil, err
@@ -63,31 +60,30 @@ func (q *Queries) ListPermits(ctx context.Context, db DBTX, arg ListPermitsParam
 }
 
 const listSemaphores = `-- name: ListSemaphores :many
-SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.wait_window, s.waits, s.waits_prev, s.created_at, s.updated_at, coalesce($1::timestamptz, now())::timestamptz AS db_now,
+SELECT s.key, s.permit_limit, s.weight, s.configured, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.wait_window, s.waits, s.waits_prev, s.created_at, s.updated_at, pgcoord_now()::timestamptz AS db_now,
        (SELECT coalesce(array_agg(
-                 CASE WHEN s.wait_window >= date_bin('5 minutes', coalesce($1::timestamptz, now()), timestamptz 'epoch')
+                 CASE WHEN s.wait_window >= date_bin('5 minutes', pgcoord_now(), timestamptz 'epoch')
                                             - interval '5 minutes' THEN s.waits[i] ELSE 0 END
-               + CASE WHEN s.wait_window >= date_bin('5 minutes', coalesce($1::timestamptz, now()), timestamptz 'epoch')
+               + CASE WHEN s.wait_window >= date_bin('5 minutes', pgcoord_now(), timestamptz 'epoch')
                       THEN s.waits_prev[i] ELSE 0 END ORDER BY i), '{}')
           FROM generate_subscripts(s.waits, 1) AS i)::int[] AS recent_waits,
        (SELECT count(*) FROM pgcoord_semaphore_permits p
-         WHERE p.key = s.key AND p.expires_at > coalesce($1::timestamptz, now()))::int AS held,
+         WHERE p.key = s.key AND p.expires_at > pgcoord_now())::int AS held,
        (SELECT count(*) FROM pgcoord_semaphore_permits p
-         WHERE p.key = s.key AND p.expires_at <= coalesce($1::timestamptz, now()))::int AS expired,
+         WHERE p.key = s.key AND p.expires_at <= pgcoord_now())::int AS expired,
        (SELECT count(*) FROM pgcoord_semaphore_waiters w
-         WHERE w.key = s.key AND w.wanted_until > coalesce($1::timestamptz, now()))::int AS waiters,
+         WHERE w.key = s.key AND w.wanted_until > pgcoord_now())::int AS waiters,
        coalesce((SELECT min(w.since) FROM pgcoord_semaphore_waiters w
-         WHERE w.key = s.key AND w.wanted_until > coalesce($1::timestamptz, now())), 'epoch')::timestamptz AS oldest_waiter_since,
+         WHERE w.key = s.key AND w.wanted_until > pgcoord_now()), 'epoch')::timestamptz AS oldest_waiter_since,
        coalesce((SELECT min(p.acquired_at) FROM pgcoord_semaphore_permits p
-         WHERE p.key = s.key AND p.expires_at > coalesce($1::timestamptz, now())), 'epoch')::timestamptz AS oldest_permit_at
+         WHERE p.key = s.key AND p.expires_at > pgcoord_now()), 'epoch')::timestamptz AS oldest_permit_at
 FROM pgcoord_semaphores s
-WHERE s.key > $2::text AND ($3::text IS NULL OR s.key = $3::text)
+WHERE s.key > $1::text AND ($2::text IS NULL OR s.key = $2::text)
 ORDER BY s.key
-LIMIT $4::int
+LIMIT $3::int
 `
 
 type ListSemaphoresParams struct {
-	Now     *time.Time
 	After   string
 	OnlyKey *string
 	MaxRows int32
@@ -97,6 +93,7 @@ type ListSemaphoresRow struct {
 	Key               string
 	PermitLimit       int32
 	Weight            int32
+	Configured        bool
 	FenceToken        int64
 	Demand            int64
 	Vtime             float64
@@ -123,12 +120,7 @@ type ListSemaphoresRow struct {
 // key's current window if it is db_now's window or the one before, plus its previous
 // window if the current one is db_now's (a window that old is the one before db_now's).
 func (q *Queries) ListSemaphores(ctx context.Context, db DBTX, arg ListSemaphoresParams) ([]ListSemaphoresRow, error) {
-	rows, err := db.Query(ctx, listSemaphores,
-		arg.Now,
-		arg.After,
-		arg.OnlyKey,
-		arg.MaxRows,
-	)
+	rows, err := db.Query(ctx, listSemaphores, arg.After, arg.OnlyKey, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +132,7 @@ func (q *Queries) ListSemaphores(ctx context.Context, db DBTX, arg ListSemaphore
 			&i.Key,
 			&i.PermitLimit,
 			&i.Weight,
+			&i.Configured,
 			&i.FenceToken,
 			&i.Demand,
 			&i.Vtime,
@@ -172,13 +165,12 @@ func (q *Queries) ListSemaphores(ctx context.Context, db DBTX, arg ListSemaphore
 const semaphoreAcquire = `-- name: SemaphoreAcquire :one
 
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
-       coalesce($1::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_semaphore_acquire($2::text, $3::text, $4::int, $5::interval,
-                               $6::interval, $1::timestamptz, nullif($7::text, '')) p
+       pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_semaphore_acquire($1::text, $2::text, $3::int, $4::interval,
+                               $5::interval, nullif($6::text, '')) p
 `
 
 type SemaphoreAcquireParams struct {
-	Now         *time.Time
 	Key         string
 	Holder      string
 	PermitLimit int32
@@ -200,7 +192,6 @@ type SemaphoreAcquireRow struct {
 // lease queries; each returns the database clock (db_now) beside the permit.
 func (q *Queries) SemaphoreAcquire(ctx context.Context, db DBTX, arg SemaphoreAcquireParams) (SemaphoreAcquireRow, error) {
 	row := db.QueryRow(ctx, semaphoreAcquire,
-		arg.Now,
 		arg.Key,
 		arg.Holder,
 		arg.PermitLimit,
@@ -221,7 +212,7 @@ func (q *Queries) SemaphoreAcquire(ctx context.Context, db DBTX, arg SemaphoreAc
 }
 
 const semaphoreAddDemand = `-- name: SemaphoreAddDemand :one
-SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.wait_window, s.waits, s.waits_prev, s.created_at, s.updated_at FROM pgcoord_semaphore_add_demand($1::text, $2::bigint, $3::int) s
+SELECT s.key, s.permit_limit, s.weight, s.configured, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.wait_window, s.waits, s.waits_prev, s.created_at, s.updated_at FROM pgcoord_semaphore_add_demand($1::text, $2::bigint, $3::int) s
 `
 
 type SemaphoreAddDemandParams struct {
@@ -237,6 +228,7 @@ func (q *Queries) SemaphoreAddDemand(ctx context.Context, db DBTX, arg Semaphore
 		&i.Key,
 		&i.PermitLimit,
 		&i.Weight,
+		&i.Configured,
 		&i.FenceToken,
 		&i.Demand,
 		&i.Vtime,
@@ -263,8 +255,26 @@ func (q *Queries) SemaphoreChannel(ctx context.Context, db DBTX) (string, error)
 	return channel, err
 }
 
+const semaphoreDone = `-- name: SemaphoreDone :execrows
+SELECT 1 FROM pgcoord_semaphore_done($1::text, $2::text, $3::bigint)
+`
+
+type SemaphoreDoneParams struct {
+	Key        string
+	Holder     string
+	FenceToken int64
+}
+
+func (q *Queries) SemaphoreDone(ctx context.Context, db DBTX, arg SemaphoreDoneParams) (int64, error) {
+	result, err := db.Exec(ctx, semaphoreDone, arg.Key, arg.Holder, arg.FenceToken)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const semaphoreDrain = `-- name: SemaphoreDrain :many
-SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.renewed_at, p.expires_at FROM pgcoord_semaphore_drain($1::text) p
+SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.renewed_at, p.expires_at, p.reserved FROM pgcoord_semaphore_drain($1::text) p
 `
 
 func (q *Queries) SemaphoreDrain(ctx context.Context, db DBTX, key string) ([]PgcoordSemaphorePermit, error) {
@@ -283,6 +293,7 @@ func (q *Queries) SemaphoreDrain(ctx context.Context, db DBTX, key string) ([]Pg
 			&i.AcquiredAt,
 			&i.RenewedAt,
 			&i.ExpiresAt,
+			&i.Reserved,
 		); err != nil {
 			return nil, err
 		}
@@ -302,8 +313,8 @@ WITH gone AS (
 SELECT pg_notify(pgcoord_channel('semaphores'), $1::text)
  WHERE EXISTS (SELECT FROM gone)
    AND EXISTS (SELECT FROM pgcoord_semaphore_waiters w
-                WHERE w.key = $1::text AND w.holder <> $2::text AND w.wanted_until > now())
-   AND (SELECT count(*) FROM pgcoord_semaphore_permits p WHERE p.key = $1::text AND p.expires_at > now())
+                WHERE w.key = $1::text AND w.holder <> $2::text AND w.wanted_until > pgcoord_now())
+   AND (SELECT count(*) FROM pgcoord_semaphore_permits p WHERE p.key = $1::text AND p.expires_at > pgcoord_now())
        < (SELECT s.permit_limit FROM pgcoord_semaphores s WHERE s.key = $1::text)
 `
 
@@ -321,13 +332,12 @@ func (q *Queries) SemaphoreLeaveLine(ctx context.Context, db DBTX, arg Semaphore
 
 const semaphoreNext = `-- name: SemaphoreNext :one
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
-       coalesce($1::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_semaphore_next($2::text, $3::interval, $4::text[], $1::timestamptz,
-                            nullif($5::text, '')) p
+       pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_semaphore_next($1::text, $2::interval, $3::text[],
+                            nullif($4::text, '')) p
 `
 
 type SemaphoreNextParams struct {
-	Now        *time.Time
 	Holder     string
 	Ttl        pgtype.Interval
 	Keys       []string
@@ -345,7 +355,6 @@ type SemaphoreNextRow struct {
 
 func (q *Queries) SemaphoreNext(ctx context.Context, db DBTX, arg SemaphoreNextParams) (SemaphoreNextRow, error) {
 	row := db.QueryRow(ctx, semaphoreNext,
-		arg.Now,
 		arg.Holder,
 		arg.Ttl,
 		arg.Keys,
@@ -365,15 +374,10 @@ func (q *Queries) SemaphoreNext(ctx context.Context, db DBTX, arg SemaphoreNextP
 
 const semaphoreNextExpiry = `-- name: SemaphoreNextExpiry :one
 SELECT coalesce(min(p.expires_at), 'epoch')::timestamptz AS next_expiry,
-       coalesce($1::timestamptz, now())::timestamptz AS db_now
+       pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_semaphore_permits p
-WHERE p.key = $2::text AND p.expires_at > coalesce($1::timestamptz, now())
+WHERE p.key = $1::text AND p.expires_at > pgcoord_now()
 `
-
-type SemaphoreNextExpiryParams struct {
-	Now *time.Time
-	Key string
-}
 
 type SemaphoreNextExpiryRow struct {
 	NextExpiry time.Time
@@ -382,31 +386,25 @@ type SemaphoreNextExpiryRow struct {
 
 // When the first live permit of a key expires ('epoch' if none is live): a refused Acquire
 // tries again then at the latest, since an expiry sends no notification.
-func (q *Queries) SemaphoreNextExpiry(ctx context.Context, db DBTX, arg SemaphoreNextExpiryParams) (SemaphoreNextExpiryRow, error) {
-	row := db.QueryRow(ctx, semaphoreNextExpiry, arg.Now, arg.Key)
+func (q *Queries) SemaphoreNextExpiry(ctx context.Context, db DBTX, key string) (SemaphoreNextExpiryRow, error) {
+	row := db.QueryRow(ctx, semaphoreNextExpiry, key)
 	var i SemaphoreNextExpiryRow
 	err := row.Scan(&i.NextExpiry, &i.DbNow)
 	return i, err
 }
 
 const semaphoreRelease = `-- name: SemaphoreRelease :execrows
-SELECT 1 FROM pgcoord_semaphore_release($1::text, $2::text, $3::bigint, $4::timestamptz)
+SELECT 1 FROM pgcoord_semaphore_release($1::text, $2::text, $3::bigint)
 `
 
 type SemaphoreReleaseParams struct {
 	Key        string
 	Holder     string
 	FenceToken int64
-	Now        *time.Time
 }
 
 func (q *Queries) SemaphoreRelease(ctx context.Context, db DBTX, arg SemaphoreReleaseParams) (int64, error) {
-	result, err := db.Exec(ctx, semaphoreRelease,
-		arg.Key,
-		arg.Holder,
-		arg.FenceToken,
-		arg.Now,
-	)
+	result, err := db.Exec(ctx, semaphoreRelease, arg.Key, arg.Holder, arg.FenceToken)
 	if err != nil {
 		return 0, err
 	}
@@ -414,7 +412,7 @@ func (q *Queries) SemaphoreRelease(ctx context.Context, db DBTX, arg SemaphoreRe
 }
 
 const semaphoreReleaseHolder = `-- name: SemaphoreReleaseHolder :execrows
-SELECT 1 FROM pgcoord_semaphore_release($1::text, $2::text, NULL, NULL)
+SELECT 1 FROM pgcoord_semaphore_release($1::text, $2::text, NULL)
 `
 
 type SemaphoreReleaseHolderParams struct {
@@ -434,13 +432,12 @@ func (q *Queries) SemaphoreReleaseHolder(ctx context.Context, db DBTX, arg Semap
 
 const semaphoreRenew = `-- name: SemaphoreRenew :one
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
-       coalesce($1::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_semaphore_renew($2::text, $3::text, $4::interval, $5::bigint,
-                             $6::boolean, $1::timestamptz) p
+       pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_semaphore_renew($1::text, $2::text, $3::interval, $4::bigint,
+                             $5::boolean) p
 `
 
 type SemaphoreRenewParams struct {
-	Now        *time.Time
 	Key        string
 	Holder     string
 	Ttl        pgtype.Interval
@@ -459,7 +456,6 @@ type SemaphoreRenewRow struct {
 
 func (q *Queries) SemaphoreRenew(ctx context.Context, db DBTX, arg SemaphoreRenewParams) (SemaphoreRenewRow, error) {
 	row := db.QueryRow(ctx, semaphoreRenew,
-		arg.Now,
 		arg.Key,
 		arg.Holder,
 		arg.Ttl,
@@ -479,7 +475,7 @@ func (q *Queries) SemaphoreRenew(ctx context.Context, db DBTX, arg SemaphoreRene
 }
 
 const semaphoreSetLimit = `-- name: SemaphoreSetLimit :one
-SELECT s.key, s.permit_limit, s.weight, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.wait_window, s.waits, s.waits_prev, s.created_at, s.updated_at FROM pgcoord_semaphore_set_limit($1::text, $2::int, $3::int) s
+SELECT s.key, s.permit_limit, s.weight, s.configured, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.wait_window, s.waits, s.waits_prev, s.created_at, s.updated_at FROM pgcoord_semaphore_set_limit($1::text, $2::int, $3::int) s
 `
 
 type SemaphoreSetLimitParams struct {
@@ -495,6 +491,7 @@ func (q *Queries) SemaphoreSetLimit(ctx context.Context, db DBTX, arg SemaphoreS
 		&i.Key,
 		&i.PermitLimit,
 		&i.Weight,
+		&i.Configured,
 		&i.FenceToken,
 		&i.Demand,
 		&i.Vtime,

@@ -5,8 +5,10 @@
 -- pgcoord_job_runs, keyed by (job, scheduled_for): replicas whose timers fire at different
 -- moments, or whose clocks disagree, still run each tick once. A running tick is a lease: its
 -- runner heartbeats it, and a tick whose runner died (expires_at passed) is taken over by the
--- next replica, with a higher fence token, so late writes of the stalled runner can be
--- fenced. pgcoord_jobs keeps each job's schedule and the summary operators and probes read.
+-- next replica, with a higher fence token (pgcoord_next_token()), so late writes of the
+-- stalled runner can be fenced. pgcoord_jobs keeps each job's schedule and the summary
+-- operators and probes read; pgcoord_gc collects finished runs older than its retention
+-- (keeping each job's latest).
 
 -- +goose Up
 CREATE TABLE pgcoord_jobs (
@@ -14,13 +16,14 @@ CREATE TABLE pgcoord_jobs (
     every                interval    NOT NULL CHECK (every > interval '0'),
     origin               timestamptz NOT NULL,
     overlap              text        NOT NULL CHECK (overlap IN ('allow', 'forbid', 'replace')),
+    -- The token of the job's newest run (0 before the first).
     fence_token          bigint      NOT NULL DEFAULT 0,
     last_started_at      timestamptz,
     last_success_at      timestamptz,
     last_failure_at      timestamptz,
     last_error           text,
     consecutive_failures integer     NOT NULL DEFAULT 0,
-    created_at           timestamptz NOT NULL DEFAULT now()
+    created_at           timestamptz NOT NULL DEFAULT pgcoord_now()
 );
 
 COMMENT ON TABLE pgcoord_jobs IS 'pgcoord: scheduled jobs, their schedule and last outcomes';
@@ -46,26 +49,43 @@ COMMENT ON TABLE pgcoord_job_runs IS 'pgcoord: one row per claimed tick of a job
 -- pgcoord_job_claim claims the current tick of p_job for p_holder and returns the claimed
 -- run, whose fence_token is higher than every earlier run's of the job; no row if the tick
 -- needs no run here: it already ran or is running, or the overlap policy says to skip.
--- It registers (or updates) the job's schedule. A tick whose runner stopped heartbeating
--- (expires_at passed) is taken over, as attempt + 1. Tokens and p_sync_commit are as in
--- pgcoord_lease_acquire; on a standby it raises 25006.
+-- It registers (or updates) the job's schedule: p_every in (0, 366 days], p_origin (NULL:
+-- the epoch) and p_overlap 'allow', 'forbid' or 'replace'; intervals with months, which have
+-- no fixed length, are refused. A tick whose runner stopped
+-- heartbeating (expires_at passed) is taken over, as attempt + 1. p_ttl is in (0, 24 hours].
+-- p_sync_commit is as in pgcoord_lease_acquire; on a standby it raises 25006.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_job_claim(
     p_job text, p_every interval, p_origin timestamptz, p_overlap text,
-    p_holder text, p_ttl interval, p_now timestamptz DEFAULT NULL, p_sync_commit text DEFAULT NULL
+    p_holder text, p_ttl interval, p_sync_commit text DEFAULT NULL
 ) RETURNS SETOF pgcoord_job_runs LANGUAGE plpgsql AS $$
 DECLARE
-    v_now  timestamptz := coalesce(p_now, now());
-    v_floor bigint := pgcoord_token_floor();
+    v_now  timestamptz := pgcoord_now();
     v_slot timestamptz;
     v_job  pgcoord_jobs;
     r      pgcoord_job_runs;
 BEGIN
-    IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
-        RAISE EXCEPTION 'pgcoord: job ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    IF NOT pgcoord_name_ok(p_job) THEN
+        PERFORM pgcoord_refuse_name('job name', p_job);
     END IF;
-    IF p_sync_commit IS NOT NULL THEN
-        PERFORM set_config('synchronous_commit', p_sync_commit, true);
+    IF NOT pgcoord_name_ok(p_holder) THEN
+        PERFORM pgcoord_refuse_name('job holder', p_holder);
+    END IF;
+    IF p_every IS NULL OR p_every <= interval '0' OR p_every > interval '366 days'
+       OR extract(month FROM p_every) <> 0 OR extract(year FROM p_every) <> 0 THEN
+        PERFORM pgcoord_refuse('job interval', 'positive, at most 366 days and without months', p_every::text);
+    END IF;
+    IF NOT isfinite(p_origin) THEN
+        PERFORM pgcoord_refuse('job origin', 'a finite time or NULL', p_origin::text);
+    END IF;
+    IF p_overlap IS NULL OR p_overlap NOT IN ('allow', 'forbid', 'replace') THEN
+        PERFORM pgcoord_refuse('job overlap', 'allow, forbid or replace', p_overlap);
+    END IF;
+    IF NOT pgcoord_ttl_ok(p_ttl) THEN
+        PERFORM pgcoord_refuse('job ttl', 'positive, at most 24 hours and without months', p_ttl::text);
+    END IF;
+    IF p_sync_commit IS NOT NULL OR pg_is_in_recovery() THEN
+        PERFORM pgcoord_grant_prepare(p_sync_commit);
     END IF;
     -- Most claims lose: every replica asks at every tick. Decide those from plain reads, so
     -- a losing claim writes nothing and waits for no commit.
@@ -122,7 +142,7 @@ BEGIN
         END IF;
     END IF;
 
-    UPDATE pgcoord_jobs SET fence_token = greatest(fence_token + 1, v_floor), last_started_at = v_now
+    UPDATE pgcoord_jobs SET fence_token = pgcoord_next_token(), last_started_at = v_now
      WHERE name = p_job RETURNING fence_token INTO v_job.fence_token;
     INSERT INTO pgcoord_job_runs AS jr (job, scheduled_for, state, fence_token, holder, started_at, expires_at)
     VALUES (p_job, v_slot, 'running', v_job.fence_token, p_holder, v_now, v_now + p_ttl)
@@ -136,47 +156,81 @@ END
 $$;
 -- +goose StatementEnd
 
--- pgcoord_job_heartbeat extends a running tick (job + slot + token) to p_now + p_ttl and
--- returns it; no row if the run is no longer current (taken over, replaced, finished). It
--- commits asynchronously — it turns synchronous_commit off for the rest of the caller's
--- transaction, so call it in a transaction of its own: losing a heartbeat only shortens the
--- run's lease. Like lease
--- renewals it judges expiry by clock_timestamp(), so a heartbeat that waited on a lock past
--- the run's expiry does not revive it.
+-- pgcoord_job_run_args refuses the bad arguments of a call that names one run (job + slot
+-- + token).
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_job_run_args(p_job text, p_scheduled_for timestamptz, p_fence_token bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pgcoord_name_ok(p_job) THEN
+        PERFORM pgcoord_refuse_name('job name', p_job);
+    END IF;
+    IF p_scheduled_for IS NULL OR NOT isfinite(p_scheduled_for) THEN
+        PERFORM pgcoord_refuse('scheduled_for', 'a finite time', p_scheduled_for::text);
+    END IF;
+    IF p_fence_token IS NULL OR p_fence_token < 1 THEN
+        PERFORM pgcoord_refuse('fence token', 'positive', p_fence_token::text);
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_job_heartbeat extends a running tick (job + slot + token) to now + p_ttl (at most
+-- 24 hours) and returns it; no row if the run is no longer current (taken over, replaced,
+-- finished). It commits asynchronously — it turns synchronous_commit off for the rest of
+-- the caller's transaction, so call it in a transaction of its own: losing a heartbeat only
+-- shortens the run's lease. Like lease renewals it judges expiry by pgcoord_clock(), so a
+-- heartbeat that waited on a lock past the run's expiry does not revive it.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_job_heartbeat(
-    p_job text, p_scheduled_for timestamptz, p_fence_token bigint, p_ttl interval,
-    p_now timestamptz DEFAULT NULL
+    p_job text, p_scheduled_for timestamptz, p_fence_token bigint, p_ttl interval
 ) RETURNS SETOF pgcoord_job_runs LANGUAGE plpgsql AS $$
 BEGIN
+    IF NOT pgcoord_name_ok(p_job) OR p_scheduled_for IS NULL OR NOT isfinite(p_scheduled_for)
+       OR p_fence_token IS NULL OR p_fence_token < 1 THEN
+        PERFORM pgcoord_job_run_args(p_job, p_scheduled_for, p_fence_token);
+    END IF;
+    IF NOT pgcoord_ttl_ok(p_ttl) THEN
+        PERFORM pgcoord_refuse('job ttl', 'positive, at most 24 hours and without months', p_ttl::text);
+    END IF;
     PERFORM set_config('synchronous_commit', 'off', true);
     -- Lock first, then judge expiry: see pgcoord_lease_renew.
     PERFORM FROM pgcoord_job_runs
      WHERE job = p_job AND scheduled_for = p_scheduled_for AND fence_token = p_fence_token
        FOR NO KEY UPDATE;
     RETURN QUERY
-    UPDATE pgcoord_job_runs SET expires_at = coalesce(p_now, clock_timestamp()) + p_ttl
+    UPDATE pgcoord_job_runs SET expires_at = pgcoord_clock() + p_ttl
      WHERE job = p_job AND scheduled_for = p_scheduled_for AND fence_token = p_fence_token
-       AND state = 'running' AND expires_at > coalesce(p_now, clock_timestamp())
+       AND state = 'running' AND expires_at > pgcoord_clock()
     RETURNING *;
 END
 $$;
 -- +goose StatementEnd
 
--- pgcoord_job_finish records the outcome of a run (p_error NULL means success) and returns
--- the finished run; no row if the run was no longer current, in which case nothing changed.
+-- pgcoord_job_finish records the outcome of a run (p_error NULL means success; an error is
+-- kept to its first 8192 bytes) and returns the finished run; no row if the run was no
+-- longer current, in which case nothing changed.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_job_finish(
-    p_job text, p_scheduled_for timestamptz, p_fence_token bigint, p_error text,
-    p_now timestamptz DEFAULT NULL
+    p_job text, p_scheduled_for timestamptz, p_fence_token bigint, p_error text
 ) RETURNS SETOF pgcoord_job_runs LANGUAGE plpgsql AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := pgcoord_now();
+    v_error text := left(p_error, 8192); -- at most 8192 characters: 32 kB at most
     r pgcoord_job_runs;
 BEGIN
+    IF NOT pgcoord_name_ok(p_job) OR p_scheduled_for IS NULL OR NOT isfinite(p_scheduled_for)
+       OR p_fence_token IS NULL OR p_fence_token < 1 THEN
+        PERFORM pgcoord_job_run_args(p_job, p_scheduled_for, p_fence_token);
+    END IF;
+    -- Keep the first 8192 bytes, cut at a character boundary: dropping ceil(excess / 4)
+    -- characters (of at most 4 bytes each) at a time never drops more than it must.
+    WHILE octet_length(v_error) > 8192 LOOP
+        v_error := left(v_error, -((octet_length(v_error) - 8192 + 3) / 4));
+    END LOOP;
     UPDATE pgcoord_job_runs
        SET state = CASE WHEN p_error IS NULL THEN 'succeeded' ELSE 'failed' END,
-           finished_at = v_now, expires_at = NULL, error = p_error
+           finished_at = v_now, expires_at = NULL, error = v_error
      WHERE job = p_job AND scheduled_for = p_scheduled_for AND fence_token = p_fence_token
        AND state = 'running'
     RETURNING * INTO r;
@@ -188,7 +242,7 @@ BEGIN
          WHERE name = p_job;
     ELSE
         UPDATE pgcoord_jobs
-           SET last_failure_at = greatest(last_failure_at, v_now), last_error = p_error,
+           SET last_failure_at = greatest(last_failure_at, v_now), last_error = v_error,
                consecutive_failures = consecutive_failures + 1
          WHERE name = p_job;
     END IF;
@@ -202,7 +256,7 @@ $$;
 CREATE TABLE pgcoord_dedupe (
     scope      text        NOT NULL CHECK (octet_length(scope) BETWEEN 1 AND 255),
     key        text        NOT NULL CHECK (octet_length(key) BETWEEN 1 AND 1024),
-    claimed_at timestamptz NOT NULL DEFAULT now(),
+    claimed_at timestamptz NOT NULL DEFAULT pgcoord_now(),
     expires_at timestamptz,
     PRIMARY KEY (scope, key)
 );
@@ -213,8 +267,9 @@ COMMENT ON TABLE pgcoord_dedupe IS 'pgcoord: dedupe claims; a row means (scope, 
 
 -- +goose Down
 DROP TABLE pgcoord_dedupe;
-DROP FUNCTION pgcoord_job_finish(text, timestamptz, bigint, text, timestamptz);
-DROP FUNCTION pgcoord_job_heartbeat(text, timestamptz, bigint, interval, timestamptz);
-DROP FUNCTION pgcoord_job_claim(text, interval, timestamptz, text, text, interval, timestamptz, text);
+DROP FUNCTION pgcoord_job_finish(text, timestamptz, bigint, text);
+DROP FUNCTION pgcoord_job_heartbeat(text, timestamptz, bigint, interval);
+DROP FUNCTION pgcoord_job_run_args(text, timestamptz, bigint);
+DROP FUNCTION pgcoord_job_claim(text, interval, timestamptz, text, text, interval, text);
 DROP TABLE pgcoord_job_runs;
 DROP TABLE pgcoord_jobs;

@@ -83,14 +83,14 @@ CREATE FUNCTION pgcoord_idempotency_held(p_scope text, p_key text) RETURNS boole
 -- key removed by GC whose tombstone has not expired, a row with state 'expired' carrying the
 -- tombstone's fingerprint and expiry; no row for an unknown key. It locks nothing. (A plain
 -- SQL function: the planner inlines it, so a replay's lookup costs what the bare SELECT does.)
-CREATE FUNCTION pgcoord_idempotency_lookup(p_scope text, p_key text, p_now timestamptz DEFAULT NULL)
+CREATE FUNCTION pgcoord_idempotency_lookup(p_scope text, p_key text)
 RETURNS SETOF pgcoord_idempotency_keys LANGUAGE sql STABLE AS $$
     SELECT * FROM pgcoord_idempotency_keys WHERE scope = p_scope AND key = p_key
     UNION ALL
     SELECT t.scope, t.key, t.fingerprint, 'expired'::text, ''::text, 0, NULL::text, NULL::bytea,
            NULL::integer, NULL::jsonb, NULL::bytea, t.expires_at, t.expires_at, NULL::timestamptz, t.expires_at
       FROM pgcoord_idempotency_tombstones t
-     WHERE t.scope = p_scope AND t.key = p_key AND t.expires_at > coalesce(p_now, now())
+     WHERE t.scope = p_scope AND t.key = p_key AND t.expires_at > pgcoord_now()
        AND NOT EXISTS (SELECT FROM pgcoord_idempotency_keys k WHERE k.scope = p_scope AND k.key = p_key)
 $$;
 
@@ -109,26 +109,37 @@ $$;
 --     differs from that of the dead holder's request.
 --   - no row: a live attempt holds the key and has not committed its first phase.
 --
--- With p_wait NULL it never waits. Otherwise it waits up to p_wait for the holder to finish
--- (then returns what it left: completed, or the key to execute again), and fails with
--- SQLSTATE 55P03 (lock_not_available) when p_wait passes.
+-- With p_wait NULL it never waits. Otherwise (at most 1 hour) it waits up to p_wait for
+-- the holder to finish (then returns what it left: completed, or the key to execute
+-- again), and fails with SQLSTATE 55P03 (lock_not_available) when p_wait passes. Scope,
+-- key and holder are 1 to 255 bytes, the fingerprint 1 to 64 bytes, the retention positive
+-- and at most 36,500 days (else 22004 or 22023).
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_idempotency_begin(
     p_scope text, p_key text, p_fingerprint bytea, p_holder text, p_retention interval,
-    p_wait interval DEFAULT NULL, p_now timestamptz DEFAULT NULL
+    p_wait interval DEFAULT NULL
 ) RETURNS SETOF pgcoord_idempotency_keys LANGUAGE plpgsql AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := pgcoord_now();
     v_lock bigint := pgcoord_idempotency_lock_key(p_scope, p_key);
     v_timeout text;
     r pgcoord_idempotency_keys;
 BEGIN
-    IF p_retention IS NULL OR p_retention <= interval '0' THEN
-        RAISE EXCEPTION 'pgcoord: idempotency retention must be positive, got %', p_retention USING ERRCODE = '22023';
+    IF NOT (pgcoord_name_ok(p_scope) AND pgcoord_name_ok(p_key) AND pgcoord_name_ok(p_holder)) THEN
+        PERFORM pgcoord_idempotency_args(p_scope, p_key, p_holder);
+    END IF;
+    IF p_fingerprint IS NULL OR octet_length(p_fingerprint) NOT BETWEEN 1 AND 64 THEN
+        PERFORM pgcoord_refuse('idempotency fingerprint', '1 to 64 bytes', octet_length(p_fingerprint) || ' bytes');
+    END IF;
+    IF p_retention IS NULL OR p_retention <= interval '0' OR p_retention > interval '36500 days' THEN
+        PERFORM pgcoord_refuse('idempotency retention', 'positive and at most 36500 days', p_retention::text);
+    END IF;
+    IF p_wait <= interval '0' OR p_wait > interval '1 hour' THEN
+        PERFORM pgcoord_refuse('idempotency wait', 'positive and at most 1 hour, or NULL', p_wait::text);
     END IF;
     IF p_wait IS NULL THEN
         IF NOT pg_try_advisory_xact_lock(v_lock) THEN
-            RETURN QUERY SELECT * FROM pgcoord_idempotency_lookup(p_scope, p_key, v_now);
+            RETURN QUERY SELECT * FROM pgcoord_idempotency_lookup(p_scope, p_key);
             RETURN;
         END IF;
     ELSE
@@ -138,7 +149,7 @@ BEGIN
         PERFORM set_config('lock_timeout', v_timeout, true);
     END IF;
     -- The caller holds the lock: no live attempt has the key, and what is committed is final.
-    SELECT * INTO r FROM pgcoord_idempotency_lookup(p_scope, p_key, v_now);
+    SELECT * INTO r FROM pgcoord_idempotency_lookup(p_scope, p_key);
     IF NOT FOUND THEN
         INSERT INTO pgcoord_idempotency_keys
                (scope, key, fingerprint, state, holder, created_at, updated_at, expires_at)
@@ -156,19 +167,47 @@ END
 $$;
 -- +goose StatementEnd
 
+-- pgcoord_idempotency_args refuses a scope, key or holder that is not 1 to 255 bytes.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_idempotency_args(p_scope text, p_key text, p_holder text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pgcoord_name_ok(p_scope) THEN
+        PERFORM pgcoord_refuse_name('idempotency scope', p_scope);
+    END IF;
+    IF NOT pgcoord_name_ok(p_key) THEN
+        PERFORM pgcoord_refuse_name('idempotency key', p_key);
+    END IF;
+    IF NOT pgcoord_name_ok(p_holder) THEN
+        PERFORM pgcoord_refuse_name('idempotency holder', p_holder);
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
 -- pgcoord_idempotency_checkpoint records a recovery point of the attempt p_holder, in its
 -- transaction: COMMIT right after it, so the point (with the writes of the phase it ends)
 -- survives the attempt's death, then BEGIN and pgcoord_idempotency_relock to go on holding
--- the key. Returns the row; fails with SQLSTATE 55000 if p_holder no longer holds the key.
+-- the key. The point is 1 to 255 bytes, its data at most 1 MiB. Returns the row; fails with
+-- SQLSTATE 55000 if p_holder no longer holds the key.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_idempotency_checkpoint(
-    p_scope text, p_key text, p_holder text, p_point text, p_data bytea, p_now timestamptz DEFAULT NULL
+    p_scope text, p_key text, p_holder text, p_point text, p_data bytea
 ) RETURNS SETOF pgcoord_idempotency_keys LANGUAGE plpgsql AS $$
 DECLARE
     r pgcoord_idempotency_keys;
 BEGIN
+    IF NOT (pgcoord_name_ok(p_scope) AND pgcoord_name_ok(p_key) AND pgcoord_name_ok(p_holder)) THEN
+        PERFORM pgcoord_idempotency_args(p_scope, p_key, p_holder);
+    END IF;
+    IF NOT pgcoord_name_ok(p_point) THEN
+        PERFORM pgcoord_refuse_name('recovery point', p_point);
+    END IF;
+    IF octet_length(p_data) > 1048576 THEN
+        PERFORM pgcoord_refuse('recovery data', 'at most 1048576 bytes', octet_length(p_data) || ' bytes');
+    END IF;
     UPDATE pgcoord_idempotency_keys
-       SET recovery_point = p_point, recovery_data = p_data, updated_at = coalesce(p_now, now())
+       SET recovery_point = p_point, recovery_data = p_data, updated_at = pgcoord_now()
      WHERE scope = p_scope AND key = p_key AND holder = p_holder AND state = 'in_flight'
     RETURNING * INTO r;
     IF NOT FOUND THEN
@@ -187,6 +226,9 @@ $$;
 CREATE FUNCTION pgcoord_idempotency_relock(p_scope text, p_key text, p_holder text)
 RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
+    IF NOT (pgcoord_name_ok(p_scope) AND pgcoord_name_ok(p_key) AND pgcoord_name_ok(p_holder)) THEN
+        PERFORM pgcoord_idempotency_args(p_scope, p_key, p_holder);
+    END IF;
     RETURN pg_try_advisory_xact_lock(pgcoord_idempotency_lock_key(p_scope, p_key))
        AND EXISTS (SELECT FROM pgcoord_idempotency_keys
                     WHERE scope = p_scope AND key = p_key AND holder = p_holder AND state = 'in_flight');
@@ -195,17 +237,34 @@ $$;
 -- +goose StatementEnd
 
 -- pgcoord_idempotency_complete stores the response of the attempt p_holder, in its
--- transaction (COMMIT right after it). Returns the completed row; fails with SQLSTATE 55000
--- if p_holder no longer holds the key, which aborts the transaction: nothing is half-stored.
+-- transaction (COMMIT right after it): a status of 100 to 999, headers a JSON object (or
+-- NULL) of at most 65536 bytes as text (octet_length(p_headers::text)), a body of at most
+-- 16 MiB (or NULL). Returns the completed row;
+-- fails with SQLSTATE 55000 if p_holder no longer holds the key, which aborts the
+-- transaction: nothing is half-stored.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_idempotency_complete(
-    p_scope text, p_key text, p_holder text, p_status integer, p_headers jsonb, p_body bytea,
-    p_now timestamptz DEFAULT NULL
+    p_scope text, p_key text, p_holder text, p_status integer, p_headers jsonb, p_body bytea
 ) RETURNS SETOF pgcoord_idempotency_keys LANGUAGE plpgsql AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := pgcoord_now();
     r pgcoord_idempotency_keys;
 BEGIN
+    IF NOT (pgcoord_name_ok(p_scope) AND pgcoord_name_ok(p_key) AND pgcoord_name_ok(p_holder)) THEN
+        PERFORM pgcoord_idempotency_args(p_scope, p_key, p_holder);
+    END IF;
+    IF p_status IS NULL OR p_status NOT BETWEEN 100 AND 999 THEN
+        PERFORM pgcoord_refuse('response status', 'between 100 and 999', p_status::text);
+    END IF;
+    -- Measured as text, as PostgreSQL prints it (package idempotency computes the same
+    -- length before sending, so that Go refuses what this would).
+    IF jsonb_typeof(p_headers) <> 'object' OR octet_length(p_headers::text) > 65536 THEN
+        PERFORM pgcoord_refuse('response headers', 'a JSON object of at most 65536 bytes as text, or NULL',
+                               jsonb_typeof(p_headers) || ' of ' || octet_length(p_headers::text) || ' bytes');
+    END IF;
+    IF octet_length(p_body) > 16777216 THEN
+        PERFORM pgcoord_refuse('response body', 'at most 16777216 bytes', octet_length(p_body) || ' bytes');
+    END IF;
     UPDATE pgcoord_idempotency_keys
        SET state = 'completed', status = p_status, headers = p_headers, body = p_body,
            recovery_data = NULL, completed_at = v_now, updated_at = v_now
@@ -220,17 +279,23 @@ END
 $$;
 -- +goose StatementEnd
 
--- pgcoord_idempotency_gc deletes up to p_batch keys whose retention has passed, leaving a
--- tombstone for each that expires p_tombstone after the deletion, and up to p_batch expired
--- tombstones. Returns the number of keys deleted; a key held by a live attempt is skipped.
+-- pgcoord_idempotency_gc deletes up to p_batch (1 to 100,000) keys whose retention has
+-- passed, leaving a tombstone for each that expires p_tombstone (0 to 36,500 days) after the
+-- deletion, and up to p_batch expired tombstones. Returns the number of keys deleted; a key
+-- held by a live attempt is skipped.
 -- +goose StatementBegin
-CREATE FUNCTION pgcoord_idempotency_gc(
-    p_batch integer, p_tombstone interval, p_now timestamptz DEFAULT NULL
-) RETURNS bigint LANGUAGE plpgsql AS $$
+CREATE FUNCTION pgcoord_idempotency_gc(p_batch integer, p_tombstone interval)
+RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := pgcoord_now();
     v_deleted bigint;
 BEGIN
+    IF p_batch IS NULL OR p_batch NOT BETWEEN 1 AND 100000 THEN
+        PERFORM pgcoord_refuse('gc batch', 'between 1 and 100000', p_batch::text);
+    END IF;
+    IF p_tombstone IS NULL OR p_tombstone < interval '0' OR p_tombstone > interval '36500 days' THEN
+        PERFORM pgcoord_refuse('tombstone retention', 'between 0 and 36500 days', p_tombstone::text);
+    END IF;
     WITH gone AS (
         DELETE FROM pgcoord_idempotency_keys k
          WHERE k.ctid = ANY (ARRAY(
@@ -258,12 +323,13 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
-DROP FUNCTION pgcoord_idempotency_gc(integer, interval, timestamptz);
-DROP FUNCTION pgcoord_idempotency_complete(text, text, text, integer, jsonb, bytea, timestamptz);
+DROP FUNCTION pgcoord_idempotency_gc(integer, interval);
+DROP FUNCTION pgcoord_idempotency_complete(text, text, text, integer, jsonb, bytea);
 DROP FUNCTION pgcoord_idempotency_relock(text, text, text);
-DROP FUNCTION pgcoord_idempotency_checkpoint(text, text, text, text, bytea, timestamptz);
-DROP FUNCTION pgcoord_idempotency_begin(text, text, bytea, text, interval, interval, timestamptz);
-DROP FUNCTION pgcoord_idempotency_lookup(text, text, timestamptz);
+DROP FUNCTION pgcoord_idempotency_checkpoint(text, text, text, text, bytea);
+DROP FUNCTION pgcoord_idempotency_args(text, text, text);
+DROP FUNCTION pgcoord_idempotency_begin(text, text, bytea, text, interval, interval);
+DROP FUNCTION pgcoord_idempotency_lookup(text, text);
 DROP FUNCTION pgcoord_idempotency_held(text, text);
 DROP FUNCTION pgcoord_idempotency_lock_key(text, text);
 DROP TABLE pgcoord_idempotency_tombstones;

@@ -14,14 +14,12 @@
 -- the pending messages right behind it, so a key is delivered in id order, one relay at a
 -- time, while different keys flow in parallel. A failing head parks its key only.
 --
--- Fencing: each claim stamps its rows with a token from pgcoord_outbox_claim_token (a
--- sequence: tokens only go up and are never reused) and an expiry by the database clock.
+-- Fencing: each claim stamps its rows with a token from pgcoord_next_token() (tokens only go
+-- up and are never reused) and an expiry by the database clock.
 -- Settling (delivered, retry, dead, release) matches the token: a relay paused past its
 -- claim, whose rows were claimed again by another relay, changes nothing.
 
 -- +goose Up
-CREATE SEQUENCE pgcoord_outbox_claim_token AS bigint NO CYCLE;
-
 CREATE TABLE pgcoord_outbox (
     id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     -- Topic and key (1 to 255 bytes each), payload (at most 1 MiB) and headers (a JSON
@@ -36,9 +34,9 @@ CREATE TABLE pgcoord_outbox (
     is_json          boolean     NOT NULL DEFAULT false,
     headers          jsonb       NOT NULL DEFAULT '{}',
     state            text        NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered', 'dead')),
-    created_at       timestamptz NOT NULL DEFAULT now(),
+    created_at       timestamptz NOT NULL DEFAULT pgcoord_now(),
     -- When the message may be claimed: created_at + delay, or the end of a retry's backoff.
-    available_at     timestamptz NOT NULL DEFAULT now(),
+    available_at     timestamptz NOT NULL DEFAULT pgcoord_now(),
     -- Failed deliveries so far.
     attempts         integer     NOT NULL DEFAULT 0,
     -- The latest claim: its token, the claimant, and until when it holds (NULL: unclaimed).
@@ -68,14 +66,18 @@ COMMENT ON TABLE pgcoord_outbox IS 'pgcoord: transactional outbox messages (pend
 -- registers in pgcoord_outbox_idle (until a deadline it keeps extending while it waits)
 -- and leaves it when it finds work again; busy relays need no wake-up.
 --
--- No wake-up is lost between a producer's check and its commit: the producer takes a
--- shared transaction-level advisory lock before it checks, held until it commits, and a
--- relay registers itself under the same lock in exclusive mode (pgcoord_outbox_idle), so
--- its registration waits until every producer that checked without seeing it has
--- committed — and its next claim, after the registration, sees their messages. A producer
--- that checks after the registration sees it and notifies. (A producer in a REPEATABLE
--- READ or SERIALIZABLE transaction checks with its transaction's snapshot, which may
--- predate a registration: that relay then finds the message at its next poll.)
+-- A producer takes a shared transaction-level advisory lock before it checks, held until
+-- it commits. A relay registers itself and then TRIES the same lock in exclusive mode
+-- (pgcoord_outbox_idle), without waiting for it: a registration never makes a producer
+-- queue, however long a producer's transaction stays open. If the relay gets the lock, no
+-- producer was between its check and its commit, so none can miss the registration: every
+-- later producer checks after it commits and notifies, and the relay's next claim, after
+-- the registration, sees every message committed before it. If the lock is taken, some
+-- producer may have checked before the registration and not committed yet; the relay
+-- claims again and registers again soon (within its poll interval), so such a message
+-- waits at most until then. (A producer in a REPEATABLE READ or SERIALIZABLE transaction
+-- checks with its transaction's snapshot, which may predate a registration: that relay
+-- then finds the message at its next poll.)
 CREATE TABLE pgcoord_outbox_idle (
     claimant text        PRIMARY KEY,
     until    timestamptz NOT NULL
@@ -100,9 +102,8 @@ CREATE FUNCTION pgcoord_outbox_wake_flag() RETURNS text
 -- Writers call it in the statement that inserts, guarded so that only a transaction's
 -- first message pays for a function call:
 --   WHERE current_setting(pgcoord_outbox_wake_flag(), true) = 'on' OR pgcoord_outbox_wake()
--- and before they take their (topic, key) locks, so that a producer never holds a key's
--- lock while it queues for the wake-up lock behind a registering relay (which waits for
--- the producers, one of which may be waiting for that key). It is not a trigger: an
+-- and before they take their (topic, key) locks, so that a producer holds no key's lock
+-- during the instant it may wait for a registering relay's commit. It is not a trigger: an
 -- AFTER trigger's bookkeeping cost more than the check itself, on every statement. A row
 -- INSERTed by hand therefore wakes no relay; the relays find it at their next poll.
 -- +goose StatementBegin
@@ -115,7 +116,7 @@ BEGIN
     -- The lock first, then the check: each statement of this (volatile) function reads a
     -- new snapshot, so the check sees every registration that committed before the lock.
     PERFORM pg_advisory_xact_lock_shared(pgcoord_lock_key('outbox:wakeup'));
-    IF EXISTS (SELECT FROM pgcoord_outbox_idle WHERE until > now()) THEN
+    IF EXISTS (SELECT FROM pgcoord_outbox_idle WHERE until > pgcoord_clock()) THEN
         PERFORM pg_notify(pgcoord_channel('outbox'), '');
     END IF;
     RETURN true;
@@ -123,21 +124,30 @@ END
 $$;
 -- +goose StatementEnd
 
--- pgcoord_outbox_idle registers p_claimant, a relay LISTENing on pgcoord_channel('outbox'),
--- as waiting for work until now + p_ttl, after every producer that did not see it waiting
--- has committed. Claim again after it returns, then wait. p_ttl NULL (or a relay that found
--- work) removes the registration.
+-- pgcoord_outbox_idle registers p_claimant (1 to 255 bytes), a relay LISTENing on
+-- pgcoord_channel('outbox'), as waiting for work until now + p_ttl (positive, at most 24
+-- hours), and returns whether the registration is tight: true if no producer can have
+-- checked for waiting relays before it and still be uncommitted. It never waits. Claim again
+-- after it returns; then, if it returned false, register again soon rather than waiting a
+-- whole poll interval. p_ttl NULL (a relay that found work) removes the registration and
+-- returns true.
 -- +goose StatementBegin
-CREATE FUNCTION pgcoord_outbox_idle(p_claimant text, p_ttl interval) RETURNS void LANGUAGE plpgsql AS $$
+CREATE FUNCTION pgcoord_outbox_idle(p_claimant text, p_ttl interval) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
+    IF NOT pgcoord_name_ok(p_claimant) THEN
+        PERFORM pgcoord_refuse_name('outbox claimant', p_claimant);
+    END IF;
+    IF p_ttl IS NOT NULL AND NOT pgcoord_ttl_ok(p_ttl) THEN
+        PERFORM pgcoord_refuse('idle ttl', 'positive, at most 24 hours and without months, or NULL', p_ttl::text);
+    END IF;
     IF p_ttl IS NULL THEN
         DELETE FROM pgcoord_outbox_idle WHERE claimant = p_claimant;
-        RETURN;
+        RETURN true;
     END IF;
     PERFORM set_config('synchronous_commit', 'off', true); -- losing it only delays a wake-up
-    INSERT INTO pgcoord_outbox_idle (claimant, until) VALUES (p_claimant, clock_timestamp() + p_ttl)
+    INSERT INTO pgcoord_outbox_idle (claimant, until) VALUES (p_claimant, pgcoord_clock() + p_ttl)
     ON CONFLICT (claimant) DO UPDATE SET until = excluded.until;
-    PERFORM pg_advisory_xact_lock(pgcoord_lock_key('outbox:wakeup'));
+    RETURN pg_try_advisory_xact_lock(pgcoord_lock_key('outbox:wakeup'));
 END
 $$;
 -- +goose StatementEnd
@@ -161,17 +171,14 @@ CREATE FUNCTION pgcoord_outbox_enqueue_bytes(
     p_headers jsonb DEFAULT '{}', p_delay interval DEFAULT NULL
 ) RETURNS SETOF pgcoord_outbox LANGUAGE plpgsql AS $$
 BEGIN
-    IF p_topic IS NULL OR octet_length(p_topic) NOT BETWEEN 1 AND 255 THEN
-        RAISE EXCEPTION 'pgcoord: outbox topic must be 1 to 255 bytes, got %', coalesce(octet_length(p_topic)::text, 'NULL')
-            USING ERRCODE = '22023';
+    IF NOT pgcoord_name_ok(p_topic) THEN
+        PERFORM pgcoord_refuse_name('outbox topic', p_topic);
     END IF;
-    IF p_key IS NULL OR octet_length(p_key) NOT BETWEEN 1 AND 255 THEN
-        RAISE EXCEPTION 'pgcoord: outbox key must be 1 to 255 bytes, got %', coalesce(octet_length(p_key)::text, 'NULL')
-            USING ERRCODE = '22023';
+    IF NOT pgcoord_name_ok(p_key) THEN
+        PERFORM pgcoord_refuse_name('outbox key', p_key);
     END IF;
     IF p_payload IS NULL OR octet_length(p_payload) > 1048576 THEN
-        RAISE EXCEPTION 'pgcoord: outbox payload must be at most 1048576 bytes, got %', coalesce(octet_length(p_payload)::text, 'NULL')
-            USING ERRCODE = '22023';
+        PERFORM pgcoord_refuse('outbox payload', 'at most 1048576 bytes', octet_length(p_payload) || ' bytes');
     END IF;
     IF p_delay < interval '0' THEN
         RAISE EXCEPTION 'pgcoord: outbox delay must not be negative, got %', p_delay USING ERRCODE = '22023';
@@ -179,15 +186,16 @@ BEGIN
     IF coalesce(p_is_json, false) THEN
         PERFORM convert_from(p_payload, 'UTF8')::jsonb; -- raises 22P02 for invalid JSON
     END IF;
-    IF jsonb_typeof(coalesce(p_headers, '{}')) <> 'object' THEN
-        RAISE EXCEPTION 'pgcoord: outbox headers must be a JSON object, got %', p_headers USING ERRCODE = '22023';
+    IF jsonb_typeof(coalesce(p_headers, '{}')) <> 'object' OR pg_column_size(p_headers) > 65536 THEN
+        PERFORM pgcoord_refuse('outbox headers', 'a JSON object of at most 65536 bytes, or NULL',
+                               jsonb_typeof(p_headers) || ' of ' || pg_column_size(p_headers) || ' bytes');
     END IF;
     PERFORM pgcoord_outbox_wake();
     PERFORM pg_advisory_xact_lock(pgcoord_outbox_lock_key(p_topic, p_key));
     RETURN QUERY
     INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
     VALUES (p_topic, p_key, p_payload, coalesce(p_is_json, false), coalesce(p_headers, '{}'),
-            now() + coalesce(p_delay, interval '0'))
+            pgcoord_now() + coalesce(p_delay, interval '0'))
     RETURNING *;
 END
 $$;
@@ -206,24 +214,37 @@ DECLARE
     v_n integer := coalesce(cardinality(p_topics), 0);
     v_bad record;
 BEGIN
-    IF coalesce(cardinality(p_keys), 0) <> v_n OR coalesce(cardinality(p_payloads), 0) <> v_n
-       OR coalesce(cardinality(p_is_json), 0) <> v_n OR coalesce(cardinality(p_headers), 0) <> v_n
-       OR coalesce(cardinality(p_delays), 0) <> v_n THEN
-        RAISE EXCEPTION 'pgcoord: outbox batch arrays differ in length' USING ERRCODE = '22023';
+    IF p_topics IS NULL OR p_keys IS NULL OR p_payloads IS NULL OR p_is_json IS NULL OR p_headers IS NULL
+       OR p_delays IS NULL THEN
+        PERFORM pgcoord_refuse(CASE WHEN p_topics IS NULL THEN 'p_topics' WHEN p_keys IS NULL THEN 'p_keys'
+                                    WHEN p_payloads IS NULL THEN 'p_payloads' WHEN p_is_json IS NULL THEN 'p_is_json'
+                                    WHEN p_headers IS NULL THEN 'p_headers' ELSE 'p_delays' END,
+                               'an array with one element per message', NULL);
     END IF;
-    SELECT * INTO v_bad FROM unnest(p_topics, p_keys, p_payloads, p_delays) AS m(topic, key, payload, delay)
-     WHERE m.topic IS NULL OR octet_length(m.topic) NOT BETWEEN 1 AND 255
-        OR m.key IS NULL OR octet_length(m.key) NOT BETWEEN 1 AND 255
+    IF cardinality(p_keys) <> v_n OR cardinality(p_payloads) <> v_n OR cardinality(p_is_json) <> v_n
+       OR cardinality(p_headers) <> v_n OR cardinality(p_delays) <> v_n THEN
+        RAISE EXCEPTION 'pgcoord: outbox batch arrays must have the same length, got % topics, % keys, % payloads, % is_json, % headers, % delays',
+            v_n, cardinality(p_keys), cardinality(p_payloads), cardinality(p_is_json), cardinality(p_headers),
+            cardinality(p_delays) USING ERRCODE = '22023';
+    END IF;
+    SELECT m.n, CASE
+             WHEN NOT pgcoord_name_ok(m.topic) THEN 'topic must be 1 to 255 bytes, got ' || coalesce(octet_length(m.topic) || ' bytes', 'NULL')
+             WHEN NOT pgcoord_name_ok(m.key) THEN 'key must be 1 to 255 bytes, got ' || coalesce(octet_length(m.key) || ' bytes', 'NULL')
+             WHEN m.payload IS NULL OR octet_length(m.payload) > 1048576
+             THEN 'payload must be at most 1048576 bytes, got ' || coalesce(octet_length(m.payload) || ' bytes', 'NULL')
+             ELSE 'delay must not be negative, got ' || m.delay END AS why
+      INTO v_bad FROM unnest(p_topics, p_keys, p_payloads, p_delays) WITH ORDINALITY AS m(topic, key, payload, delay, n)
+     WHERE NOT pgcoord_name_ok(m.topic) OR NOT pgcoord_name_ok(m.key)
         OR m.payload IS NULL OR octet_length(m.payload) > 1048576 OR m.delay < interval '0'
-     LIMIT 1;
+     ORDER BY m.n LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'pgcoord: invalid outbox message to %/%: topic and key must be 1 to 255 bytes, the payload at most 1048576 bytes, the delay not negative',
-            v_bad.topic, v_bad.key USING ERRCODE = '22023';
+        RAISE EXCEPTION 'pgcoord: outbox message % of the batch: %', v_bad.n, v_bad.why USING ERRCODE = '22023';
     END IF;
     PERFORM convert_from(m.payload, 'UTF8')::jsonb
        FROM unnest(p_payloads, p_is_json) AS m(payload, is_json) WHERE m.is_json;
-    IF EXISTS (SELECT FROM unnest(p_headers) AS h(v) WHERE jsonb_typeof(coalesce(h.v, '{}')) <> 'object') THEN
-        RAISE EXCEPTION 'pgcoord: outbox headers must be JSON objects' USING ERRCODE = '22023';
+    IF EXISTS (SELECT FROM unnest(p_headers) AS h(v)
+                WHERE jsonb_typeof(coalesce(h.v, '{}')) <> 'object' OR pg_column_size(h.v) > 65536) THEN
+        RAISE EXCEPTION 'pgcoord: outbox headers must be JSON objects of at most 65536 bytes, or NULL' USING ERRCODE = '22023';
     END IF;
     PERFORM pgcoord_outbox_wake();
     PERFORM pg_advisory_xact_lock(pgcoord_outbox_lock_key(k.topic, k.key))
@@ -231,7 +252,7 @@ BEGIN
     RETURN QUERY
     INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
     SELECT m.topic, m.key, m.payload, coalesce(m.is_json, false), coalesce(m.headers, '{}'),
-           now() + coalesce(m.delay, interval '0')
+           pgcoord_now() + coalesce(m.delay, interval '0')
       FROM unnest(p_topics, p_keys, p_payloads, p_is_json, p_headers, p_delays)
            WITH ORDINALITY AS m(topic, key, payload, is_json, headers, delay, n)
      ORDER BY m.n
@@ -257,36 +278,49 @@ END
 $$;
 -- +goose StatementEnd
 
--- pgcoord_outbox_claim claims a batch for p_claimant until p_now + p_ttl and returns it,
+-- pgcoord_outbox_claim claims a batch for p_claimant until now + p_ttl and returns it,
 -- every row stamped with one new claim token. It walks the keys with pending messages in
 -- (topic, key) order after (p_after_topic, p_after_key) — one index probe per key, so a
 -- deep backlog of one key costs one probe, not one per message — and takes the keys whose
 -- oldest pending message (the head) is due and not under a live claim, at most p_limit
 -- messages in all: from each such key its head and the messages right behind it, at most
 -- p_key_limit, stopping at the first one not due. Heads locked by a concurrent claim are
--- skipped (FOR UPDATE SKIP LOCKED). p_topics, if not NULL, restricts the claim to those
--- topics. The caller resumes after the last key it got, and from the start once a claim
--- returns fewer than p_limit messages: keys are served round robin.
+-- skipped (FOR UPDATE SKIP LOCKED). The batch's payloads add up to at most p_max_bytes,
+-- except that a claim always takes at least one message: a larger one is claimed alone.
+-- p_topics, if not NULL, restricts the claim to those topics. What the limits cut off is a
+-- suffix in (topic, key, id) order, so the caller resumes after the last key it got, and
+-- from the start once a claim was cut by neither limit: keys are served round robin. Bad
+-- arguments raise 22004 or 22023: a claimant not of 1 to 255 bytes, limits outside 1 to
+-- 10,000 (p_key_limit at most p_limit), p_max_bytes below 1, a TTL outside (0, 24 hours],
+-- an invalid topic.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_outbox_claim(
-    p_claimant text, p_limit integer, p_key_limit integer, p_ttl interval,
-    p_topics text[] DEFAULT NULL, p_after_topic text DEFAULT '', p_after_key text DEFAULT '',
-    p_now timestamptz DEFAULT NULL
+    p_claimant text, p_limit integer, p_key_limit integer, p_max_bytes bigint, p_ttl interval,
+    p_topics text[] DEFAULT NULL, p_after_topic text DEFAULT '', p_after_key text DEFAULT ''
 ) RETURNS SETOF pgcoord_outbox LANGUAGE plpgsql AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := pgcoord_now();
     v_token bigint;
 BEGIN
-    IF p_limit IS NULL OR p_limit < 1 OR p_key_limit IS NULL OR p_key_limit < 1 THEN
-        RAISE EXCEPTION 'pgcoord: outbox claim limits must be at least 1, got % and %', p_limit, p_key_limit
-            USING ERRCODE = '22023';
+    IF NOT pgcoord_name_ok(p_claimant) THEN
+        PERFORM pgcoord_refuse_name('outbox claimant', p_claimant);
     END IF;
-    IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
-        RAISE EXCEPTION 'pgcoord: outbox claim ttl must be positive, got %', p_ttl USING ERRCODE = '22023';
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
+        PERFORM pgcoord_refuse('outbox claim limit', 'between 1 and 10000', p_limit::text);
     END IF;
-    -- Above every token of an earlier timeline (see pgcoord_token_floor): a promoted
-    -- standby's sequence may hand out again values the old primary had issued.
-    v_token := pgcoord_token_floor() + nextval('pgcoord_outbox_claim_token');
+    IF p_key_limit IS NULL OR p_key_limit NOT BETWEEN 1 AND p_limit THEN
+        PERFORM pgcoord_refuse('outbox claim key limit', 'between 1 and the claim limit ' || p_limit, p_key_limit::text);
+    END IF;
+    IF p_max_bytes IS NULL OR p_max_bytes < 1 THEN
+        PERFORM pgcoord_refuse('outbox claim byte limit', 'positive', p_max_bytes::text);
+    END IF;
+    IF NOT pgcoord_ttl_ok(p_ttl) THEN
+        PERFORM pgcoord_refuse('outbox claim ttl', 'positive, at most 24 hours and without months', p_ttl::text);
+    END IF;
+    IF EXISTS (SELECT FROM unnest(p_topics) t WHERE NOT pgcoord_name_ok(t)) THEN
+        PERFORM pgcoord_refuse('outbox claim topics', 'topics of 1 to 255 bytes', 'a NULL, empty or longer topic');
+    END IF;
+    v_token := pgcoord_next_token();
     RETURN QUERY
     WITH RECURSIVE heads (topic, key, id, ready, total) AS (
         SELECT coalesce(p_after_topic, ''), coalesce(p_after_key, ''), 0::bigint, false, 0::bigint
@@ -324,21 +358,30 @@ BEGIN
          WHERE h.ready
     ),
     picked AS (
-        SELECT m.id FROM locked l CROSS JOIN LATERAL (
-            SELECT s.id FROM (
-                SELECT o.id, bool_and(o.available_at <= v_now AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= v_now))
+        -- In (topic, key, id) order, the walk's: whatever LIMIT and the byte cap below cut
+        -- off lies after every message claimed, so the caller's cursor skips none of it.
+        SELECT m.id, m.bytes, row_number() OVER (ORDER BY l.topic, l.key, m.id) AS n FROM locked l CROSS JOIN LATERAL (
+            SELECT s.id, s.bytes FROM (
+                SELECT o.id, octet_length(o.payload) AS bytes,
+                       bool_and(o.available_at <= v_now AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= v_now))
                                 OVER (ORDER BY o.id) AS ok
                   FROM pgcoord_outbox o
                  WHERE o.state = 'pending' AND o.topic = l.topic AND o.key = l.key AND o.id >= l.id
                  ORDER BY o.id LIMIT p_key_limit) s
              WHERE s.ok) m
-         ORDER BY l.id, m.id
+         ORDER BY l.topic, l.key, m.id
          LIMIT p_limit
+    ),
+    capped AS (
+        -- The messages, in claim order, while the payloads so far fit p_max_bytes (the
+        -- first one always: octet_length reads the stored size, not the payload).
+        SELECT c.id FROM (SELECT p.id, p.n, sum(p.bytes) OVER (ORDER BY p.n) AS upto FROM picked p) c
+         WHERE c.n = 1 OR c.upto <= p_max_bytes
     )
     UPDATE pgcoord_outbox o
        SET claim_token = v_token, claimed_by = p_claimant, claim_expires_at = v_now + p_ttl
-      FROM picked
-     WHERE o.id = picked.id AND o.state = 'pending'
+      FROM capped
+     WHERE o.id = capped.id AND o.state = 'pending'
     RETURNING o.*;
 END
 $$;
@@ -350,20 +393,37 @@ $$;
 -- (p_backoff * 2^(attempts-1), at most p_max_backoff, times a random 0.8..1.2), by the
 -- database clock; p_released are let go untried. Only rows still pending under p_token,
 -- and not yet settled, change: a claim taken over by another relay, or settled before,
--- changes nothing. Returns how many rows it changed.
+-- changes nothing. Returns how many rows it changed. Bad arguments raise 22004 or 22023:
+-- a token not positive, p_errors not as long as p_failed, p_max_attempts below 1, a backoff
+-- not within 0 <= p_backoff <= p_max_backoff <= 366 days.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_outbox_settle(
     p_token bigint, p_delivered bigint[], p_failed bigint[], p_errors text[], p_released bigint[],
-    p_max_attempts integer, p_backoff interval, p_max_backoff interval, p_now timestamptz DEFAULT NULL
+    p_max_attempts integer, p_backoff interval, p_max_backoff interval
 ) RETURNS integer LANGUAGE plpgsql
 -- The rows are found by primary key. Without this the planner, which estimates the claim
 -- token to match about one row, scans the whole table instead (100x slower at 100k rows).
 SET enable_seqscan = off
 AS $$
 DECLARE
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := pgcoord_now();
     v_n integer;
 BEGIN
+    IF p_token IS NULL OR p_token < 1 THEN
+        PERFORM pgcoord_refuse('claim token', 'positive', p_token::text);
+    END IF;
+    IF coalesce(cardinality(p_failed), 0) <> coalesce(cardinality(p_errors), 0) THEN
+        PERFORM pgcoord_refuse('p_errors', 'one error per failed id (' || coalesce(cardinality(p_failed), 0) || ')',
+                               coalesce(cardinality(p_errors), 0)::text);
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM pgcoord_refuse('max attempts', 'at least 1', p_max_attempts::text);
+    END IF;
+    IF p_backoff IS NULL OR p_max_backoff IS NULL OR p_backoff < interval '0' OR p_max_backoff < p_backoff
+       OR p_max_backoff > interval '366 days' THEN
+        PERFORM pgcoord_refuse('backoff', 'within 0 <= backoff <= max backoff <= 366 days',
+                               p_backoff || ' and ' || p_max_backoff);
+    END IF;
     WITH outcome AS (
         SELECT d.id, 'd' AS kind, NULL::text AS err FROM unnest(p_delivered) AS d(id)
         UNION ALL
@@ -397,7 +457,7 @@ $$;
 CREATE TABLE pgcoord_outbox_inbox (
     consumer   text        NOT NULL CHECK (octet_length(consumer) BETWEEN 1 AND 255),
     message_id bigint      NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now(),
+    applied_at timestamptz NOT NULL DEFAULT pgcoord_now(),
     PRIMARY KEY (consumer, message_id)
 );
 
@@ -407,8 +467,8 @@ COMMENT ON TABLE pgcoord_outbox_inbox IS 'pgcoord: messages each consumer has ap
 
 -- +goose Down
 DROP TABLE pgcoord_outbox_inbox;
-DROP FUNCTION pgcoord_outbox_settle(bigint, bigint[], bigint[], text[], bigint[], integer, interval, interval, timestamptz);
-DROP FUNCTION pgcoord_outbox_claim(text, integer, integer, interval, text[], text, text, timestamptz);
+DROP FUNCTION pgcoord_outbox_settle(bigint, bigint[], bigint[], text[], bigint[], integer, interval, interval);
+DROP FUNCTION pgcoord_outbox_claim(text, integer, integer, bigint, interval, text[], text, text);
 DROP FUNCTION pgcoord_outbox_enqueue(text, text, jsonb, jsonb, interval);
 DROP FUNCTION pgcoord_outbox_enqueue_many(text[], text[], bytea[], boolean[], jsonb[], interval[]);
 DROP FUNCTION pgcoord_outbox_enqueue_bytes(text, text, bytea, boolean, jsonb, interval);
@@ -418,4 +478,3 @@ DROP FUNCTION pgcoord_outbox_lock_key(text, text);
 DROP FUNCTION pgcoord_outbox_wake();
 DROP FUNCTION pgcoord_outbox_wake_flag();
 DROP TABLE pgcoord_outbox_idle;
-DROP SEQUENCE pgcoord_outbox_claim_token;

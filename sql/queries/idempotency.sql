@@ -3,20 +3,20 @@
 -- idempotency itself; these are the others.
 
 -- name: IdempotencyLookup :one
-SELECT k.* FROM pgcoord_idempotency_lookup(@scope::text, @key::text, sqlc.narg('now')::timestamptz) k;
+SELECT k.* FROM pgcoord_idempotency_lookup(@scope::text, @key::text) k;
 
 -- name: IdempotencyGC :one
-SELECT pgcoord_idempotency_gc(@batch::int, @tombstone::interval, sqlc.narg('now')::timestamptz)::bigint AS deleted;
+SELECT pgcoord_idempotency_gc(@batch::int, @tombstone::interval)::bigint AS deleted;
 
 -- name: IdempotencyCountExpired :one
 SELECT count(*) FROM pgcoord_idempotency_keys
-WHERE expires_at <= coalesce(sqlc.narg('now')::timestamptz, now());
+WHERE expires_at <= pgcoord_now();
 
 -- name: IdempotencyGet :one
 SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point,
        k.status, k.headers, k.body, k.created_at, k.updated_at, k.completed_at, k.expires_at,
        pgcoord_idempotency_held(k.scope, k.key) AS held,
-       coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+       pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_idempotency_keys k
 WHERE k.scope = @scope::text AND k.key = @key::text;
 
@@ -27,7 +27,7 @@ SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_
        k.status, coalesce(octet_length(k.body), 0)::int AS body_bytes, k.created_at, k.updated_at,
        k.completed_at, k.expires_at,
        (k.state = 'in_flight' AND pgcoord_idempotency_held(k.scope, k.key))::boolean AS held,
-       coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+       pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_idempotency_keys k
 WHERE (k.scope, k.key) > (@after_scope::text, @after_key::text)
   AND (NOT @in_flight_only::boolean OR k.state = 'in_flight')

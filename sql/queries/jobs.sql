@@ -1,16 +1,16 @@
 -- name: ClaimTick :one
-SELECT r.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+SELECT r.*, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_job_claim(@job::text, @every::interval, @origin::timestamptz, @overlap::text,
-                       @holder::text, @ttl::interval, sqlc.narg('now')::timestamptz, nullif(@sync_commit::text, '')) r;
+                       @holder::text, @ttl::interval, nullif(@sync_commit::text, '')) r;
 
 -- name: HeartbeatTick :one
-SELECT r.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+SELECT r.*, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_job_heartbeat(@job::text, @scheduled_for::timestamptz, @fence_token::bigint,
-                           @ttl::interval, sqlc.narg('now')::timestamptz) r;
+                           @ttl::interval) r;
 
 -- name: FinishTick :execrows
 SELECT 1 FROM pgcoord_job_finish(@job::text, @scheduled_for::timestamptz, @fence_token::bigint,
-                                 sqlc.narg('error')::text, sqlc.narg('now')::timestamptz);
+                                 sqlc.narg('error')::text);
 
 -- name: TryXactLock :one
 -- Advisory locks work on a standby too, but lock nothing the primary's sessions see: the
@@ -26,14 +26,14 @@ FROM (SELECT pgcoord_token_floor() AS floor) p WHERE p.floor IS NOT NULL;
 SELECT pg_advisory_unlock(pgcoord_lock_key(@name::text)) AS unlocked;
 
 -- name: DBNow :one
-SELECT now()::timestamptz AS db_now;
+SELECT pgcoord_now()::timestamptz AS db_now;
 
 -- name: ListJobs :many
-SELECT j.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now,
+SELECT j.*, pgcoord_now()::timestamptz AS db_now,
        coalesce((SELECT r.state FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state <> 'skipped'
          ORDER BY r.scheduled_for DESC LIMIT 1), '')::text AS last_state,
        (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state = 'running'
-           AND r.expires_at > coalesce(sqlc.narg('now')::timestamptz, now()))::bigint AS running,
+           AND r.expires_at > pgcoord_now())::bigint AS running,
        coalesce((SELECT min(r.scheduled_for) FROM pgcoord_job_runs r WHERE r.job = j.name),
                 date_bin(j.every, j.created_at, j.origin))::timestamptz AS first_tick,
        (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name)::bigint AS ticks_recorded

@@ -4,39 +4,39 @@
 -- The hot-path queries (acquire, wait, renew) return only what a Lease needs.
 
 -- name: AcquireLease :one
-SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_lease_acquire(@name::text, @holder::text, @ttl::interval, @metadata::jsonb, sqlc.narg('now')::timestamptz,
+SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_lease_acquire(@name::text, @holder::text, @ttl::interval, @metadata::jsonb,
                            nullif(@sync_commit::text, '')) l;
 
 -- name: WaitLease :one
-SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_lease_wait(@name::text, @holder::text, @ttl::interval, @want::interval, @metadata::jsonb, sqlc.narg('now')::timestamptz,
+SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_lease_wait(@name::text, @holder::text, @ttl::interval, @want::interval, @metadata::jsonb,
                         nullif(@sync_commit::text, '')) l;
 
 -- name: RenewLease :one
-SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_lease_renew(@name::text, @holder::text, @fence_token::bigint, @ttl::interval, @durable::boolean, sqlc.narg('now')::timestamptz) l;
+SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_lease_renew(@name::text, @holder::text, @fence_token::bigint, @ttl::interval, @durable::boolean) l;
 
 -- name: ReleaseLease :execrows
-SELECT 1 FROM pgcoord_lease_release(@name::text, @holder::text, @fence_token::bigint, sqlc.narg('now')::timestamptz);
+SELECT 1 FROM pgcoord_lease_release(@name::text, @holder::text, @fence_token::bigint);
 
 -- name: ExpireLease :one
-SELECT l.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_lease_expire(@name::text, @expired_by::text, sqlc.narg('now')::timestamptz) l;
+SELECT l.*, pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_lease_expire(@name::text, @expired_by::text) l;
 
 -- name: CheckLease :one
-SELECT l.* FROM pgcoord_lease_check(@name::text, @holder::text, @fence_token::bigint, sqlc.narg('now')::timestamptz) l;
+SELECT l.* FROM pgcoord_lease_check(@name::text, @holder::text, @fence_token::bigint) l;
 
 -- name: GetLease :one
-SELECT l.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+SELECT l.*, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_leases l WHERE l.name = @name::text;
 
 -- name: ListLeases :many
-SELECT l.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+SELECT l.*, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_leases l
 WHERE l.name > @after::text
-  AND (NOT @held_only::boolean OR l.expires_at > coalesce(sqlc.narg('now')::timestamptz, now()))
-  AND (NOT @expired_only::boolean OR l.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+  AND (NOT @held_only::boolean OR l.expires_at > pgcoord_now())
+  AND (NOT @expired_only::boolean OR l.expires_at <= pgcoord_now())
 ORDER BY l.name
 LIMIT @max_rows::int;
 

@@ -12,7 +12,7 @@
 -- materialize its row). NULL headers and delay stand for the columns' defaults.
 INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
 SELECT @topic::text, @key::text, @payload::bytea, @is_json::boolean, coalesce(sqlc.narg('headers')::jsonb, '{}'),
-       now() + coalesce(sqlc.narg('delay')::interval, interval '0')
+       pgcoord_now() + coalesce(sqlc.narg('delay')::interval, interval '0')
   FROM (SELECT pg_advisory_xact_lock(pgcoord_outbox_lock_key(@topic::text, @key::text))
          WHERE current_setting(pgcoord_outbox_wake_flag(), true) = 'on' OR pgcoord_outbox_wake()) l
 RETURNING id, created_at, available_at;
@@ -34,7 +34,7 @@ WITH w AS (
 ), ins AS (
     INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
     SELECT (@topics::text[])[i], (@keys::text[])[i], (@payloads::bytea[])[i], (@is_json::boolean[])[i],
-           coalesce((@headers::jsonb[])[i], '{}'), now() + coalesce((@delays::interval[])[i], interval '0')
+           coalesce((@headers::jsonb[])[i], '{}'), pgcoord_now() + coalesce((@delays::interval[])[i], interval '0')
       FROM l, generate_subscripts(@topics::text[], 1) AS i
      WHERE l.locked >= 0
      ORDER BY i
@@ -43,17 +43,17 @@ WITH w AS (
 SELECT ins.id, ins.created_at, ins.available_at FROM ins ORDER BY ins.id;
 
 -- name: OutboxClaim :many
-SELECT o.* FROM pgcoord_outbox_claim(@claimant::text, @max_rows::int, @key_limit::int, @ttl::interval,
-                                     sqlc.narg('topics')::text[], @after_topic::text, @after_key::text,
-                                     sqlc.narg('now')::timestamptz) o;
+SELECT o.* FROM pgcoord_outbox_claim(@claimant::text, @max_rows::int, @key_limit::int, @max_bytes::bigint,
+                                     @ttl::interval, sqlc.narg('topics')::text[], @after_topic::text,
+                                     @after_key::text) o;
 
 -- name: OutboxSettle :one
 SELECT pgcoord_outbox_settle(@token::bigint, @delivered::bigint[], @failed::bigint[], @errors::text[],
                              @released::bigint[], @max_attempts::int, @backoff::interval,
-                             @max_backoff::interval, sqlc.narg('now')::timestamptz)::int AS settled;
+                             @max_backoff::interval)::int AS settled;
 
--- name: OutboxIdle :exec
-SELECT pgcoord_outbox_idle(@claimant::text, sqlc.narg('ttl')::interval);
+-- name: OutboxIdle :one
+SELECT pgcoord_outbox_idle(@claimant::text, sqlc.narg('ttl')::interval)::boolean AS tight;
 
 -- name: OutboxChannel :one
 SELECT pgcoord_channel('outbox')::text AS channel;
@@ -62,9 +62,9 @@ SELECT pgcoord_channel('outbox')::text AS channel;
 -- Per topic. oldest_pending is 'epoch' when the topic has no pending message.
 WITH p AS (
     SELECT o.topic, count(*) AS pending,
-           count(*) FILTER (WHERE o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
-                              AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))) AS due,
-           count(*) FILTER (WHERE o.claim_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())) AS in_flight,
+           count(*) FILTER (WHERE o.available_at <= pgcoord_now()
+                              AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= pgcoord_now())) AS due,
+           count(*) FILTER (WHERE o.claim_expires_at > pgcoord_now()) AS in_flight,
            min(o.created_at) AS oldest_pending,
            max(o.attempts) AS max_attempts
       FROM pgcoord_outbox o WHERE o.state = 'pending' GROUP BY o.topic
@@ -78,13 +78,19 @@ SELECT coalesce(p.topic, d.topic)::text AS topic,
        coalesce(d.dead, 0)::bigint AS dead,
        coalesce(p.oldest_pending, 'epoch')::timestamptz AS oldest_pending,
        coalesce(p.max_attempts, 0)::int AS max_attempts,
-       coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+       pgcoord_now()::timestamptz AS db_now
 FROM p FULL JOIN d ON d.topic = p.topic
 WHERE sqlc.narg('only_topic')::text IS NULL OR coalesce(p.topic, d.topic) = sqlc.narg('only_topic')::text
 ORDER BY 1;
 
 -- name: OutboxList :many
-SELECT sqlc.embed(o)
+-- A page of messages with each payload's size and only its first payload_bytes bytes
+-- (none for 0): substring reads a slice of a TOASTed payload, octet_length its stored size.
+SELECT o.id, o.topic, o.key, o.is_json, o.headers, o.state, o.created_at, o.available_at, o.attempts,
+       o.claim_token, o.claimed_by, o.claim_expires_at, o.last_error, o.delivered_at, o.dead_at,
+       octet_length(o.payload)::int AS payload_size,
+       (CASE WHEN @payload_bytes::int > 0 THEN substring(o.payload FROM 1 FOR @payload_bytes::int)
+             ELSE ''::bytea END)::bytea AS payload_head
 FROM pgcoord_outbox o
 WHERE (sqlc.narg('state')::text IS NULL OR o.state = sqlc.narg('state')::text)
   AND (sqlc.narg('topic')::text IS NULL OR o.topic = sqlc.narg('topic')::text)
@@ -101,12 +107,12 @@ SELECT o.* FROM pgcoord_outbox o WHERE o.id = @id::bigint;
 UPDATE pgcoord_outbox
    SET state = 'pending', dead_at = NULL,
        attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END,
-       available_at = least(available_at, now())
+       available_at = least(available_at, pgcoord_now())
  WHERE id = @id::bigint AND state IN ('pending', 'dead');
 
 -- name: OutboxRetryDead :execrows
 UPDATE pgcoord_outbox
-   SET state = 'pending', dead_at = NULL, attempts = 0, available_at = now()
+   SET state = 'pending', dead_at = NULL, attempts = 0, available_at = pgcoord_now()
  WHERE state = 'dead' AND (sqlc.narg('topic')::text IS NULL OR topic = sqlc.narg('topic')::text);
 
 -- name: OutboxCountDead :one
@@ -131,11 +137,11 @@ WHERE (o.state = 'delivered' AND o.delivered_at < @cutoff::timestamptz)
 
 -- name: OutboxCutoff :one
 -- The database clock minus an age: the cutoff of Prune and inbox GC.
-SELECT (coalesce(sqlc.narg('now')::timestamptz, now()) - @age::interval)::timestamptz AS cutoff;
+SELECT (pgcoord_now() - @age::interval)::timestamptz AS cutoff;
 
 -- name: InboxClaim :execrows
 INSERT INTO pgcoord_outbox_inbox (consumer, message_id, applied_at)
-VALUES (@consumer::text, @message_id::bigint, coalesce(sqlc.narg('now')::timestamptz, now()))
+VALUES (@consumer::text, @message_id::bigint, pgcoord_now())
 ON CONFLICT (consumer, message_id) DO NOTHING;
 
 -- name: InboxGC :execrows

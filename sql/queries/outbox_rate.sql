@@ -9,7 +9,7 @@
 -- back, for db_now, even from an empty outbox. The epoch is taken as double precision
 -- (date_part): extract() computes in numeric, which doubled the statement's cost.
 WITH clock AS (
-    SELECT coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+    SELECT pgcoord_now()::timestamptz AS db_now
 ), counted AS (
     SELECT CASE WHEN w.in_window THEN w.topic ELSE '' END AS topic,
            CASE WHEN w.in_window THEN floor(date_part('epoch', w.db_now - w.delivered_at) / 60)::int ELSE -1 END AS minutes_ago,

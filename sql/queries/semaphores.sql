@@ -3,23 +3,26 @@
 
 -- name: SemaphoreAcquire :one
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
-       coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+       pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_semaphore_acquire(@key::text, @holder::text, @permit_limit::int, @ttl::interval,
-                               sqlc.narg('wait')::interval, sqlc.narg('now')::timestamptz, nullif(@sync_commit::text, '')) p;
+                               sqlc.narg('wait')::interval, nullif(@sync_commit::text, '')) p;
 
 -- name: SemaphoreRenew :one
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
-       coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+       pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_semaphore_renew(@key::text, @holder::text, @ttl::interval, @fence_token::bigint,
-                             @durable::boolean, sqlc.narg('now')::timestamptz) p;
+                             @durable::boolean) p;
 
 -- name: SemaphoreRelease :execrows
-SELECT 1 FROM pgcoord_semaphore_release(@key::text, @holder::text, @fence_token::bigint, sqlc.narg('now')::timestamptz);
+SELECT 1 FROM pgcoord_semaphore_release(@key::text, @holder::text, @fence_token::bigint);
+
+-- name: SemaphoreDone :execrows
+SELECT 1 FROM pgcoord_semaphore_done(@key::text, @holder::text, @fence_token::bigint);
 
 -- name: SemaphoreNext :one
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
-       coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
-FROM pgcoord_semaphore_next(@holder::text, @ttl::interval, sqlc.narg('keys')::text[], sqlc.narg('now')::timestamptz,
+       pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_semaphore_next(@holder::text, @ttl::interval, sqlc.narg('keys')::text[],
                             nullif(@sync_commit::text, '')) p;
 
 -- name: SemaphoreSetLimit :one
@@ -40,30 +43,30 @@ SELECT pgcoord_channel('semaphores')::text AS channel;
 -- admission-wait histogram of the last 5 to 10 minutes by db_now, bucket by bucket: the
 -- key's current window if it is db_now's window or the one before, plus its previous
 -- window if the current one is db_now's (a window that old is the one before db_now's).
-SELECT s.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now,
+SELECT s.*, pgcoord_now()::timestamptz AS db_now,
        (SELECT coalesce(array_agg(
-                 CASE WHEN s.wait_window >= date_bin('5 minutes', coalesce(sqlc.narg('now')::timestamptz, now()), timestamptz 'epoch')
+                 CASE WHEN s.wait_window >= date_bin('5 minutes', pgcoord_now(), timestamptz 'epoch')
                                             - interval '5 minutes' THEN s.waits[i] ELSE 0 END
-               + CASE WHEN s.wait_window >= date_bin('5 minutes', coalesce(sqlc.narg('now')::timestamptz, now()), timestamptz 'epoch')
+               + CASE WHEN s.wait_window >= date_bin('5 minutes', pgcoord_now(), timestamptz 'epoch')
                       THEN s.waits_prev[i] ELSE 0 END ORDER BY i), '{}')
           FROM generate_subscripts(s.waits, 1) AS i)::int[] AS recent_waits,
        (SELECT count(*) FROM pgcoord_semaphore_permits p
-         WHERE p.key = s.key AND p.expires_at > coalesce(sqlc.narg('now')::timestamptz, now()))::int AS held,
+         WHERE p.key = s.key AND p.expires_at > pgcoord_now())::int AS held,
        (SELECT count(*) FROM pgcoord_semaphore_permits p
-         WHERE p.key = s.key AND p.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))::int AS expired,
+         WHERE p.key = s.key AND p.expires_at <= pgcoord_now())::int AS expired,
        (SELECT count(*) FROM pgcoord_semaphore_waiters w
-         WHERE w.key = s.key AND w.wanted_until > coalesce(sqlc.narg('now')::timestamptz, now()))::int AS waiters,
+         WHERE w.key = s.key AND w.wanted_until > pgcoord_now())::int AS waiters,
        coalesce((SELECT min(w.since) FROM pgcoord_semaphore_waiters w
-         WHERE w.key = s.key AND w.wanted_until > coalesce(sqlc.narg('now')::timestamptz, now())), 'epoch')::timestamptz AS oldest_waiter_since,
+         WHERE w.key = s.key AND w.wanted_until > pgcoord_now()), 'epoch')::timestamptz AS oldest_waiter_since,
        coalesce((SELECT min(p.acquired_at) FROM pgcoord_semaphore_permits p
-         WHERE p.key = s.key AND p.expires_at > coalesce(sqlc.narg('now')::timestamptz, now())), 'epoch')::timestamptz AS oldest_permit_at
+         WHERE p.key = s.key AND p.expires_at > pgcoord_now()), 'epoch')::timestamptz AS oldest_permit_at
 FROM pgcoord_semaphores s
 WHERE s.key > @after::text AND (sqlc.narg('only_key')::text IS NULL OR s.key = sqlc.narg('only_key')::text)
 ORDER BY s.key
 LIMIT @max_rows::int;
 
 -- name: ListPermits :many
-SELECT p.*, coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+SELECT p.*, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_semaphore_permits p
 WHERE p.key = @key::text
 ORDER BY p.acquired_at, p.holder;
@@ -72,9 +75,9 @@ ORDER BY p.acquired_at, p.holder;
 -- When the first live permit of a key expires ('epoch' if none is live): a refused Acquire
 -- tries again then at the latest, since an expiry sends no notification.
 SELECT coalesce(min(p.expires_at), 'epoch')::timestamptz AS next_expiry,
-       coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
+       pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_semaphore_permits p
-WHERE p.key = @key::text AND p.expires_at > coalesce(sqlc.narg('now')::timestamptz, now());
+WHERE p.key = @key::text AND p.expires_at > pgcoord_now();
 
 -- name: SemaphoreLeaveLine :exec
 -- A waiter that gives up leaves the line at once instead of holding its place until its
@@ -86,11 +89,11 @@ WITH gone AS (
 SELECT pg_notify(pgcoord_channel('semaphores'), @key::text)
  WHERE EXISTS (SELECT FROM gone)
    AND EXISTS (SELECT FROM pgcoord_semaphore_waiters w
-                WHERE w.key = @key::text AND w.holder <> @holder::text AND w.wanted_until > now())
-   AND (SELECT count(*) FROM pgcoord_semaphore_permits p WHERE p.key = @key::text AND p.expires_at > now())
+                WHERE w.key = @key::text AND w.holder <> @holder::text AND w.wanted_until > pgcoord_now())
+   AND (SELECT count(*) FROM pgcoord_semaphore_permits p WHERE p.key = @key::text AND p.expires_at > pgcoord_now())
        < (SELECT s.permit_limit FROM pgcoord_semaphores s WHERE s.key = @key::text);
 
 -- name: SemaphoreReleaseHolder :execrows
 -- Frees whatever permit holder has on key, whatever its token: for a waiter that gives up
 -- after an attempt whose outcome it never learned, under an identity nobody else uses.
-SELECT 1 FROM pgcoord_semaphore_release(@key::text, @holder::text, NULL, NULL);
+SELECT 1 FROM pgcoord_semaphore_release(@key::text, @holder::text, NULL);
