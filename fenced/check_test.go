@@ -41,14 +41,12 @@ func TestCheckAcceptsEqualOrHigherAndKeepsTheMax(t *testing.T) {
 		stale     bool
 		wantAfter int64
 	}{
-		{token: 5, wantAfter: 5},               // first token of a resource
-		{token: 7, wantAfter: 7},               // higher
-		{token: 7, wantAfter: 7},               // equal: the same holder writing again
-		{token: 6, stale: true, wantAfter: 7},  // lower
-		{token: 1, stale: true, wantAfter: 7},  // much lower
-		{token: 0, stale: true, wantAfter: 7},  // zero
-		{token: -3, stale: true, wantAfter: 7}, // negative
-		{token: 1 << 40, wantAfter: 1 << 40},   // far higher
+		{token: 5, wantAfter: 5},              // first token of a resource
+		{token: 7, wantAfter: 7},              // higher
+		{token: 7, wantAfter: 7},              // equal: the same holder writing again
+		{token: 6, stale: true, wantAfter: 7}, // lower
+		{token: 1, stale: true, wantAfter: 7}, // much lower
+		{token: 1 << 40, wantAfter: 1 << 40},  // far higher
 		{token: 8, stale: true, wantAfter: 1 << 40},
 	}
 	for i, s := range steps {
@@ -335,6 +333,14 @@ func TestCheckBadInput(t *testing.T) {
 	}
 	if err := fenced.Check(ctx, nil, "r", 1); !errors.Is(err, pgcoord.ErrInvalidArgument) {
 		t.Errorf("Check with a nil transaction = %v, want ErrInvalidArgument", err)
+	}
+	for _, token := range []int64{0, -3} {
+		if err := fenced.Check(ctx, tx, "r", token); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+			t.Errorf("Check with token %d = %v, want ErrInvalidArgument (no grant has it)", token, err)
+		}
+		if _, err := fenced.Write(ctx, tx, "r", token, `SELECT 1`); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+			t.Errorf("Write with token %d = %v, want ErrInvalidArgument", token, err)
+		}
 	}
 	// None of them reached the database: the transaction is still usable and no
 	// register row exists.

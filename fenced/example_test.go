@@ -69,7 +69,7 @@ func ExampleCheck() {
 
 // The guard trigger makes the database itself refuse a write that would lower a row's
 // fence token, whichever code path sends it: here a raw UPDATE that does not go through
-// this package at all.
+// this package at all. Without a resource column (GuardOpts), it judges UPDATEs only.
 func ExampleInstallGuard() {
 	ctx := context.Background()
 	pool := pgtest.ExamplePool()
@@ -78,7 +78,7 @@ func ExampleInstallGuard() {
 		panic(err)
 	}
 
-	if err := fenced.InstallGuard(ctx, pool, "payments", "fence_token"); err != nil {
+	if err := fenced.InstallGuard(ctx, pool, "payments", "fence_token", nil); err != nil {
 		panic(err)
 	}
 
@@ -94,6 +94,42 @@ func ExampleInstallGuard() {
 	// Output:
 	// SQLSTATE PGC01 stale: true
 	// token 35: <nil>
+}
+
+// With a resource column, the guard judges INSERTs too: here an insert-only ledger of
+// charges, each row judged against the lease and the fence register of "order:" ||
+// order_id, whatever code path inserts it.
+func ExampleInstallGuard_insertOnlyLedger() {
+	ctx := context.Background()
+	pool := pgtest.ExamplePool()
+	if _, err := pool.Exec(ctx, `CREATE TABLE charges (order_id int, amount_cents int NOT NULL, fence_token bigint)`); err != nil {
+		panic(err)
+	}
+	err := fenced.InstallGuard(ctx, pool, "charges", "fence_token", &fenced.GuardOpts{ResourceColumn: "order_id", ResourcePrefix: "order:"})
+	if err != nil {
+		panic(err)
+	}
+
+	// Worker A takes order 42's lease and pauses; the lease is handed over to B.
+	a, err := leases.TryAcquire(ctx, pool, "order:42", time.Minute, nil)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := leases.Expire(ctx, pool, "order:42", "example"); err != nil {
+		panic(err)
+	}
+	b, err := leases.TryAcquire(ctx, pool, "order:42", time.Minute, nil)
+	if err != nil {
+		panic(err)
+	}
+	// A wakes up and inserts its charge before B has charged: the database refuses it.
+	_, err = pool.Exec(ctx, `INSERT INTO charges VALUES (42, 1999, $1)`, a.Token)
+	fmt.Println("A's charge refused:", fenced.IsStale(err))
+	_, err = pool.Exec(ctx, `INSERT INTO charges VALUES (42, 1999, $1)`, b.Token)
+	fmt.Println("B's charge:", err)
+	// Output:
+	// A's charge refused: true
+	// B's charge: <nil>
 }
 
 // The conditional update: the row itself carries the highest token that wrote it.

@@ -104,7 +104,7 @@ func TestExecErrors(t *testing.T) {
 	}
 
 	// A guard violation is ErrStale, with the driver error reachable.
-	if err := fenced.InstallGuard(ctx, pool, "payments", "fence_token"); err != nil {
+	if err := fenced.InstallGuard(ctx, pool, "payments", "fence_token", nil); err != nil {
 		t.Fatal(err)
 	}
 	_, err = fenced.Exec(ctx, pool, `UPDATE payments SET fence_token = 1 WHERE order_id = $1`, 42)

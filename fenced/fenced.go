@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -42,19 +43,33 @@ func stale(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrStale}, args...)...)
 }
 
-// GuardSQLState is the SQLSTATE the guard trigger raises for a lowering update. Calls of
-// this package turn it into ErrStale; the *pgconn.PgError stays reachable with errors.As.
+// GuardSQLState is the SQLSTATE the guard trigger and pgcoord_fence_assert raise for a
+// stale write. Calls of this package turn it into ErrStale; the *pgconn.PgError stays
+// reachable with errors.As.
 const GuardSQLState = "PGC01"
 
 // Check records token for resource in the fence register, inside the caller's
-// transaction, if it is not lower than the highest token seen for resource, and returns
-// ErrStale otherwise. The register row stays locked until tx ends, so concurrent writers of
-// one resource are ordered: a writer with a lower token that arrives while a higher one is
-// in flight waits, then gets ErrStale. Call it before the writes it protects, and roll tx
-// back on ErrStale. One round trip.
-// On a standby it returns an error wrapping pgcoord.ErrReadOnly.
+// transaction, and returns ErrStale instead — the token is stale, and tx must not write —
+// when token is lower than
+//
+//   - the newest grant of the lease named resource, even if that grant's holder has not
+//     written yet: name the resource like the lease, and a holder paused past its lease is
+//     refused from the moment the lease was granted again;
+//   - the highest token recorded for resource; or, when resource has no register (never
+//     written, or collected by pgcoord gc), the retired floor — the highest token of every
+//     collected register and lease — unless token is the newest grant of the lease named
+//     resource.
+//
+// The register row stays locked until tx ends, so concurrent writers of one resource are
+// ordered: a writer with a lower token that arrives while a higher one is in flight waits,
+// then gets ErrStale. Call it before the writes it protects, and roll tx back on ErrStale.
+// It orders writes (a stale one cannot overwrite a newer one); it does not make an effect
+// happen once (see the package's Guarantees; CheckLease does, for this database). One
+// round trip. A bad resource name or a token below 1 is refused before any SQL runs
+// (pgcoord.ErrInvalidName, pgcoord.ErrInvalidArgument). On a standby it returns an error
+// wrapping pgcoord.ErrReadOnly.
 func Check(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
-	if err := pgcoord.ValidateName("resource", resource); err != nil {
+	if err := validate(resource, token); err != nil {
 		return err
 	}
 	if err := pgcoord.CheckDB(tx); err != nil {
@@ -72,13 +87,13 @@ func Check(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
 
 // Write is Check and one write in a single round trip: inside the caller's transaction it
 // sends the fence check of resource and the statement sql together, and the statement runs
-// only if token is not lower than the highest recorded for resource. It returns the
-// statement's command tag, or ErrStale — in which case nothing was written and tx is
-// aborted and must be rolled back. Ordering and locking are those of Check. Use it when
-// the write does not need the check's answer first: it saves the round trip Check costs.
+// only if Check would accept token. It returns the statement's command tag, or ErrStale —
+// in which case nothing was written and tx is aborted and must be rolled back. Ordering
+// and locking are those of Check. Use it when the write does not need the check's answer
+// first: it saves the round trip Check costs.
 // On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func Write(ctx context.Context, tx pgx.Tx, resource string, token int64, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := pgcoord.ValidateName("resource", resource); err != nil {
+	if err := validate(resource, token); err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	if err := pgcoord.CheckDB(tx); err != nil {
@@ -104,6 +119,18 @@ func Write(ctx context.Context, tx pgx.Tx, resource string, token int64, sql str
 		return tag, translate(err)
 	}
 	return tag, nil
+}
+
+// validate refuses a bad resource name (pgcoord.ErrInvalidName) or a token pgcoord never
+// issues (pgcoord.ErrInvalidArgument) before any SQL runs.
+func validate(resource string, token int64) error {
+	if err := pgcoord.ValidateName("resource", resource); err != nil {
+		return err
+	}
+	if token < 1 {
+		return fmt.Errorf("%w: fenced: fence token %d is not positive", pgcoord.ErrInvalidArgument, token)
+	}
+	return nil
 }
 
 // fenceAssertSQL calls the SQL API's raising check; see pgcoord_fence_assert.
@@ -155,12 +182,20 @@ func IsStale(err error) bool {
 // by the database clock (not released, expired, taken over or expired by an operator), and
 // holds a share lock on it until tx ends, so that a takeover, a forced expiry or the
 // lease's own release waits until then. Writes made in tx after a successful CheckLease
-// therefore happen while l is held: mutual exclusion for data in the same database. It
-// returns an error wrapping leases.ErrLost otherwise. One round trip.
-// On a standby it returns an error wrapping pgcoord.ErrReadOnly.
+// therefore happen while l is held: mutual exclusion for data in the same database, and
+// the path that is safe in every interleaving — the lease's next holder starts after tx
+// ended and sees what it wrote. It returns an error wrapping leases.ErrLost otherwise. One
+// round trip. A Lease with a bad name or holder, or a token below 1, is refused before any
+// SQL runs. On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func CheckLease(ctx context.Context, tx pgx.Tx, l leases.Lease) error {
 	if err := pgcoord.ValidateName("lease", l.Name); err != nil {
 		return err
+	}
+	if err := pgcoord.ValidateName("holder", l.Holder); err != nil {
+		return err
+	}
+	if l.Token < 1 {
+		return fmt.Errorf("%w: fenced: fence token %d is not positive", pgcoord.ErrInvalidArgument, l.Token)
 	}
 	if err := pgcoord.CheckDB(tx); err != nil {
 		return err
@@ -183,43 +218,102 @@ var (
 	columnIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
 )
 
-// InstallGuard installs the guard trigger on table for its integer fence column: from then
-// on the database refuses, with SQLSTATE GuardSQLState, any UPDATE that would lower the
-// column or set it to NULL, whichever code path sends it. table is resolved as SQL would
-// resolve it (optionally "schema.table"; unquoted names fold to lower case, through
-// search_path; a double-quoted name keeps its case); column is the column's name as stored. It is idempotent. The trigger is
-// named pgcoord_fence_guard_<column> (shortened with a hash when that exceeds Postgres's
-// 63-byte limit). It does not catch an UPDATE that leaves the column as it is: writes that
-// skip fencing altogether must still be prevented by code review. Needs PostgreSQL 14+.
-// Bad names, a missing table or column, or a column that is not an integer return an error
-// wrapping pgcoord.ErrInvalidArgument.
-func InstallGuard(ctx context.Context, db pgcoord.DBTX, table, column string) error {
+// GuardOpts are the options of InstallGuard. A nil *GuardOpts installs the UPDATE-only
+// guard.
+type GuardOpts struct {
+	// ResourceColumn names the column (of any type) that says which resource a row
+	// belongs to. With it, the guard judges every INSERT and every UPDATE: the row's fence
+	// token must pass the fence register of the resource ResourcePrefix || <the column's
+	// value, as text> (exactly as Check would judge it, recording the token), and a row
+	// without a token (NULL or below 1) or without a resource is refused. That guards insert-only tables, such as a
+	// ledger of charges, against a stale holder whatever code path inserts. Without it,
+	// the guard judges UPDATEs only, against the row's own previous token.
+	ResourceColumn string
+	// ResourcePrefix is put before the resource column's value to name the resource, so a
+	// table's rows can share the registers (and the leases) of names such as "order:"
+	// + order_id. Default "". It needs ResourceColumn; prefix and value together must be a
+	// valid resource name (1 to 255 bytes), or the write fails with SQLSTATE 22023.
+	ResourcePrefix string
+}
+
+// InstallGuard installs the guard trigger on table for its integer fence column, so that
+// the database itself refuses a stale write, with SQLSTATE GuardSQLState, whichever code
+// path sends it:
+//
+//   - with a nil opts (or no ResourceColumn): any UPDATE that would lower the column or
+//     set it to NULL. INSERTs are not judged — a stale holder may still insert — and
+//     neither is an UPDATE that leaves the column as it is.
+//   - with opts.ResourceColumn: on top of that, every INSERT and UPDATE, whose row's token
+//     must pass the fence register of its resource (see GuardOpts): a row carrying a
+//     token lower than the newest grant of the lease named like that resource, or than the
+//     highest token recorded for it, is refused.
+//
+// table is resolved as SQL would resolve it (optionally "schema.table"; unquoted names fold
+// to lower case, through search_path; a double-quoted name keeps its case); column and
+// opts.ResourceColumn are the columns' names as stored. It is idempotent, and installing it
+// again with other options replaces the trigger. The trigger is named GuardTriggerName(column).
+// Writes that skip fencing altogether (an UPDATE of other columns on an UPDATE-only guard)
+// must still be prevented by code review. Needs PostgreSQL 14+. Bad names, a missing
+// table or column, a fence column that is not an integer, or a ResourcePrefix without a
+// ResourceColumn return an error wrapping pgcoord.ErrInvalidArgument.
+func InstallGuard(ctx context.Context, db pgcoord.DBTX, table, column string, opts *GuardOpts) error {
+	var o GuardOpts
+	if opts != nil {
+		o = *opts
+	}
+	if o.ResourceColumn == "" && o.ResourcePrefix != "" {
+		return fmt.Errorf("%w: fenced: a resource prefix needs a resource column", pgcoord.ErrInvalidArgument)
+	}
+	if o.ResourceColumn != "" && !columnIdent.MatchString(o.ResourceColumn) {
+		return fmt.Errorf("%w: fenced: %q is not a column name", pgcoord.ErrInvalidArgument, o.ResourceColumn)
+	}
+	if len(o.ResourcePrefix) >= pgcoord.MaxNameLen || strings.ContainsRune(o.ResourcePrefix, 0) || !utf8.ValidString(o.ResourcePrefix) {
+		return fmt.Errorf("%w: fenced: resource prefix %q must be valid UTF-8 without NUL, shorter than %d bytes", pgcoord.ErrInvalidArgument, o.ResourcePrefix, pgcoord.MaxNameLen)
+	}
 	tbl, trigger, err := resolveGuard(ctx, db, table, column)
 	if err != nil {
 		return err
 	}
-	var dataType *string
-	err = db.QueryRow(ctx, `SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
-		WHERE a.attrelid = $1::regclass AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped`,
-		tbl, column).Scan(&dataType)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: fenced: table %s has no column %q", pgcoord.ErrInvalidArgument, tbl, column)
-	}
+	dataType, err := columnType(ctx, db, tbl, column)
 	if err != nil {
-		return fmt.Errorf("fenced: install guard on %s: %w", tbl, err)
+		return err
 	}
-	switch *dataType {
+	switch dataType {
 	case "bigint", "integer", "smallint":
 	default:
-		return fmt.Errorf("%w: fenced: column %s.%s is %s; a fence column must be bigint, integer or smallint", pgcoord.ErrInvalidArgument, tbl, column, *dataType)
+		return fmt.Errorf("%w: fenced: column %s.%s is %s; a fence column must be bigint, integer or smallint", pgcoord.ErrInvalidArgument, tbl, column, dataType)
 	}
-	_, err = db.Exec(ctx, fmt.Sprintf(`CREATE OR REPLACE TRIGGER %s BEFORE UPDATE ON %s
+	events, args := "UPDATE", quoteLiteral(column)
+	if o.ResourceColumn != "" {
+		if _, err := columnType(ctx, db, tbl, o.ResourceColumn); err != nil {
+			return err
+		}
+		events = "INSERT OR UPDATE"
+		args += ", " + quoteLiteral(o.ResourceColumn) + ", " + quoteLiteral(o.ResourcePrefix)
+	}
+	_, err = db.Exec(ctx, fmt.Sprintf(`CREATE OR REPLACE TRIGGER %s BEFORE %s ON %s
 		FOR EACH ROW EXECUTE FUNCTION pgcoord_fence_guard(%s)`,
-		pgx.Identifier{trigger}.Sanitize(), tbl, quoteLiteral(column)))
+		pgx.Identifier{trigger}.Sanitize(), events, tbl, args))
 	if err != nil {
 		return fmt.Errorf("fenced: install guard on %s: %w", tbl, pgcoord.TranslateError(err))
 	}
 	return nil
+}
+
+// columnType returns the type of table's column, or an error wrapping
+// pgcoord.ErrInvalidArgument if table has no such column.
+func columnType(ctx context.Context, db pgcoord.DBTX, table, column string) (string, error) {
+	var dataType *string
+	err := db.QueryRow(ctx, `SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+		WHERE a.attrelid = $1::regclass AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped`,
+		table, column).Scan(&dataType)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("%w: fenced: table %s has no column %q", pgcoord.ErrInvalidArgument, table, column)
+	}
+	if err != nil {
+		return "", fmt.Errorf("fenced: install guard on %s: %w", table, pgcoord.TranslateError(err))
+	}
+	return *dataType, nil
 }
 
 // RemoveGuard removes the guard trigger InstallGuard put on table for column. Removing a
@@ -262,13 +356,13 @@ func resolveGuard(ctx context.Context, db pgcoord.DBTX, table, column string) (s
 	if err != nil {
 		return "", "", fmt.Errorf("fenced: resolve table %s: %w", table, err)
 	}
-	return *resolved, guardTriggerName(column), nil
+	return *resolved, GuardTriggerName(column), nil
 }
 
-// guardTriggerName is pgcoord_fence_guard_<column>, or, when that is longer than an
-// identifier may be, a prefix of it with a hash of the column, so two long column names
-// never share a trigger.
-func guardTriggerName(column string) string {
+// GuardTriggerName returns the name of the guard trigger InstallGuard creates for column:
+// pgcoord_fence_guard_<column>, or, when that is longer than an identifier may be, a
+// prefix of it with a hash of the column, so two long column names never share a trigger.
+func GuardTriggerName(column string) string {
 	name := "pgcoord_fence_guard_" + column
 	if len(name) <= 63 {
 		return name
@@ -277,6 +371,15 @@ func guardTriggerName(column string) string {
 	return name[:50] + "_" + hex.EncodeToString(sum[:6])
 }
 
-func quoteLiteral(s string) string { return "'" + s + "'" } // s is a validated identifier
+// quoteLiteral quotes s (without NUL) as a SQL string literal, as quote_literal does:
+// with a backslash in s, as an E” literal, which reads the same whatever
+// standard_conforming_strings is.
+func quoteLiteral(s string) string {
+	q := "'" + strings.ReplaceAll(s, "'", "''") + "'"
+	if strings.Contains(s, `\`) {
+		q = "E" + strings.ReplaceAll(q, `\`, `\\`)
+	}
+	return q
+}
 
 var queries dbsqlc.Queries

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/fenced"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -43,7 +45,7 @@ func TestGuard(t *testing.T) {
 	exec(t, pool, `INSERT INTO docs VALUES (1, 'a', 10, 3), (2, 'b', NULL, NULL)`)
 
 	for range 2 { // idempotent
-		if err := fenced.InstallGuard(ctx, pool, "docs", "fence_token"); err != nil {
+		if err := fenced.InstallGuard(ctx, pool, "docs", "fence_token", nil); err != nil {
 			t.Fatalf("InstallGuard: %v", err)
 		}
 	}
@@ -83,7 +85,7 @@ func TestGuard(t *testing.T) {
 	}
 
 	// A second guard, on a smallint column, is independent of the first.
-	if err := fenced.InstallGuard(ctx, pool, "docs", "small_token"); err != nil {
+	if err := fenced.InstallGuard(ctx, pool, "docs", "small_token", nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := guardTriggers(t, pool, "docs"); n != 2 {
@@ -117,7 +119,7 @@ func TestGuardSchemaQualified(t *testing.T) {
 		exec(t, pool, `CREATE TABLE `+table+` (id int PRIMARY KEY, fence_token bigint NOT NULL)`)
 		exec(t, pool, `INSERT INTO `+table+` VALUES (1, 10)`)
 	}
-	if err := fenced.InstallGuard(ctx, pool, other+".docs", "fence_token"); err != nil {
+	if err := fenced.InstallGuard(ctx, pool, other+".docs", "fence_token", nil); err != nil {
 		t.Fatalf("InstallGuard(%s.docs): %v", other, err)
 	}
 	_, err := pool.Exec(ctx, `UPDATE `+other+`.docs SET fence_token = 9`)
@@ -130,7 +132,7 @@ func TestGuardSchemaQualified(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&current); err != nil {
 		t.Fatal(err)
 	}
-	if err := fenced.InstallGuard(ctx, pool, current+".docs", "fence_token"); err != nil {
+	if err := fenced.InstallGuard(ctx, pool, current+".docs", "fence_token", nil); err != nil {
 		t.Fatal(err)
 	}
 	_, err = pool.Exec(ctx, `UPDATE docs SET fence_token = 8`)
@@ -166,7 +168,7 @@ func TestGuardBadInput(t *testing.T) {
 		{"docs", "1token"},
 	}
 	for _, c := range cases {
-		if err := fenced.InstallGuard(ctx, pool, c.table, c.column); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+		if err := fenced.InstallGuard(ctx, pool, c.table, c.column, nil); !errors.Is(err, pgcoord.ErrInvalidArgument) {
 			t.Errorf("InstallGuard(%q, %q) = %v, want ErrInvalidArgument", c.table, c.column, err)
 		}
 		if c.column == "no_such_column" || c.column == "body" || c.column == "ratio" {
@@ -186,14 +188,14 @@ func TestGuardBadInput(t *testing.T) {
 	// A table that does not exist, or is not a table.
 	exec(t, pool, `CREATE VIEW docs_view AS SELECT * FROM docs`)
 	for _, table := range []string{"no_such_table", "no_such_schema.docs", "docs_view"} {
-		if err := fenced.InstallGuard(ctx, pool, table, "fence_token"); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+		if err := fenced.InstallGuard(ctx, pool, table, "fence_token", nil); !errors.Is(err, pgcoord.ErrInvalidArgument) {
 			t.Errorf("InstallGuard(%q) = %v, want ErrInvalidArgument", table, err)
 		}
 	}
 
 	var nilPool *pgxpool.Pool
 	for _, db := range []pgcoord.DBTX{nil, nilPool} {
-		if err := fenced.InstallGuard(ctx, db, "docs", "fence_token"); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+		if err := fenced.InstallGuard(ctx, db, "docs", "fence_token", nil); !errors.Is(err, pgcoord.ErrInvalidArgument) {
 			t.Errorf("InstallGuard on %#v = %v, want ErrInvalidArgument", db, err)
 		}
 		if err := fenced.RemoveGuard(ctx, db, "docs", "fence_token"); !errors.Is(err, pgcoord.ErrInvalidArgument) {
@@ -213,7 +215,7 @@ func TestGuardNames(t *testing.T) {
 	exec(t, pool, `CREATE TABLE docs (id int PRIMARY KEY, `+cols[0]+` bigint, `+cols[1]+` bigint)`)
 	exec(t, pool, `INSERT INTO docs VALUES (1, 10, 10)`)
 	for _, c := range cols {
-		if err := fenced.InstallGuard(ctx, pool, "docs", c); err != nil {
+		if err := fenced.InstallGuard(ctx, pool, "docs", c, nil); err != nil {
 			t.Fatalf("InstallGuard(docs, %s): %v", c, err)
 		}
 	}
@@ -234,9 +236,87 @@ func TestGuardNames(t *testing.T) {
 	guardError(t, "lowering "+cols[1]+" after the other guard was removed", err)
 
 	// Table names resolve as in SQL: unquoted names fold to lower case.
-	if err := fenced.InstallGuard(ctx, pool, "DOCS", cols[0]); err != nil {
+	if err := fenced.InstallGuard(ctx, pool, "DOCS", cols[0], nil); err != nil {
 		t.Fatalf("InstallGuard(DOCS): %v", err)
 	}
 	_, err = pool.Exec(ctx, `UPDATE docs SET `+cols[0]+` = 8`)
 	guardError(t, "lowering "+cols[0]+" guarded through DOCS", err)
+}
+
+// guardEvents returns the events the guard trigger of column fires on ("INSERT OR UPDATE"
+// or "UPDATE"), from its definition.
+func guardEvents(t *testing.T, pool *pgxpool.Pool, table, column string) string {
+	t.Helper()
+	var def string
+	err := pool.QueryRow(t.Context(), `SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = $2`,
+		table, fenced.GuardTriggerName(column)).Scan(&def)
+	if err != nil {
+		t.Fatalf("the guard trigger of %s.%s: %v", table, column, err)
+	}
+	_, rest, _ := strings.Cut(def, " BEFORE ")
+	events, _, _ := strings.Cut(rest, " ON ")
+	return events
+}
+
+// The resource-column options: validated before anything is installed; the prefix is
+// passed to the trigger exactly (quotes and backslashes included); installing again
+// without them turns the guard back into the UPDATE-only one.
+func TestGuardResourceColumnOptions(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	exec(t, pool, `CREATE TABLE ledger (id serial PRIMARY KEY, account text, fence_token bigint)`)
+	for _, o := range []*fenced.GuardOpts{
+		{ResourceColumn: "no_such_column"},
+		{ResourceColumn: "account; drop table ledger"},
+		{ResourcePrefix: "account:"}, // a prefix needs a column
+		{ResourceColumn: "account", ResourcePrefix: strings.Repeat("p", 255)},
+		{ResourceColumn: "account", ResourcePrefix: "a\x00b"},
+	} {
+		if err := fenced.InstallGuard(ctx, pool, "ledger", "fence_token", o); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+			t.Errorf("InstallGuard with %+v = %v, want ErrInvalidArgument", o, err)
+		}
+	}
+	if n := guardTriggers(t, pool, "ledger"); n != 0 {
+		t.Fatalf("%d guard triggers after refused calls, want none", n)
+	}
+
+	// A grant of another lease first, so that the tokens below are not the first ones.
+	if _, err := leases.TryAcquire(ctx, pool, "other", time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	prefix := `it's\a:`
+	if err := fenced.InstallGuard(ctx, pool, "ledger", "fence_token", &fenced.GuardOpts{ResourceColumn: "account", ResourcePrefix: prefix}); err != nil {
+		t.Fatalf("InstallGuard: %v", err)
+	}
+	if ev := guardEvents(t, pool, "ledger", "fence_token"); ev != "INSERT OR UPDATE" {
+		t.Fatalf("the guard with a resource column fires on %q, want INSERT OR UPDATE", ev)
+	}
+	l, err := leases.TryAcquire(ctx, pool, prefix+"7", time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, pool, `INSERT INTO ledger (account, fence_token) VALUES ('7', $1)`, l.Token)
+	if got := register(t, pool, prefix+"7"); got != l.Token {
+		t.Fatalf("register %q = %d, want %d: the prefix did not reach the trigger intact", prefix+"7", got, l.Token)
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO ledger (account, fence_token) VALUES ('7', $1)`, l.Token-1)
+	guardError(t, "an insert below the lease's grant", err)
+	_, err = pool.Exec(ctx, `INSERT INTO ledger (account, fence_token) VALUES ('8', 0)`)
+	guardError(t, "an insert with token 0 (no token)", err)
+
+	// Installed again without options: UPDATE-only, and a stale insert passes.
+	if err := fenced.InstallGuard(ctx, pool, "ledger", "fence_token", nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, ev := guardTriggers(t, pool, "ledger"), guardEvents(t, pool, "ledger", "fence_token"); n != 1 || ev != "UPDATE" {
+		t.Fatalf("after reinstalling without options: %d triggers on %q, want 1 on UPDATE", n, ev)
+	}
+	exec(t, pool, `INSERT INTO ledger (account, fence_token) VALUES ('7', $1)`, l.Token-1)
+	if err := fenced.RemoveGuard(ctx, pool, "ledger", "fence_token"); err != nil {
+		t.Fatal(err)
+	}
+	if n := guardTriggers(t, pool, "ledger"); n != 0 {
+		t.Fatalf("%d guard triggers after RemoveGuard", n)
+	}
 }

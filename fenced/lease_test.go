@@ -20,16 +20,6 @@ func checkLease(ctx context.Context, pool *pgxpool.Pool, l leases.Lease) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fenced.CheckLease(ctx, tx, l) })
 }
 
-// dbNow returns the database clock.
-func dbNow(t *testing.T, pool *pgxpool.Pool) time.Time {
-	t.Helper()
-	var now time.Time
-	if err := pool.QueryRow(t.Context(), `SELECT now()`).Scan(&now); err != nil {
-		t.Fatal(err)
-	}
-	return now
-}
-
 func TestCheckLeaseCurrentGrant(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -50,9 +40,9 @@ func TestCheckLeaseCurrentGrant(t *testing.T) {
 		t.Errorf("CheckLease with another holder = %v, want ErrLost", err)
 	}
 	other = l
-	other.Token--
+	other.Token++
 	if err := checkLease(ctx, pool, other); !errors.Is(err, leases.ErrLost) {
-		t.Errorf("CheckLease with an older token = %v, want ErrLost", err)
+		t.Errorf("CheckLease with another token = %v, want ErrLost", err)
 	}
 	other = l
 	other.Name = "never granted"
@@ -68,7 +58,7 @@ func TestCheckLeaseLost(t *testing.T) {
 		// lose makes the grant l of pool stop being current; it returns the grant
 		// that is current afterwards, if any.
 		lose func(t *testing.T, pool *pgxpool.Pool, l leases.Lease) (leases.Lease, bool)
-		// past acquires the lease with a database-clock instant an hour ago.
+		// past moves the database clock an hour on after the lease was granted.
 		past bool
 	}{
 		{name: "released", lose: func(t *testing.T, pool *pgxpool.Pool, l leases.Lease) (leases.Lease, bool) {
@@ -109,22 +99,18 @@ func TestCheckLeaseLost(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			pool := pgtest.Pool(t)
-			var opts *leases.AcquireOpts
-			ttl := time.Minute
-			if c.past {
-				// Granted an hour ago by the database clock, for a second: by the
-				// real database clock, which CheckLease uses, it expired long ago.
-				opts = &leases.AcquireOpts{Now: dbNow(t, pool).Add(-time.Hour)}
-				ttl = time.Second
-			}
-			l, err := leases.TryAcquire(ctx, pool, "job", ttl, opts)
+			clock := pgtest.NewClock(t, pool)
+			l, err := leases.TryAcquire(ctx, pool, "job", time.Minute, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !c.past {
-				if err := checkLease(ctx, pool, l); err != nil {
-					t.Fatalf("CheckLease before losing the lease: %v", err)
-				}
+			if err := checkLease(ctx, pool, l); err != nil {
+				t.Fatalf("CheckLease before losing the lease: %v", err)
+			}
+			if c.past {
+				// An hour later by the database clock, which CheckLease judges by, the
+				// minute's grant has long expired.
+				clock.Advance(time.Hour)
 			}
 			next, taken := c.lose(t, pool, l)
 			if err := checkLease(ctx, pool, l); !errors.Is(err, leases.ErrLost) {
@@ -151,23 +137,25 @@ func TestCheckLeaseBlocksTakeover(t *testing.T) {
 	cases := []struct {
 		name string
 		// other runs on its own connection while the checking transaction is open.
-		other func(ctx context.Context, conn *pgxpool.Conn, l leases.Lease, later time.Time) (string, error)
+		other func(ctx context.Context, conn *pgxpool.Conn, l leases.Lease) (string, error)
+		// expire moves the database clock past l's expiry before other runs.
+		expire bool
 		// commit ends the checking transaction with a commit, else a rollback.
 		commit bool
 	}{
-		{name: "takeover after expiry", commit: true,
-			other: func(ctx context.Context, conn *pgxpool.Conn, l leases.Lease, later time.Time) (string, error) {
-				// Judged at an instant after l expires, as if its holder had paused.
-				next, err := leases.TryAcquire(ctx, conn, l.Name, time.Minute, &leases.AcquireOpts{Holder: "thief", Now: later})
+		{name: "takeover after expiry", commit: true, expire: true,
+			other: func(ctx context.Context, conn *pgxpool.Conn, l leases.Lease) (string, error) {
+				// l has expired by the database clock, as if its holder had paused.
+				next, err := leases.TryAcquire(ctx, conn, l.Name, time.Minute, &leases.AcquireOpts{Holder: "thief"})
 				return next.Holder, err
 			}},
 		{name: "operator expiry", commit: false,
-			other: func(ctx context.Context, conn *pgxpool.Conn, l leases.Lease, _ time.Time) (string, error) {
+			other: func(ctx context.Context, conn *pgxpool.Conn, l leases.Lease) (string, error) {
 				info, err := leases.Expire(ctx, conn, l.Name, "operator")
 				return info.Holder, err
 			}},
 		{name: "release", commit: true,
-			other: func(ctx context.Context, conn *pgxpool.Conn, l leases.Lease, _ time.Time) (string, error) {
+			other: func(ctx context.Context, conn *pgxpool.Conn, l leases.Lease) (string, error) {
 				return l.Holder, leases.Release(ctx, conn, l, nil)
 			}},
 	}
@@ -176,6 +164,7 @@ func TestCheckLeaseBlocksTakeover(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			pool := pgtest.Pool(t)
+			clock := pgtest.NewClock(t, pool)
 			exec(t, pool, `CREATE TABLE reports (id int PRIMARY KEY, written_by bigint NOT NULL)`)
 			l, err := leases.TryAcquire(ctx, pool, "report", time.Minute, &leases.AcquireOpts{Holder: "writer"})
 			if err != nil {
@@ -197,9 +186,11 @@ func TestCheckLeaseBlocksTakeover(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Release()
-			later := l.ExpiresAt.Add(time.Minute)
+			if c.expire {
+				clock.Advance(2 * time.Minute)
+			}
 			waiter, blocker := pgtest.BackendPID(t, conn), pgtest.BackendPID(t, tx)
-			p := pgtest.Go(func() (string, error) { return c.other(ctx, conn, l, later) })
+			p := pgtest.Go(func() (string, error) { return c.other(ctx, conn, l) })
 			pgtest.WaitBlocked(t, pool, p, waiter, blocker)
 
 			if c.commit {
@@ -249,6 +240,12 @@ func TestCheckLeaseBadInput(t *testing.T) {
 	}
 	if err := fenced.CheckLease(ctx, nil, leases.Lease{Name: "job", Holder: "h", Token: 1}); !errors.Is(err, pgcoord.ErrInvalidArgument) {
 		t.Errorf("CheckLease with a nil transaction = %v, want ErrInvalidArgument", err)
+	}
+	if err := fenced.CheckLease(ctx, tx, leases.Lease{Name: "job", Token: 1}); !errors.Is(err, pgcoord.ErrInvalidName) {
+		t.Errorf("CheckLease of a lease without a holder = %v, want ErrInvalidName", err)
+	}
+	if err := fenced.CheckLease(ctx, tx, leases.Lease{Name: "job", Holder: "h"}); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+		t.Errorf("CheckLease of a lease without a token = %v, want ErrInvalidArgument", err)
 	}
 	// Neither reached the database: the transaction is still usable.
 	if n := queryInt64(t, tx, `SELECT count(*) FROM pgcoord_leases`); n != 0 {

@@ -18,7 +18,7 @@ import (
 func TestRefusalsAreCounted(t *testing.T) {
 	pool := pgtest.Pool(t)
 	newPayments(t, pool)
-	if err := fenced.InstallGuard(t.Context(), pool, "payments", "fence_token"); err != nil {
+	if err := fenced.InstallGuard(t.Context(), pool, "payments", "fence_token", nil); err != nil {
 		t.Fatal(err)
 	}
 	m := fenced.DefaultMetrics

@@ -16,11 +16,18 @@ import (
 )
 
 // Acquire waits until it is granted the lease name for ttl, or ctx ends (then it returns
-// ctx's error). While it waits it holds one connection of pool, on which it LISTENs: a
-// Release wakes it within milliseconds. A holder that dies without releasing is replaced
-// as soon as its grant expires, by the database clock; between those, Acquire tries again
-// at least every PollInterval (jittered), which is also how it works when notifications
-// cannot arrive (NoListen, or a transaction-mode pooler).
+// ctx's error). It holds no connection while it waits: each attempt borrows one from pool
+// for one statement, and the wake-ups come from the pool's one shared LISTEN connection
+// (which it takes from the pool the first time anything waits, and closes a while after
+// the last waiter left), so however many callers wait, the pool keeps its connections
+// for the work that must not wait — a holder's renewals above all. A Release wakes it
+// within milliseconds. A holder that dies without releasing is replaced as soon as its
+// grant expires, by the database clock; between those, Acquire tries again at least every
+// PollInterval (jittered), which is also how it works when notifications cannot arrive
+// (NoListen, or a transaction-mode pooler).
+//
+// If an attempt's reply is lost after the grant committed (a connection cut), Acquire asks
+// again at once as the same holder and gets its own grant back.
 func Acquire(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Duration, opts *AcquireOpts) (Lease, error) {
 	if err := validate(name, ttl); err != nil {
 		return Lease{}, err
@@ -32,22 +39,23 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Dura
 	if err != nil {
 		return Lease{}, err
 	}
-	meta := encodeMetadata(o.Metadata)
-	conn, err := pool.Acquire(ctx)
+	// The waiter exists before the first attempt, so a release between a failed attempt
+	// and the wait is not missed.
+	w, err := newWaiter(ctx, pool, name, o.NoListen)
 	if err != nil {
-		return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, err)
-	}
-	w, err := newWaiter(ctx, conn, o.NoListen)
-	if err != nil {
-		conn.Release()
+		if ctx.Err() != nil {
+			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, ctx.Err())
+		}
 		return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, pgcoord.TranslateError(err))
 	}
 	defer w.Close()
+	meta := encodeMetadata(o.Metadata)
+	retried := false
 	for {
 		start := time.Now()
-		row, err := queries.WaitLease(ctx, conn, dbsqlc.WaitLeaseParams{
+		row, err := queries.WaitLease(ctx, pool, dbsqlc.WaitLeaseParams{
 			Name: name, Holder: o.Holder, Ttl: dbarg.Interval(ttl), Want: dbarg.Interval(2 * o.PollInterval),
-			Metadata: meta.json, Now: dbarg.Now(o.Now), SyncCommit: o.SyncCommit,
+			Metadata: meta.json, SyncCommit: o.SyncCommit,
 		})
 		var wait time.Duration
 		switch {
@@ -57,27 +65,32 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Dura
 			// Held by someone else: try again when the grant expires, on a notification,
 			// or after the poll interval, whichever comes first.
 			wait = min(listen.Jitter(o.PollInterval), row.ExpiresAt.Sub(row.DbNow)+time.Millisecond)
-		case errors.Is(err, pgx.ErrNoRows):
-			wait = 0 // the lease flipped twice under us: try again at once
+		case err == nil || errors.Is(err, pgx.ErrNoRows):
+			wait = 0 // the lease changed hands under us: try again at once
 		case ctx.Err() != nil:
 			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, ctx.Err())
+		case !retried && listen.Ambiguous(ctx, err):
+			retried = true
+			continue // the grant may have committed: ask again as the same holder
 		default:
 			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, pgcoord.TranslateError(err))
 		}
-		if err := w.Wait(ctx, name, wait); err != nil {
+		retried = false
+		if err := w.Wait(ctx, wait); err != nil {
 			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, err)
 		}
 	}
 }
 
-// newWaiter returns a waiter on conn listening on the leases channel, unless noListen.
-func newWaiter(ctx context.Context, conn *pgxpool.Conn, noListen bool) (*listen.Waiter, error) {
+// newWaiter returns a waiter on pool for the release of the lease name (notifications on
+// the leases channel carry the lease's name), or a sleep-only one with noListen.
+func newWaiter(ctx context.Context, pool *pgxpool.Pool, name string, noListen bool) (*listen.Waiter, error) {
 	if noListen {
-		return listen.New(ctx, conn, "")
+		return listen.New(ctx, pool, "", "")
 	}
-	ch, err := queries.LeaseChannel(ctx, conn)
+	ch, err := queries.LeaseChannel(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
-	return listen.New(ctx, conn, ch)
+	return listen.New(ctx, pool, ch, name)
 }

@@ -34,8 +34,7 @@ var DefaultMetrics = &Metrics{}
 
 // DoOpts are the options of Do. A nil *DoOpts means the defaults.
 type DoOpts struct {
-	// AcquireOpts are used to acquire the lease (Now is ignored: Do always runs by the
-	// database clock).
+	// AcquireOpts are used to acquire the lease, as by Acquire.
 	AcquireOpts
 	// RenewEvery is the interval between renewals. Default: a third of the TTL.
 	RenewEvery time.Duration
@@ -54,15 +53,20 @@ type DoOpts struct {
 // successful renewal, whichever comes first. fn should pass lease.Token with every write
 // it makes (see package fenced): a cancelled context stops fn only at its next check.
 //
-// Do returns fn's error if fn failed; otherwise an error wrapping ErrLost if the lease was
-// lost before fn returned or before it could be released; otherwise the error of acquiring
-// or releasing, or nil.
+// Do returns:
+//   - if the lease was lost before fn returned, or found no longer held when Do released
+//     it: an error wrapping ErrLost — and also wrapping fn's error if fn failed with
+//     anything but the cancellation Do itself caused. So a lost lease is always
+//     errors.Is(err, ErrLost), and that error is errors.Is(err, context.Canceled) only
+//     when ctx, the caller's own context, was cancelled: a caller can tell a lost lease
+//     from its own cancellation;
+//   - otherwise fn's error, if fn failed;
+//   - otherwise the error of acquiring or releasing, or nil.
 func Do(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Duration, fn func(ctx context.Context, lease Lease) error, opts *DoOpts) error {
 	var o DoOpts
 	if opts != nil {
 		o = *opts
 	}
-	o.Now = time.Time{}
 	if fn == nil {
 		return fmt.Errorf("%w: leases: nil function", pgcoord.ErrInvalidArgument)
 	}
@@ -99,15 +103,24 @@ func Do(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Duration,
 	defer relCancel()
 	relErr := Release(relCtx, pool, current, nil)
 	switch {
-	case fnErr != nil:
-		return fnErr
 	case errors.Is(lost, ErrLost):
-		return lost
 	case errors.Is(relErr, ErrLost):
 		o.Metrics.Lost.Add(1)
-		return fmt.Errorf("%w: %q was no longer held when fn returned", ErrLost, name)
+		lost = fmt.Errorf("%w: %q was no longer held when fn returned", ErrLost, name)
+	case fnErr != nil:
+		return fnErr
 	default:
 		return relErr
+	}
+	switch {
+	case fnErr == nil:
+		return lost
+	case ctx.Err() == nil && errors.Is(fnErr, context.Canceled):
+		// fn stopped because Do cancelled its context for the loss: the caller did not
+		// cancel anything, so the error must not say it did.
+		return fmt.Errorf("%w (fn returned: %v)", lost, fnErr)
+	default:
+		return fmt.Errorf("%w (fn returned: %w)", lost, fnErr)
 	}
 }
 

@@ -20,30 +20,42 @@
 //
 // Every operation is one round trip to a SQL function of pgcoord's schema
 // (pgcoord_lease_acquire, _renew, _release, ...), which plain SQL callers can use directly:
-// see docs/sql-api.md.
+// see docs/sql-api.md. No call takes a time argument: expiry is judged by the database
+// clock alone.
 //
 // # Guarantees
 //
 //   - At most one holder has an unexpired grant of a name at any instant of the database
 //     clock. Concurrent acquirers of a free lease get exactly one winner.
-//   - Fence tokens of a name strictly increase with each grant and are never reused: not
-//     after release, expiry, operator expiry, restart or crash recovery. Rows of the lease
-//     table are kept and cannot be deleted or truncated. Nor after a failover: a promoted
-//     standby issues tokens above every token of the old primary's timeline, even those of
-//     grants it never received (see docs/failover.md).
+//   - Every grant gets a fence token higher than every token issued before it in the
+//     schema (leases, semaphore permits, job runs and outbox claims share one counter), so
+//     the tokens of a name strictly increase and are never reused: not after release,
+//     expiry, operator expiry, restart, crash recovery, or the garbage collection of the
+//     lease's row (pgcoord gc; the fence register keeps refusing the older grants, see
+//     package fenced). Nor after a failover: a promoted standby issues tokens above every
+//     token of the old primary's timeline, even those of grants it never received (see
+//     docs/failover.md). Tokens are not consecutive: compare them, never count them.
 //   - Only a primary grants: on a standby, acquires, renewals and releases fail with
 //     pgcoord.ErrReadOnly (Get and List work there).
-//   - Expiry is judged by the database clock only. A holder stops trusting its grant at
-//     Lease.TrustUntil, computed from its own monotonic clock as the instant it sent the
-//     request plus the TTL the database reported left, minus a safety margin: never later
-//     than the database would expire it.
+//   - Expiry is judged by the database clock only; no option and no SQL argument lets a
+//     caller choose the instant. A holder stops trusting its grant at Lease.TrustUntil,
+//     computed from its own monotonic clock as the instant it sent the request plus the
+//     TTL the database reported left, minus a safety margin: never later than the database
+//     would expire it.
 //   - Renew and Release act on one grant (name + holder + token). On a grant that is no
 //     longer current they change nothing and return ErrLost; a late release can never free
 //     the next holder's lease.
 //   - A failed TryAcquire writes nothing and locks nothing (no WAL, no commit to wait for).
 //   - A grant whose reply was lost is recovered by retrying as the same holder: TryAcquire
-//     retries once by itself on a connection failure, and a caller that sets
-//     AcquireOpts.Holder gets its existing grant back from any later call.
+//     and each attempt of Acquire retry once by themselves on a connection failure, and a
+//     caller that sets AcquireOpts.Holder gets its existing grant back from any later call.
+//   - A waiting Acquire (or Elector candidate) holds no connection: every waiter of a pool
+//     shares the pool's one LISTEN connection, and each attempt borrows a connection for
+//     one statement. Waiters cannot starve a holder's renewals of connections.
+//   - Do tells a lost lease from a cancellation: when the lease was lost while fn ran (taken
+//     over, expired by an operator, trust deadline passed), Do's error wraps ErrLost,
+//     whatever fn returned; it wraps context.Canceled only if the caller's context was
+//     cancelled.
 //   - Grants, releases and operator expiries are durable commits; renewals made by Do are
 //     asynchronous commits, whose loss in a crash only shortens the lease.
 //
@@ -58,7 +70,11 @@
 //   - Behind a transaction-mode pooler (PgBouncer), notifications do not arrive: set
 //     AcquireOpts.NoListen, and Acquire polls (every PollInterval, and at the expiry of
 //     the current grant).
-//   - A waiting Acquire holds one connection of the pool until it returns.
+//   - The first waiter of a pool takes one connection out of the pool for the shared
+//     LISTEN, and the pool no longer counts it against MaxConns: the server sees one
+//     connection more than MaxConns while anyone waits. It is closed a few seconds after
+//     the last waiter of the pool left. If it fails, waiters are woken to try again, and it
+//     is replaced.
 //   - With asynchronous replication, a grant committed on a primary that fails before the
 //     standby receives it is lost: the promoted standby can grant the lease again (with a
 //     higher token) while the first holder still trusts it. Where grants must survive a

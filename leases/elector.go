@@ -135,8 +135,9 @@ type term struct {
 // pgcoord.ErrInvalidArgument for a nil pool or config or durations out of range. It does
 // not touch the database: call Run.
 //
-// The pool needs a connection per concurrent operation: while campaigning, one connection
-// is held for LISTEN and another is used briefly to observe the leader.
+// A candidate holds no connection while it waits: its attempts, renewals and reads of the
+// leader each borrow one from the pool for one statement, and its wake-ups come from the
+// pool's one shared LISTEN connection (see Acquire).
 func NewElector(pool *pgxpool.Pool, cfg *ElectorConfig) (*Elector, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: leases: nil pool", pgcoord.ErrInvalidArgument)

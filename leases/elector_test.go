@@ -354,7 +354,7 @@ func TestElectorFailoverOnResignIsPrompt(t *testing.T) {
 			t.Fatal("the resigned candidate leads again")
 		}
 		l, _ := next.Leader()
-		if l.Token != old.Token+1 {
+		if l.Token <= old.Token {
 			t.Errorf("new leader's token %d after %d", l.Token, old.Token)
 		}
 		if _, _, stopped := leader.snapshot(); stopped == 0 {
@@ -497,7 +497,7 @@ func TestElectorResignsWhenTheLeaderFunctionReturns(t *testing.T) {
 		return len(terms) == 2
 	})
 	terms, leaders, stopped := c.snapshot()
-	if terms[1].token != first.Token+1 || stopped != 1 {
+	if terms[1].token <= first.Token || stopped != 1 {
 		t.Errorf("terms %+v, OnStoppedLeading %d times; want a second grant after one stop", terms, stopped)
 	}
 	if !slices.Equal(leaders, []string{c.Holder()}) {

@@ -73,7 +73,7 @@ func Get(ctx context.Context, db pgcoord.DBTX, name string) (Info, error) {
 	if err := pgcoord.CheckDB(db); err != nil {
 		return Info{}, err
 	}
-	row, err := queries.GetLease(ctx, db, dbsqlc.GetLeaseParams{Name: name})
+	row, err := queries.GetLease(ctx, db, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Info{}, fmt.Errorf("%w: %q", ErrNotFound, name)
 	}

@@ -25,7 +25,9 @@ var (
 	ErrHeld = errors.New("leases: held by another holder")
 	// ErrLost means the grant a call names (name + holder + token) is no longer current:
 	// the lease was released, expired, taken over or expired by an operator. A Renew or
-	// Release that returns it changed nothing.
+	// Release that returns it changed nothing. Do returns an error wrapping it when the
+	// lease was lost while its function ran (or its trust deadline passed), whatever the
+	// function returned.
 	ErrLost = errors.New("leases: lease lost")
 	// ErrNotFound means no lease of that name was ever granted.
 	ErrNotFound = errors.New("leases: no such lease")
@@ -92,9 +94,6 @@ type AcquireOpts struct {
 	// transaction, the level applies to that whole transaction's commit. Default "": the
 	// server's setting. Other values return an error wrapping pgcoord.ErrInvalidArgument.
 	SyncCommit string
-	// Now, if set, judges expiry at this instant instead of the database clock. For tests
-	// only: production code never sets it.
-	Now time.Time
 }
 
 func (o *AcquireOpts) withDefaults(ttl time.Duration) (AcquireOpts, error) {
@@ -140,6 +139,21 @@ func validate(name string, ttl time.Duration) error {
 	return nil
 }
 
+// validateGrant refuses a Lease that names no grant pgcoord could have made: a bad name or
+// holder (pgcoord.ErrInvalidName), a token below 1 (pgcoord.ErrInvalidArgument).
+func validateGrant(l Lease) error {
+	if err := pgcoord.ValidateName("lease", l.Name); err != nil {
+		return err
+	}
+	if err := pgcoord.ValidateName("holder", l.Holder); err != nil {
+		return err
+	}
+	if l.Token < 1 {
+		return fmt.Errorf("%w: leases: fence token %d is not positive", pgcoord.ErrInvalidArgument, l.Token)
+	}
+	return nil
+}
+
 // TryAcquire grants the lease name to the caller for ttl if it is free or expired, in one
 // round trip, and returns the grant with a fence token higher than any before. If another
 // holder has it, it returns ErrHeld; that failed attempt writes nothing and locks nothing.
@@ -166,8 +180,7 @@ func tryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Dura
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
 		row, err := queries.AcquireLease(ctx, db, dbsqlc.AcquireLeaseParams{
-			Name: name, Holder: o.Holder, Ttl: dbarg.Interval(ttl), Metadata: meta.json, Now: dbarg.Now(o.Now),
-			SyncCommit: o.SyncCommit,
+			Name: name, Holder: o.Holder, Ttl: dbarg.Interval(ttl), Metadata: meta.json, SyncCommit: o.SyncCommit,
 		})
 		switch {
 		case err == nil:
@@ -192,16 +205,19 @@ type RenewOpts struct {
 	AsyncCommit bool
 	// SafetyMargin as in AcquireOpts. Default: a tenth of the TTL.
 	SafetyMargin time.Duration
-	// Now as in AcquireOpts: for tests only.
-	Now time.Time
 }
 
 // Renew extends the grant l to ttl from now (by the database clock), in one round trip,
 // and returns the renewed grant with a new ExpiresAt and TrustUntil. It returns ErrLost,
 // having changed nothing, if l is no longer current — including when it has expired, even
-// if nobody took it since: a holder that let its lease expire must acquire it again.
+// if nobody took it since: a holder that let its lease expire must acquire it again. A
+// Lease with a bad name or holder, or a token below 1 — no grant at all — is refused before
+// any SQL runs (pgcoord.ErrInvalidName, pgcoord.ErrInvalidArgument).
 func Renew(ctx context.Context, db pgcoord.DBTX, l Lease, ttl time.Duration, opts *RenewOpts) (Lease, error) {
 	if err := validate(l.Name, ttl); err != nil {
+		return Lease{}, err
+	}
+	if err := validateGrant(l); err != nil {
 		return Lease{}, err
 	}
 	if err := pgcoord.CheckDB(db); err != nil {
@@ -220,7 +236,7 @@ func Renew(ctx context.Context, db pgcoord.DBTX, l Lease, ttl time.Duration, opt
 	start := time.Now()
 	row, err := queries.RenewLease(ctx, db, dbsqlc.RenewLeaseParams{
 		Name: l.Name, Holder: l.Holder, FenceToken: l.Token, Ttl: dbarg.Interval(ttl),
-		Durable: !o.AsyncCommit, Now: dbarg.Now(o.Now),
+		Durable: !o.AsyncCommit,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, fmt.Errorf("%w: %q token %d", ErrLost, l.Name, l.Token)
@@ -231,29 +247,22 @@ func Renew(ctx context.Context, db pgcoord.DBTX, l Lease, ttl time.Duration, opt
 	return leaseFrom(dbsqlc.AcquireLeaseRow(row), l.Metadata, start, o.SafetyMargin), nil
 }
 
-// ReleaseOpts are the options of Release. A nil *ReleaseOpts means the defaults.
-type ReleaseOpts struct {
-	// Now as in AcquireOpts: for tests only.
-	Now time.Time
-}
+// ReleaseOpts are the options of Release. It has none yet: pass nil.
+type ReleaseOpts struct{}
 
 // Release frees the grant l in one round trip, waking a waiting Acquire. It is scoped to
 // the grant (name + holder + token): if l is no longer current it changes nothing and
 // returns ErrLost, so a late release never frees the next holder's lease. Meant for defer.
+// opts may be nil (ReleaseOpts has no options yet). A Lease that names no grant is
+// refused as by Renew.
 func Release(ctx context.Context, db pgcoord.DBTX, l Lease, opts *ReleaseOpts) error {
-	if err := pgcoord.ValidateName("lease", l.Name); err != nil {
+	if err := validateGrant(l); err != nil {
 		return err
 	}
 	if err := pgcoord.CheckDB(db); err != nil {
 		return err
 	}
-	var now time.Time
-	if opts != nil {
-		now = opts.Now
-	}
-	n, err := queries.ReleaseLease(ctx, db, dbsqlc.ReleaseLeaseParams{
-		Name: l.Name, Holder: l.Holder, FenceToken: l.Token, Now: dbarg.Now(now),
-	})
+	n, err := queries.ReleaseLease(ctx, db, dbsqlc.ReleaseLeaseParams{Name: l.Name, Holder: l.Holder, FenceToken: l.Token})
 	if err != nil {
 		return fmt.Errorf("leases: release %q: %w", l.Name, pgcoord.TranslateError(err))
 	}

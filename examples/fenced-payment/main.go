@@ -8,9 +8,11 @@
 //
 //   - The payment provider gets an idempotency key derived from the order alone
 //     (idempotencyKey): A's late request gets B's charge back instead of a new one.
-//   - Our own record of the payment is written with fenced.Write under the lease's fence
-//     token (recordPayment): B's token is higher, so A's late write is refused with
-//     fenced.ErrStale and rolled back.
+//   - Our own record of the payment is written in a transaction that first checks the
+//     lease with fenced.CheckLease (recordPayment), which holds the grant until the
+//     transaction ends: A's grant is no longer current, so A's late record is refused with
+//     leases.ErrLost and writes nothing — in every interleaving, since no takeover can
+//     complete while a recording transaction is open.
 //
 // Run it with PGCOORD_DATABASE_URL=postgres://... go run ./examples/fenced-payment
 package main
@@ -154,8 +156,8 @@ func process(ctx context.Context, pool *pgxpool.Pool, cfg config, worker string,
 		return err
 	}
 	err = recordPayment(ctx, pool, lease, o.ID, chargeID, worker)
-	if errors.Is(err, fenced.ErrStale) {
-		cfg.Logger.Warn("a newer holder took the order over: our late write was refused", "order", o.ID, "worker", worker, "token", lease.Token)
+	if errors.Is(err, leases.ErrLost) {
+		cfg.Logger.Warn("our lease ran out (another worker may have the order): our late write was refused", "order", o.ID, "worker", worker, "token", lease.Token)
 		return nil
 	}
 	if err == nil {
@@ -171,17 +173,23 @@ func process(ctx context.Context, pool *pgxpool.Pool, cfg config, worker string,
 // request it has already served, so every holder of the order must send the same key.
 func idempotencyKey(orderID int64) string { return fmt.Sprintf("order-%d-charge", orderID) }
 
-// recordPayment records the charge and marks the order paid, in one transaction, fenced:
-// fenced.Write runs the INSERT only if lease.Token is not lower than the highest token
-// that wrote for this order before; otherwise it returns fenced.ErrStale and writes nothing.
+// recordPayment records the charge and marks the order paid, in one transaction that
+// starts with fenced.CheckLease: if lease is no longer current (it expired, or another
+// worker took the order over) it returns leases.ErrLost and writes nothing; if it is, the
+// lease cannot change hands until the transaction ends, so the next holder of the order
+// sees this record. The order moves from pending to paid once, and one payment row is kept
+// per order, whatever else happens.
 func recordPayment(ctx context.Context, pool *pgxpool.Pool, lease leases.Lease, orderID int64, chargeID, worker string) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := fenced.Write(ctx, tx, lease.Name, lease.Token, `INSERT INTO payments (order_id, charge_id, fence_token, worker)
+		if err := fenced.CheckLease(ctx, tx, lease); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO payments (order_id, charge_id, fence_token, worker)
 			VALUES ($1, $2, $3, $4) ON CONFLICT (order_id) DO NOTHING`, orderID, chargeID, lease.Token, worker)
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE orders SET status = 'paid' WHERE id = $1`, orderID)
+		_, err = tx.Exec(ctx, `UPDATE orders SET status = 'paid' WHERE id = $1 AND status = 'pending'`, orderID)
 		return err
 	})
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/examples/internal/exampletest"
-	"github.com/pgcoord/pgcoord/fenced"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/leases"
 )
@@ -50,54 +49,71 @@ func charges(t *testing.T, pool *pgxpool.Pool, orderID int64) (made, requests in
 	return made, requests, worker, token
 }
 
-// The incident, step by step: A holds the lease of order 1 and stalls past its TTL; B takes
-// the lease over (the database's clock, injected, says A's grant has expired) and charges;
-// A wakes up and charges with its old token. The provider sees the same idempotency key
-// twice and charges once; our payments table refuses A's record with fenced.ErrStale.
+// The incident, step by step: A holds the lease of order 1 and stalls past its TTL (the
+// test moves the database's clock on); B takes the lease over. Then both charge, in either
+// order — A waking up before B charged, or after. The provider sees the same idempotency
+// key twice and charges once; our payments table refuses A's record (leases.ErrLost: its
+// grant is no longer current) and keeps B's.
 func TestPausedHolderIsFenced(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool := newPool(t)
-	addOrders(t, pool, 1)
+	for _, aFirst := range []bool{true, false} {
+		name := "A wakes after B charged"
+		if aFirst {
+			name = "A wakes before B charged"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool := newPool(t)
+			clock := pgtest.NewClock(t, pool)
+			addOrders(t, pool, 1)
 
-	a, err := leases.TryAcquire(ctx, pool, "order:1", 30*time.Second, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A is paused; by the time B asks, A's lease has expired.
-	b, err := leases.TryAcquire(ctx, pool, "order:1", 30*time.Second, &leases.AcquireOpts{Now: a.ExpiresAt.Add(time.Second)})
-	if err != nil {
-		t.Fatalf("B could not take the expired lease over: %v", err)
-	}
-	if b.Token <= a.Token {
-		t.Fatalf("B's token %d is not above A's %d", b.Token, a.Token)
-	}
-	for _, w := range []struct {
-		name  string
-		lease leases.Lease
-		want  error
-	}{{"B", b, nil}, {"A", a, fenced.ErrStale}} {
-		id, err := providerCharge(ctx, pool, idempotencyKey(1), 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := recordPayment(ctx, pool, w.lease, 1, id, w.name); !errors.Is(err, w.want) {
-			t.Fatalf("%s's payment record (token %d): got %v, want %v", w.name, w.lease.Token, err, w.want)
-		}
-	}
-	made, requests, worker, token := charges(t, pool, 1)
-	if made != 1 || requests != 2 {
-		t.Errorf("the provider made %d charges for %d requests, want 1 for 2 (A's request replayed B's charge)", made, requests)
-	}
-	if worker != "B" || token != b.Token {
-		t.Errorf("the payment is recorded by %q with token %d, want B's with %d", worker, token, b.Token)
+			a, err := leases.TryAcquire(ctx, pool, "order:1", 30*time.Second, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(31 * time.Second) // A is paused past its lease
+			b, err := leases.TryAcquire(ctx, pool, "order:1", 30*time.Second, nil)
+			if err != nil {
+				t.Fatalf("B could not take the expired lease over: %v", err)
+			}
+			if b.Token <= a.Token {
+				t.Fatalf("B's token %d is not above A's %d", b.Token, a.Token)
+			}
+			type holder struct {
+				name  string
+				lease leases.Lease
+				want  error
+			}
+			order := []holder{{"B", b, nil}, {"A", a, leases.ErrLost}}
+			if aFirst {
+				order[0], order[1] = order[1], order[0]
+			}
+			for _, w := range order {
+				id, err := providerCharge(ctx, pool, idempotencyKey(1), 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := recordPayment(ctx, pool, w.lease, 1, id, w.name); !errors.Is(err, w.want) {
+					t.Fatalf("%s's payment record (token %d): got %v, want %v", w.name, w.lease.Token, err, w.want)
+				}
+			}
+			made, requests, worker, token := charges(t, pool, 1)
+			if made != 1 || requests != 2 {
+				t.Errorf("the provider made %d charges for %d requests, want 1 for 2 (one request replayed the other's charge)", made, requests)
+			}
+			if worker != "B" || token != b.Token {
+				t.Errorf("the payment is recorded by %q with token %d, want B's with %d", worker, token, b.Token)
+			}
+		})
 	}
 }
 
 // Eight workers on 60 orders charge each order exactly once. One order was taken first by
 // a worker that then stalled (the test holds its lease, with a TTL that lapses): the queue
 // redelivers the order, a worker takes the lease over and charges, and the stalled worker's
-// late charge, when it wakes up, is replayed by the provider and refused by the fence.
+// late charge, when it wakes up, is replayed by the provider, and its record is refused
+// because its lease is no longer current.
 func TestConcurrentWorkersChargeEachOrderOnce(t *testing.T) {
 	t.Parallel()
 	const orders = 60
@@ -135,8 +151,8 @@ func TestConcurrentWorkersChargeEachOrderOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := recordPayment(context.Background(), pool, zombie, stalled.ID, id, "stalled"); !errors.Is(err, fenced.ErrStale) {
-		t.Fatalf("the stalled worker's late record: got %v, want fenced.ErrStale", err)
+	if err := recordPayment(context.Background(), pool, zombie, stalled.ID, id, "stalled"); !errors.Is(err, leases.ErrLost) {
+		t.Fatalf("the stalled worker's late record: got %v, want leases.ErrLost", err)
 	}
 
 	workers := map[string]bool{}

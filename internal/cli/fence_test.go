@@ -90,6 +90,9 @@ func TestFenceGuardBadArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{
+		{"payments", "fence_token", "--resource-column", "no_such_column"},
+		{"payments", "fence_token", "--resource-column", "order-id"},
+		{"payments", "fence_token", "--resource-prefix", "order:"},
 		{"payments; DROP TABLE payments", "fence_token"},
 		{"payments", "fence-token"},
 		{"a.b.c", "fence_token"},
@@ -106,6 +109,7 @@ func TestFenceGuardBadArguments(t *testing.T) {
 				if args[0] == "payments" && len(args) == 2 && (args[1] == "no_such_column" || args[1] == "note") {
 					continue // removing checks names only: nothing to remove is not an error
 				}
+				// With --remove, any --resource-* flag is a usage error too.
 				all = append(all, "--remove")
 			}
 			code, out, errOut := d.run(t, all...)
@@ -117,5 +121,67 @@ func TestFenceGuardBadArguments(t *testing.T) {
 	var n int
 	if err := d.pool.QueryRow(context.Background(), "SELECT count(*) FROM payments").Scan(&n); err != nil {
 		t.Fatalf("payments is gone: %v", err)
+	}
+}
+
+// With --resource-column the guard judges every INSERT and UPDATE against the fence register
+// of the resource the row names: an insert-only ledger is guarded, whatever code inserts.
+func TestFenceGuardResourceColumn(t *testing.T) {
+	t.Parallel()
+	d := newLeaseDB(t)
+	ctx := context.Background()
+	if _, err := d.pool.Exec(ctx, `CREATE TABLE charges (order_id int, amount int, fence_token bigint)`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := d.run(t, "--json", "fence", "guard", "charges", "fence_token", "--resource-column", "order_id", "--resource-prefix", "order:")
+	var g struct {
+		Table          string `json:"table"`
+		Column         string `json:"column"`
+		ResourceColumn string `json:"resource_column"`
+		ResourcePrefix string `json:"resource_prefix"`
+		Events         string `json:"events"`
+		Trigger        string `json:"trigger"`
+		Installed      bool   `json:"installed"`
+	}
+	if err := json.Unmarshal([]byte(out), &g); code != cli.ExitOK || err != nil || g.ResourceColumn != "order_id" || g.ResourcePrefix != "order:" ||
+		g.Events != "INSERT, UPDATE" || g.Trigger != "pgcoord_fence_guard_fence_token" || !g.Installed {
+		t.Fatalf("fence guard --resource-column --json = %d, %q (%v), stderr %q", code, out, err, errOut)
+	}
+	// The leases of order 42: A's grant, then B's after A's expiry (forced, here).
+	var a, b int64
+	if err := d.pool.QueryRow(ctx, `SELECT fence_token FROM pgcoord_lease_acquire('order:42', 'A', '1 minute')`).Scan(&a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.pool.Exec(ctx, `SELECT pgcoord_lease_expire('order:42', 'test')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.pool.QueryRow(ctx, `SELECT fence_token FROM pgcoord_lease_acquire('order:42', 'B', '1 minute')`).Scan(&b); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(token any) error {
+		_, err := d.pool.Exec(ctx, `INSERT INTO charges VALUES (42, 100, $1)`, token)
+		return err
+	}
+	var pgErr *pgconn.PgError
+	if err := insert(a); !errors.As(err, &pgErr) || pgErr.Code != "PGC01" {
+		t.Fatalf("A's stale INSERT before B wrote: %v, want SQLSTATE PGC01", err)
+	}
+	if err := insert(b); err != nil {
+		t.Fatalf("B's INSERT: %v", err)
+	}
+	if err := insert(nil); !errors.As(err, &pgErr) || pgErr.Code != "PGC01" {
+		t.Fatalf("an INSERT without a token: %v, want SQLSTATE PGC01", err)
+	}
+
+	// Installing it again without the resource column makes it UPDATE-only: INSERTs pass.
+	code, out, errOut = d.run(t, "fence", "guard", "charges", "fence_token")
+	if code != cli.ExitOK || !strings.Contains(out, "INSERTs are not checked") {
+		t.Fatalf("fence guard without --resource-column = %d, %q, %q", code, out, errOut)
+	}
+	if err := insert(a); err != nil {
+		t.Fatalf("an INSERT under the UPDATE-only guard: %v, want it accepted (the documented limit)", err)
+	}
+	if code, _, errOut := d.run(t, "fence", "guard", "charges", "fence_token", "--remove", "--resource-column", "order_id"); code != cli.ExitUsage {
+		t.Fatalf("--remove with --resource-column = %d (%s), want a usage error", code, errOut)
 	}
 }

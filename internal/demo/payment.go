@@ -24,8 +24,11 @@ import (
 // still believing it holds the lease, and charges too — unless something stops it:
 //
 //   - naive: a lock with a TTL and nothing else. A's charge goes through: two charges.
-//   - fenced: the charge is written with fenced.Write under the lease's fence token; B's
-//     token is higher, so A's late write is refused (fenced.ErrStale).
+//   - fenced: the charge is written in a transaction that first checks the lease with
+//     fenced.CheckLease, which holds the grant until the transaction ends. A's grant is no
+//     longer current (B's token is higher), so A's late charge is refused (leases.ErrLost)
+//     and writes nothing — in every interleaving: no takeover completes while a charging
+//     transaction is open, so B cannot be granted between A's check and A's commit.
 //   - provider: the same plain lock, but each charge carries an idempotency key derived
 //     from the order, and the payment provider keeps one charge per key: A's request gets
 //     B's charge back instead of a second one.
@@ -137,13 +140,16 @@ func paymentWorker(ctx context.Context, w *workerproc.Worker) error {
 		w.Say("charged")
 	case payFenced:
 		err = pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-			_, err := fenced.Write(ctx, tx, lease, l.Token,
-				`INSERT INTO demo_charges (mode, order_id, worker, token) VALUES ($1, $2, $3, $4)`,
+			// Still ours, and held until COMMIT, or leases.ErrLost and nothing is written.
+			if err := fenced.CheckLease(ctx, tx, l); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO demo_charges (mode, order_id, worker, token) VALUES ($1, $2, $3, $4)`,
 				mode, paymentOrder, name, l.Token)
 			return err
 		})
 		switch {
-		case errors.Is(err, fenced.ErrStale):
+		case errors.Is(err, leases.ErrLost):
 			w.Say("rejected")
 		case err != nil:
 			return err
@@ -181,5 +187,5 @@ func (r PaymentResult) print(out io.Writer) {
    A's late charge      %-16s %-25s %s
 `, paymentOrder, paymentTTL, paymentOrder,
 		r.Charges[payNaive], r.Charges[payFenced], r.Charges[payProvider],
-		r.LateA[payNaive], r.LateA[payFenced]+" (stale token)", r.LateA[payProvider]+" (B's charge)")
+		r.LateA[payNaive], r.LateA[payFenced]+" (lease lost)", r.LateA[payProvider]+" (B's charge)")
 }
