@@ -20,16 +20,19 @@ import (
 // served, and a TryAcquire or Next never jumps a live waiter. limit is the key's limit if
 // this call creates the key, as in TryAcquire.
 //
-// While it waits it holds one connection of pool, on which it LISTENs on the semaphore
-// channel: a Release of the key wakes it within milliseconds (a release notifies only
-// while someone waits). A holder that dies without releasing is replaced as soon as its
-// permit expires, by the database clock: Acquire tries again at the earliest expiry of the
-// key's live permits. Between those it tries at least every PollInterval (jittered), which
-// is also how it works when notifications cannot arrive (NoListen, or a transaction-mode
-// pooler). Each attempt renews its place in line for twice the PollInterval.
+// While it waits it holds no connection of pool: each attempt takes one for its round
+// trips and gives it back, and between attempts it waits on the pool's shared notifier
+// (one LISTEN connection per pool, taken out of the pool once, for every waiter of the
+// process), so waiters never take the connections a holder needs to renew. A Release of
+// the key wakes it within milliseconds (a release notifies only while someone waits). A
+// holder that dies without releasing is replaced as soon as its permit expires, by the
+// database clock: Acquire tries again at the earliest expiry of the key's live permits.
+// Between those it tries at least every PollInterval (jittered), which is also how it
+// works when notifications cannot arrive (NoListen, or a transaction-mode pooler). Each
+// attempt renews its place in line for twice the PollInterval plus a second.
 //
-// If the connection fails while it waits, Acquire asks once more, on another connection of
-// the pool, as the same holder: a permit granted by an attempt whose reply was lost is
+// If an attempt fails with the connection, so that its outcome is unknown, Acquire asks
+// once more as the same holder: a permit granted by an attempt whose reply was lost is
 // returned rather than leaked.
 func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl time.Duration, opts *AcquireOpts) (Permit, error) {
 	if err := validateAcquire(key, limit, ttl); err != nil {
@@ -55,8 +58,7 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		defer cancel()
 		sent := time.Now()
 		row, rerr := queries.SemaphoreAcquire(rctx, pool, dbsqlc.SemaphoreAcquireParams{
-			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl), Now: dbarg.Now(o.Now),
-			SyncCommit: o.SyncCommit,
+			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl), SyncCommit: o.SyncCommit,
 		})
 		if rerr == nil {
 			o.Metrics.admitted(key, time.Since(start))
@@ -72,23 +74,13 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 // lineSlack is how much longer than two poll intervals a waiter's place in line lasts.
 const lineSlack = time.Second
 
-// acquire is Acquire's waiting loop, on one connection of pool. tried reports whether an
-// attempt was sent (so there may be a place in line or a permit to clean up).
+// acquire is Acquire's waiting loop. tried reports whether an attempt was sent (so there
+// may be a place in line or a permit to clean up).
 func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl time.Duration, o AcquireOpts) (p Permit, tried bool, err error) {
-	conn, err := pool.Acquire(ctx)
+	// The waiter exists before the first attempt, so a release between a refusal and the
+	// wait is not missed.
+	w, err := newWaiter(ctx, pool, key, o.NoListen)
 	if err != nil {
-		return Permit{}, false, err
-	}
-	channel := ""
-	if !o.NoListen {
-		if channel, err = queries.SemaphoreChannel(ctx, conn); err != nil {
-			conn.Release()
-			return Permit{}, false, err
-		}
-	}
-	w, err := listen.New(ctx, conn, channel)
-	if err != nil {
-		conn.Release()
 		return Permit{}, false, err
 	}
 	defer w.Close()
@@ -99,8 +91,8 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 	for {
 		tried = true
 		sent := time.Now()
-		row, err := queries.SemaphoreAcquire(ctx, conn, dbsqlc.SemaphoreAcquireParams{
-			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl), Wait: want, Now: dbarg.Now(o.Now),
+		row, err := queries.SemaphoreAcquire(ctx, pool, dbsqlc.SemaphoreAcquireParams{
+			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl), Wait: want,
 			SyncCommit: o.SyncCommit,
 		})
 		if err == nil {
@@ -113,17 +105,30 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		// In line. Try again on a notification, when the first live permit expires (an
 		// expiry sends no notification), or after the poll interval, whichever comes first.
 		wait := listen.Jitter(o.PollInterval)
-		next, err := queries.SemaphoreNextExpiry(ctx, conn, dbsqlc.SemaphoreNextExpiryParams{Key: key, Now: dbarg.Now(o.Now)})
+		next, err := queries.SemaphoreNextExpiry(ctx, pool, key)
 		if err != nil {
 			return Permit{}, true, err
 		}
 		if left := next.NextExpiry.Sub(next.DbNow); left > 0 {
 			wait = min(wait, left+time.Millisecond)
 		}
-		if err := w.Wait(ctx, key, wait); err != nil {
+		if err := w.Wait(ctx, wait); err != nil {
 			return Permit{}, true, err
 		}
 	}
+}
+
+// newWaiter returns a waiter for notifications of key on the semaphore channel, from the
+// pool's shared notifier; with noListen, one that only sleeps.
+func newWaiter(ctx context.Context, pool *pgxpool.Pool, key string, noListen bool) (*listen.Waiter, error) {
+	if noListen {
+		return listen.New(ctx, pool, "", "")
+	}
+	channel, err := queries.SemaphoreChannel(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	return listen.New(ctx, pool, channel, key)
 }
 
 // giveUp takes a waiter that stops waiting out of the line, so it does not hold its place

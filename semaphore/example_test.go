@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/semaphore"
 )
@@ -22,7 +24,7 @@ func ExampleTryAcquire() {
 	defer semaphore.Release(ctx, pool, a)
 	b, _ := semaphore.TryAcquire(ctx, pool, "tenant:42", 2, 30*time.Second, nil)
 	defer semaphore.Release(ctx, pool, b)
-	fmt.Println("fence tokens:", a.Token, b.Token)
+	fmt.Println("the later permit has the higher fence token:", b.Token > a.Token)
 
 	// A third worker finds the tenant full: it should work for another tenant (see Next).
 	_, err = semaphore.TryAcquire(ctx, pool, "tenant:42", 2, 30*time.Second, nil)
@@ -31,72 +33,97 @@ func ExampleTryAcquire() {
 	s, _ := semaphore.Get(ctx, pool, "tenant:42")
 	fmt.Printf("held %d of %d\n", s.Held, s.Limit)
 	// Output:
-	// fence tokens: 1 2
+	// the later permit has the higher fence token: true
 	// true
 	// held 2 of 2
 }
 
 // A fair worker loop. Producers enqueue jobs and report them with AddDemand in the same
 // transaction; workers ask Next which tenant goes next, take one job of that tenant from
-// the queue, run it and release the permit. A tenant with a big backlog cannot starve the
-// others: admissions alternate between tenants that have work.
+// the queue (marking it with the permit's token), run it, and remove it with Done in one
+// transaction. A tenant with a big backlog cannot starve the others: admissions alternate
+// between tenants that have work. A worker that dies at any point strands no job: its
+// permit expires, the unit of demand it reserved comes back, and the job's mark names a
+// permit that is no longer held.
 func ExampleNext() {
 	ctx := context.Background()
 	pool := pgtest.ExamplePool()
-	if _, err := pool.Exec(ctx, `CREATE TABLE jobs (id bigserial PRIMARY KEY, tenant text NOT NULL, what text NOT NULL)`); err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE jobs (
+		id           bigserial PRIMARY KEY,
+		tenant       text NOT NULL,
+		what         text NOT NULL,
+		permit_token bigint -- the permit it was taken under; NULL while queued
+	)`); err != nil {
 		panic(err)
 	}
 
 	enqueue := func(tenant string, jobs ...string) {
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			panic(err)
-		}
-		defer tx.Rollback(ctx)
-		for _, j := range jobs {
-			if _, err := tx.Exec(ctx, `INSERT INTO jobs (tenant, what) VALUES ($1, $2)`, tenant, j); err != nil {
-				panic(err)
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for _, j := range jobs {
+				if _, err := tx.Exec(ctx, `INSERT INTO jobs (tenant, what) VALUES ($1, $2)`, tenant, j); err != nil {
+					return err
+				}
 			}
-		}
-		// At most 3 concurrent jobs per tenant (the limit applies when the key is created).
-		if err := semaphore.AddDemand(ctx, tx, tenant, int64(len(jobs)), &semaphore.AddDemandOpts{Limit: 3}); err != nil {
-			panic(err)
-		}
-		if err := tx.Commit(ctx); err != nil {
+			// At most 3 concurrent jobs per tenant (the limit applies when the key is created).
+			return semaphore.AddDemand(ctx, tx, tenant, int64(len(jobs)), &semaphore.AddDemandOpts{Limit: 3})
+		})
+		if err != nil {
 			panic(err)
 		}
 	}
 	enqueue("acme", "import-1", "import-2", "import-3", "import-4", "import-5")
 	enqueue("globex", "report-1", "report-2")
 
+	// One job: ErrNoWork when no tenant may run one now.
+	work := func() error {
+		p, err := semaphore.Next(ctx, pool, 30*time.Second, nil)
+		if err != nil {
+			return err
+		}
+		defer semaphore.Release(ctx, pool, p) // gives the unit back, unless Done consumed it
+		var id int64
+		var what string
+		err = pool.QueryRow(ctx, `UPDATE jobs SET permit_token = $2 WHERE id = (
+				SELECT id FROM jobs WHERE tenant = $1
+				   AND (permit_token IS NULL OR NOT pgcoord_semaphore_held(tenant, permit_token))
+				 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+			RETURNING id, what`, p.Key, p.Token).Scan(&id, &what)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s: %s\n", p.Key, what) // the job, its writes fenced by p.Token
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `DELETE FROM jobs WHERE id = $1 AND permit_token = $2`, id, p.Token)
+			if err == nil && tag.RowsAffected() == 0 {
+				err = semaphore.ErrLost // taken again under a later permit: ours expired
+			}
+			if err != nil {
+				return err
+			}
+			return semaphore.Done(ctx, tx, p)
+		})
+	}
 	// One worker; run many, in many processes, and they share the tenants fairly.
 	for {
-		p, err := semaphore.Next(ctx, pool, 30*time.Second, nil)
+		err := work()
 		if errors.Is(err, semaphore.ErrNoWork) {
 			break // a real worker waits a little, or for news of new jobs, and asks again
 		}
 		if err != nil {
 			panic(err)
 		}
-		var what string
-		err = pool.QueryRow(ctx, `
-			DELETE FROM jobs WHERE id = (
-				SELECT id FROM jobs WHERE tenant = $1 ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
-			RETURNING what`, p.Key).Scan(&what)
-		if err != nil {
-			panic(err)
-		}
-		fmt.Printf("%s: %s (token %d)\n", p.Key, what, p.Token) // the job, fenced by p.Token
-		semaphore.Release(ctx, pool, p)
 	}
+	s, _ := semaphore.Get(ctx, pool, "acme")
+	fmt.Println("acme's demand:", s.Demand)
 	// Output:
-	// acme: import-1 (token 1)
-	// globex: report-1 (token 1)
-	// acme: import-2 (token 2)
-	// globex: report-2 (token 2)
-	// acme: import-3 (token 3)
-	// acme: import-4 (token 4)
-	// acme: import-5 (token 5)
+	// acme: import-1
+	// globex: report-1
+	// acme: import-2
+	// globex: report-2
+	// acme: import-3
+	// acme: import-4
+	// acme: import-5
+	// acme's demand: 0
 }
 
 func ExampleAcquire() {
@@ -117,9 +144,9 @@ func ExampleAcquire() {
 		panic(err)
 	}
 	defer semaphore.Release(ctx, pool, second)
-	fmt.Println("tokens:", first.Token, second.Token)
+	fmt.Println("the second holder's token is higher:", second.Token > first.Token)
 	// Output:
-	// tokens: 1 2
+	// the second holder's token is higher: true
 }
 
 func ExampleSetLimit() {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+	"github.com/pgcoord/pgcoord/internal/listen"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -59,15 +60,17 @@ type AddDemandOpts struct {
 	Limit int
 }
 
-// AddDemand adds units to the work waiting for key (negative units take work away;
+// AddDemand adds units to the work not yet done for key (negative units take work away;
 // demand never goes below zero), creating the key if needed. Next admits only to keys with
-// demand, and each admission consumes one unit. Call it in the transaction that enqueues
-// (or cancels) the work, so the count and the queue agree: pass that pgx.Tx as db. It
-// locks the key's row until that transaction ends, so call it last in a short transaction:
-// a key whose row is locked is skipped by Next and waited for by TryAcquire.
+// a unit of demand that no live permit of Next has reserved, and Done consumes a unit when
+// its job is done. Call it in the transaction that enqueues (or cancels) the work, so the
+// count and the queue agree: pass that pgx.Tx as db. It locks the key's row until that
+// transaction ends, so call it last in a short transaction: admissions to the key wait
+// for it, Next included (and every Next of the schema behind that one).
 //
-// A key that had no demand starts at the smallest virtual time among keys that have some:
-// a tenant returning after an idle spell is served next, but idling earns it no credit.
+// A key that had no demand starts at the system's virtual time (that of the key served
+// last): a tenant returning after an idle spell is served at once, but idling earns it no
+// credit.
 func AddDemand(ctx context.Context, db pgcoord.DBTX, key string, units int64, opts *AddDemandOpts) error {
 	if err := validateKey(key); err != nil {
 		return err
@@ -94,8 +97,8 @@ func AddDemand(ctx context.Context, db pgcoord.DBTX, key string, units int64, op
 type NextOpts struct {
 	// Holder identifies the holder of the permit. Default: a new identity per call
 	// (pgcoord.NewHolderID). If set, it must be unique per job: a holder that already holds
-	// a permit of the chosen key gets that permit back, and the key's demand is still
-	// consumed.
+	// a live permit (of one of Keys, if set) gets that permit back instead of a new
+	// admission, and no other unit of demand is reserved for it.
 	Holder string
 	// Keys restricts Next to these keys (a worker that serves some tenants only). Default
 	// (nil or empty): every key.
@@ -104,23 +107,30 @@ type NextOpts struct {
 	SafetyMargin time.Duration
 	// SyncCommit as in AcquireOpts. Default "": the server's setting.
 	SyncCommit string
-	// Now as in AcquireOpts: for tests only.
-	Now time.Time
 	// Metrics receives the latency of admissions. Default DefaultMetrics.
 	Metrics *Metrics
 }
 
 // Next is fair admission across keys, in one round trip: it admits the caller, for ttl, to
-// the key that has demand (AddDemand), is under its limit with nobody in line for it, and
-// has the smallest virtual time; it consumes one unit of that key's demand and returns the
-// permit. The caller then takes one job of Permit.Key from its own queue, runs it, and
-// releases the permit. ErrNoWork means no key could be served; try again later (after a
-// notification of your queue, or a short pause), rather than waiting idle on one tenant.
+// the key that has a unit of demand (AddDemand) that no live permit of Next has reserved,
+// is under its limit with nobody in line for it, and has the smallest virtual time; the
+// permit reserves that unit, and Next returns it. ErrNoWork means no key could be served;
+// try again later (after a notification of your queue, or a short pause), rather than
+// waiting idle on one tenant.
 //
-// Unlike TryAcquire, Next does not retry after a connection failure: a retry could be
-// admitted to another key while the first admission stands. A permit whose reply was lost
-// holds its slot until it expires, and its unit of demand is spent; put the job back with
-// AddDemand(+1) if it was not run.
+// The caller then takes one job of Permit.Key from its own queue, marking it as taken
+// under Permit.Token, runs it, and in the transaction that removes the job from the queue
+// calls Done, which consumes the unit; a deferred Release covers every other ending (it
+// is harmless after Done). Until Done commits the unit stays in the key's demand, held by
+// the permit: if the permit ends any other way — Release, expiry because the worker died
+// or stalled, Drain — the unit goes back, and the job, whose mark names a permit that is
+// no longer live (SQL: pgcoord_semaphore_held), can be taken again. So no job is stranded
+// without demand, whatever point a worker dies at; a job may run more than once (its
+// worker died after running it, or lost its permit while running it): fence its effects
+// with Permit.Token. See the package documentation for the worker's code.
+//
+// If the reply is lost after the admission committed (a connection cut), Next asks once
+// more as the same holder and gets its own permit back.
 func Next(ctx context.Context, db pgcoord.DBTX, ttl time.Duration, opts *NextOpts) (Permit, error) {
 	if err := validateTTL(ttl); err != nil {
 		return Permit{}, err
@@ -153,16 +163,22 @@ func Next(ctx context.Context, db pgcoord.DBTX, ttl time.Duration, opts *NextOpt
 	if o.Metrics == nil {
 		o.Metrics = DefaultMetrics
 	}
-	sent := time.Now()
-	row, err := queries.SemaphoreNext(ctx, db, dbsqlc.SemaphoreNextParams{
-		Holder: o.Holder, Ttl: dbarg.Interval(ttl), Keys: o.Keys, Now: dbarg.Now(o.Now), SyncCommit: o.SyncCommit,
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Permit{}, ErrNoWork
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		sent := time.Now()
+		row, err := queries.SemaphoreNext(ctx, db, dbsqlc.SemaphoreNextParams{
+			Holder: o.Holder, Ttl: dbarg.Interval(ttl), Keys: o.Keys, SyncCommit: o.SyncCommit,
+		})
+		switch {
+		case err == nil:
+			o.Metrics.admitted(row.Key, time.Since(start))
+			return permitFrom(dbsqlc.SemaphoreAcquireRow(row), sent, o.SafetyMargin), nil
+		case errors.Is(err, pgx.ErrNoRows):
+			return Permit{}, ErrNoWork
+		case attempt == 0 && listen.Ambiguous(ctx, err):
+			continue // the admission may have committed: ask again as the same holder
+		default:
+			return Permit{}, fmt.Errorf("semaphore: next: %w", pgcoord.TranslateError(err))
+		}
 	}
-	if err != nil {
-		return Permit{}, fmt.Errorf("semaphore: next: %w", pgcoord.TranslateError(err))
-	}
-	o.Metrics.admitted(row.Key, time.Since(sent))
-	return permitFrom(dbsqlc.SemaphoreAcquireRow(row), sent, o.SafetyMargin), nil
 }

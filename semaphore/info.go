@@ -6,19 +6,18 @@ import (
 	"math"
 	"time"
 
-	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
 // Drain is the operator's revocation of every permit of key (`pgcoord semaphores drain`):
-// the permits are deleted at once, their holders' Renew and Release return ErrLost from
-// then on, waiters are woken, and the next admission's fence token is higher than all of
-// theirs, so fenced writes refuse the old holders. A holder learns of it only at its next
-// renewal: until then it keeps running, so the limit can be exceeded for up to one renewal
-// interval unless its writes are fenced. It returns the revoked permits (with ExpiresAt as
-// it was, and no TrustUntil); an empty slice, never nil, if none was held or the key does
-// not exist.
+// the permits are deleted at once, their holders' Renew, Release and Done return ErrLost
+// from then on, the units of demand that permits of Next reserved go back, waiters are
+// woken, and the next admission's fence token is higher than all of theirs, so fenced
+// writes refuse the old holders. A holder learns of it only at its next renewal: until then
+// it keeps running, so the limit can be exceeded for up to one renewal interval unless its
+// writes are fenced. It returns the revoked permits (with ExpiresAt as it was, and no
+// TrustUntil); an empty slice, never nil, if none was held or the key does not exist.
 func Drain(ctx context.Context, db pgcoord.DBTX, key string) ([]Permit, error) {
 	if err := validateKey(key); err != nil {
 		return nil, err
@@ -55,8 +54,10 @@ type KeyStatus struct {
 	// OldestWaiterSince is when the first live waiter joined the line; OldestPermitAt when
 	// the oldest live permit was granted. Zero when there is none.
 	OldestWaiterSince, OldestPermitAt time.Time
-	// Demand is the work waiting for the key, as reported with AddDemand and consumed by
-	// Next.
+	// Demand counts the key's units of work not yet done, as reported with AddDemand and
+	// consumed by Done: the jobs still queued and those in hand — taken under a live
+	// permit of Next that reserved one unit each, and not yet done. A unit whose permit
+	// ended without Done (released, expired, drained) is queued again.
 	Demand int64
 	// VTime is the key's virtual time in fair admission: it grows by 1/Weight with each
 	// admission by Next; the key with demand and the smallest VTime is served first.
@@ -154,9 +155,6 @@ type ListOpts struct {
 	// Limit caps the number of keys returned. Default DefaultListLimit; at most
 	// MaxListLimit.
 	Limit int
-	// Now, if set, judges which permits are live and which waiters wait at this instant
-	// instead of the database clock. For tests only.
-	Now time.Time
 }
 
 // DefaultListLimit and MaxListLimit bound one page of List (pgcoord's, for every package).
@@ -180,7 +178,7 @@ func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]KeyStatus, er
 		return nil, fmt.Errorf("semaphore: %w", err)
 	}
 	rows, err := queries.ListSemaphores(ctx, db, dbsqlc.ListSemaphoresParams{
-		After: o.After, MaxRows: limit, Now: dbarg.Now(o.Now),
+		After: o.After, MaxRows: limit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("semaphore: list: %w", err)
@@ -216,6 +214,9 @@ type PermitInfo struct {
 	Permit
 	// RenewedAt is when the permit was last renewed, by the database clock; zero if never.
 	RenewedAt time.Time
+	// Reserved reports whether the permit was admitted by Next: it holds one unit of the
+	// key's demand, which Done consumes and any other ending gives back.
+	Reserved bool
 	// DBNow is the database clock when the permit was read: the permit is live if
 	// ExpiresAt is after it, and otherwise a leaked slot that the key's next admission
 	// reclaims.
@@ -234,15 +235,16 @@ func Permits(ctx context.Context, db pgcoord.DBTX, key string) ([]PermitInfo, er
 	if err := pgcoord.CheckDB(db); err != nil {
 		return nil, err
 	}
-	rows, err := queries.ListPermits(ctx, db, dbsqlc.ListPermitsParams{Key: key})
+	rows, err := queries.ListPermits(ctx, db, key)
 	if err != nil {
 		return nil, fmt.Errorf("semaphore: permits of %q: %w", key, err)
 	}
 	out := make([]PermitInfo, 0, len(rows))
 	for _, r := range rows {
 		pi := PermitInfo{
-			Permit: Permit{Key: r.Key, Holder: r.Holder, Token: r.FenceToken, AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt},
-			DBNow:  r.DbNow,
+			Permit:   Permit{Key: r.Key, Holder: r.Holder, Token: r.FenceToken, AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt},
+			Reserved: r.Reserved,
+			DBNow:    r.DbNow,
 		}
 		if r.RenewedAt != nil {
 			pi.RenewedAt = *r.RenewedAt

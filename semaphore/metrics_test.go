@@ -21,9 +21,13 @@ func TestMetricsCountWhatCallsSaw(t *testing.T) {
 	if _, err := semaphore.TryAcquire(ctx, pool, "a", 1, time.Minute, opts); !errors.Is(err, semaphore.ErrFull) {
 		t.Fatal(err)
 	}
-	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	if _, err := semaphore.Acquire(short, pool, "a", 1, time.Minute, opts); !errors.Is(err, context.DeadlineExceeded) {
+	// A waiting Acquire, given up after two refused attempts.
+	wctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	waiting := pgtest.Go(func() (semaphore.Permit, error) { return semaphore.Acquire(wctx, pool, "a", 1, time.Minute, opts) })
+	eventually(t, "two refused attempts of the waiting Acquire", func() bool { return refusals(m, "a") >= 3 })
+	giveUp()
+	if _, err := waiting.Wait(t); !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
 	if err := semaphore.Release(ctx, pool, p); err != nil {
@@ -44,7 +48,7 @@ func TestMetricsCountWhatCallsSaw(t *testing.T) {
 	}
 	a, b := s[0], s[1]
 	// a: 2 admissions; refusals: 1 TryAcquire + at least 2 attempts of the waiting Acquire
-	// that gave up after 200ms of polling every 20ms.
+	// that gave up.
 	if a.Admissions != 2 || a.Refusals < 3 || a.AcquireP50 <= 0 || a.AcquireP99 < a.AcquireP50 {
 		t.Fatalf("a: %+v", a)
 	}
@@ -63,6 +67,15 @@ func admissions(m *semaphore.Metrics, key string) int64 {
 	for _, k := range m.Snapshot() {
 		if k.Key == key {
 			return k.Admissions
+		}
+	}
+	return 0
+}
+
+func refusals(m *semaphore.Metrics, key string) int64 {
+	for _, k := range m.Snapshot() {
+		if k.Key == key {
+			return k.Refusals
 		}
 	}
 	return 0

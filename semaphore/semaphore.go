@@ -21,13 +21,13 @@ var (
 	// others wait in line for it (a TryAcquire never jumps the line). The refusal is
 	// counted (KeyStatus.Refused) and nothing else changed.
 	ErrFull = errors.New("semaphore: full")
-	// ErrLost means the permit a Renew or Release names (key + holder + token) is no longer
-	// held: it expired and was reclaimed by an admission, an operator drained the key, or
-	// it was released. A call that returns it changed nothing.
+	// ErrLost means the permit a Renew, Release or Done names (key + holder + token) is no
+	// longer held: it expired (for Renew and Done, even if no admission reclaimed it yet),
+	// an operator drained the key, or it was released or done. A call that returns it
+	// changed nothing; after Done, the caller's transaction must roll back.
 	ErrLost = errors.New("semaphore: permit lost")
-	// ErrNoWork means Next found no key to serve: none has demand and room for one more
-	// permit (with nobody in line for it), or every such key was being admitted to by a
-	// concurrent caller at that moment.
+	// ErrNoWork means Next found no key to serve: none has a unit of demand that no live
+	// permit of Next holds, and room for one more permit (with nobody in line for it).
 	ErrNoWork = errors.New("semaphore: no key to serve")
 	// ErrNotFound means no semaphore of that key exists.
 	ErrNotFound = errors.New("semaphore: no such key")
@@ -100,9 +100,6 @@ type AcquireOpts struct {
 	// grant wait for the synchronous standbys (see docs/failover.md). Default "": the
 	// server's setting.
 	SyncCommit string
-	// Now, if set, judges expiry at this instant instead of the database clock. For tests
-	// only: production code never sets it.
-	Now time.Time
 	// Metrics receives the latency and the outcome of the call. Default DefaultMetrics.
 	Metrics *Metrics
 }
@@ -205,7 +202,7 @@ func TryAcquire(ctx context.Context, db pgcoord.DBTX, key string, limit int, ttl
 	for attempt := 0; ; attempt++ {
 		sent := time.Now()
 		row, err := queries.SemaphoreAcquire(ctx, db, dbsqlc.SemaphoreAcquireParams{
-			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl), Now: dbarg.Now(o.Now),
+			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl),
 			SyncCommit: o.SyncCommit,
 		})
 		switch {
@@ -233,8 +230,6 @@ type RenewOpts struct {
 	AsyncCommit bool
 	// SafetyMargin as in AcquireOpts. Default: a tenth of the TTL.
 	SafetyMargin time.Duration
-	// Now as in AcquireOpts: for tests only.
-	Now time.Time
 }
 
 // Renew extends the permit p to ttl from now (by the database clock), in one round trip, and
@@ -263,7 +258,7 @@ func Renew(ctx context.Context, db pgcoord.DBTX, p Permit, ttl time.Duration, op
 	sent := time.Now()
 	row, err := queries.SemaphoreRenew(ctx, db, dbsqlc.SemaphoreRenewParams{
 		Key: p.Key, Holder: p.Holder, FenceToken: p.Token, Ttl: dbarg.Interval(ttl),
-		Durable: !o.AsyncCommit, Now: dbarg.Now(o.Now),
+		Durable: !o.AsyncCommit,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Permit{}, fmt.Errorf("%w: %q token %d", ErrLost, p.Key, p.Token)
@@ -275,9 +270,10 @@ func Renew(ctx context.Context, db pgcoord.DBTX, p Permit, ttl time.Duration, op
 }
 
 // Release frees the permit p in one round trip, waking the first Acquire waiting for its
-// key. It is scoped to the permit (key + holder + token): if p is no longer held it changes
-// nothing and returns ErrLost, so calling it twice is harmless and a late release never
-// frees someone else's slot. Meant for defer. A permit that expired but was not yet
+// key. A permit of Next gives its unit of demand back: its job is queued again. Release is
+// scoped to the permit (key + holder + token): if p is no longer held it changes nothing
+// and returns ErrLost, so calling it twice, or after Done, is harmless and a late release
+// never frees someone else's slot. Meant for defer. A permit that expired but was not yet
 // reclaimed by an admission is still there: Release frees it and returns nil.
 func Release(ctx context.Context, db pgcoord.DBTX, p Permit) error {
 	if err := validateKey(p.Key); err != nil {
@@ -294,6 +290,42 @@ func Release(ctx context.Context, db pgcoord.DBTX, p Permit) error {
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: %q token %d was not held at release", ErrLost, p.Key, p.Token)
+	}
+	return nil
+}
+
+// Done ends the permit p because its unit of work is done: in tx, the caller's
+// transaction that removes the job from the application's queue, it consumes the unit of
+// the key's demand that p reserved (a permit of Next) and frees p's slot, like a Release.
+// The job and its unit of demand then go together: both when tx commits, neither if it
+// rolls back (the permit then stays held, and a deferred Release gives the unit back).
+// Call it last in tx: it locks the key's row until tx ends, and admissions to the key
+// wait for that.
+//
+// It returns ErrLost, having changed nothing, if p is no longer live by the database
+// clock: it expired — its unit went back to the key's demand and another worker may have
+// taken the job since — or was drained or released. The caller must then roll tx back,
+// leaving the job queued: deleting it would leave its unit of demand with no job behind
+// it. On a permit of TryAcquire or Acquire, which reserves no unit, Done only frees the
+// slot, with tx.
+func Done(ctx context.Context, tx pgx.Tx, p Permit) error {
+	if err := validateKey(p.Key); err != nil {
+		return err
+	}
+	if p.Token < 1 {
+		return fmt.Errorf("%w: semaphore: done %q: token %d is not a permit's", pgcoord.ErrInvalidArgument, p.Key, p.Token)
+	}
+	if err := pgcoord.CheckDB(tx); err != nil {
+		return err
+	}
+	n, err := queries.SemaphoreDone(ctx, tx, dbsqlc.SemaphoreDoneParams{
+		Key: p.Key, Holder: p.Holder, FenceToken: p.Token,
+	})
+	if err != nil {
+		return fmt.Errorf("semaphore: done %q: %w", p.Key, pgcoord.TranslateError(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %q token %d was not live at done", ErrLost, p.Key, p.Token)
 	}
 	return nil
 }

@@ -10,18 +10,20 @@ import (
 	"github.com/pgcoord/pgcoord/semaphore"
 )
 
-// Up to the limit, every TryAcquire is admitted with the next token; the next one is
-// refused with ErrFull and changes nothing but the refusal counter.
+// Up to the limit, every TryAcquire is admitted with a token higher than every earlier one;
+// the next one is refused with ErrFull and changes nothing but the refusal counter.
 func TestTryAcquireAdmitsUpToTheLimit(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	var held []semaphore.Permit
+	var last int64
 	for i := range 3 {
 		p := mustTry(t, pool, "tenant", 3, time.Minute, nil)
-		if p.Token != int64(i+1) || p.Key != "tenant" || p.Holder == "" || !p.Trusted() || !p.ExpiresAt.After(p.AcquiredAt) {
-			t.Fatalf("permit %d: %+v", i, p)
+		if p.Token <= last || p.Key != "tenant" || p.Holder == "" || !p.Trusted() || !p.ExpiresAt.After(p.AcquiredAt) {
+			t.Fatalf("permit %d after token %d: %+v", i, last, p)
 		}
 		held = append(held, p)
+		last = p.Token
 	}
 	if held[0].Holder == held[1].Holder {
 		t.Fatalf("two calls got the same default holder %q", held[0].Holder)
@@ -47,15 +49,15 @@ func TestTryAcquireAdmitsUpToTheLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := mustGet(t, pool, "tenant")
-	if s.Held != 3 || s.Limit != 3 || s.Token != 3 || s.Admitted != 3 || s.Refused != 0 || s.Expired != 0 || s.Waiters != 0 {
+	if s.Held != 3 || s.Limit != 3 || s.Token != last || s.Admitted != 3 || s.Refused != 0 || s.Expired != 0 || s.Waiters != 0 {
 		t.Fatalf("status after 3 admissions and 1 refusal: %+v", s)
 	}
 	// A release frees one slot; the next admission has a higher token.
 	if err := semaphore.Release(ctx, pool, held[1]); err != nil {
 		t.Fatal(err)
 	}
-	if p := mustTry(t, pool, "tenant", 3, time.Minute, nil); p.Token != 4 {
-		t.Fatalf("token after release: %d, want 4", p.Token)
+	if p := mustTry(t, pool, "tenant", 3, time.Minute, nil); p.Token <= last {
+		t.Fatalf("token after release: %d, want more than %d", p.Token, last)
 	}
 }
 
@@ -93,20 +95,23 @@ func TestStoredLimitWins(t *testing.T) {
 func TestExpiredPermitIsReclaimedByTheNextAdmission(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
+	clock := pgtest.NewClock(t, pool)
+	clock.Freeze(clock.Now())
 	dead := mustTry(t, pool, "k", 1, 30*time.Second, nil)
+	clock.Advance(30*time.Second - time.Millisecond)
 	if _, err := semaphore.TryAcquire(ctx, pool, "k", 1, 30*time.Second, nil); !errors.Is(err, semaphore.ErrFull) {
-		t.Fatalf("before expiry: %v", err)
+		t.Fatalf("a millisecond before expiry: %v", err)
 	}
-	later := dead.ExpiresAt.Add(time.Millisecond)
-	if s, _ := semaphore.List(ctx, pool, &semaphore.ListOpts{Now: later}); len(s) != 1 || s[0].Held != 0 || s[0].Expired != 1 {
-		t.Fatalf("status after expiry: %+v", s)
+	clock.Advance(time.Millisecond)
+	if s := mustGet(t, pool, "k"); s.Held != 0 || s.Expired != 1 {
+		t.Fatalf("status at expiry: %+v", s)
 	}
-	next := mustTry(t, pool, "k", 1, 30*time.Second, &semaphore.AcquireOpts{Now: later})
-	if next.Token != dead.Token+1 {
-		t.Fatalf("token after reclaim: %d", next.Token)
+	next := mustTry(t, pool, "k", 1, 30*time.Second, nil)
+	if next.Token <= dead.Token {
+		t.Fatalf("token after reclaim: %d, want more than %d", next.Token, dead.Token)
 	}
-	if s, _ := semaphore.List(ctx, pool, &semaphore.ListOpts{Now: later}); s[0].Held != 1 || s[0].Expired != 0 {
-		t.Fatalf("status after reclaim: %+v", s[0])
+	if s := mustGet(t, pool, "k"); s.Held != 1 || s.Expired != 0 {
+		t.Fatalf("status after reclaim: %+v", s)
 	}
 	// The dead holder's renewal and release find nothing.
 	if _, err := semaphore.Renew(ctx, pool, dead, time.Minute, nil); !errors.Is(err, semaphore.ErrLost) {
@@ -122,6 +127,7 @@ func TestExpiredPermitIsReclaimedByTheNextAdmission(t *testing.T) {
 func TestRenew(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
+	clock := pgtest.NewClock(t, pool)
 	p := mustTry(t, pool, "k", 2, 10*time.Second, nil)
 	durable, err := semaphore.Renew(ctx, pool, p, time.Minute, nil)
 	if err != nil {
@@ -147,10 +153,11 @@ func TestRenew(t *testing.T) {
 		t.Fatalf("Permits after renewals: %+v, %v", infos, err)
 	}
 	// Judged after its expiry, the permit cannot be renewed.
-	_, err = semaphore.Renew(ctx, pool, async, time.Minute, &semaphore.RenewOpts{Now: async.ExpiresAt.Add(time.Millisecond)})
-	if !errors.Is(err, semaphore.ErrLost) {
+	clock.Freeze(async.ExpiresAt.Add(time.Millisecond))
+	if _, err := semaphore.Renew(ctx, pool, async, time.Minute, nil); !errors.Is(err, semaphore.ErrLost) {
 		t.Fatalf("Renew after expiry: %v", err)
 	}
+	clock.Run(0)
 	// A permit with the wrong token is not this holder's.
 	wrong := async
 	wrong.Token++
@@ -209,8 +216,8 @@ func TestDrain(t *testing.T) {
 	if s := mustGet(t, pool, "k"); s.Held != 0 || s.Expired != 0 {
 		t.Fatalf("status after drain: %+v", s)
 	}
-	if c := mustTry(t, pool, "k", 2, time.Minute, nil); c.Token != 3 {
-		t.Fatalf("token after drain: %d, want 3", c.Token)
+	if c := mustTry(t, pool, "k", 2, time.Minute, nil); c.Token <= max(a.Token, b.Token) {
+		t.Fatalf("token after drain: %d, want more than %d and %d", c.Token, a.Token, b.Token)
 	}
 	// Nothing to drain: an empty slice, not nil.
 	again, err := semaphore.Drain(ctx, pool, "nobody")
@@ -241,15 +248,18 @@ func TestStatus(t *testing.T) {
 		!s.OldestPermitAt.IsZero() || !s.OldestWaiterSince.IsZero() || s.DBNow.IsZero() || s.OverLimit() {
 		t.Fatalf("fresh key: %+v", s)
 	}
-	// A live permit, and one that expired unreclaimed (granted as if an hour ago, after
-	// the live one, so that no admission reclaimed it).
+	// A live permit, and one that expired unreclaimed (granted an hour ago by the
+	// database clock, after the live one, so that no admission reclaimed it).
 	live := mustTry(t, pool, "a", 2, time.Minute, nil)
-	leaked := mustTry(t, pool, "a", 2, time.Second, &semaphore.AcquireOpts{Now: time.Now().Add(-time.Hour)})
+	clock := pgtest.NewClock(t, pool)
+	clock.Run(-time.Hour)
+	leaked := mustTry(t, pool, "a", 2, time.Second, nil)
+	clock.Run(0)
 	// A waiter in line for b.
 	mustTry(t, pool, "b", 1, time.Minute, nil)
+	wctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
 	waiting := pgtest.Go(func() (semaphore.Permit, error) {
-		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		defer cancel()
 		return semaphore.Acquire(wctx, pool, "b", 1, time.Minute, &semaphore.AcquireOpts{PollInterval: time.Minute})
 	})
 	eventually(t, "a waiter in line for b", func() bool { return mustGet(t, pool, "b").Waiters == 1 })
@@ -258,7 +268,7 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("List: %+v, %v", list, err)
 	}
 	a, b := list[0], list[1]
-	if a.Key != "a" || a.Held != 1 || a.Expired != 1 || a.Token != 2 || a.Admitted != 2 || !a.OldestPermitAt.Equal(live.AcquiredAt) {
+	if a.Key != "a" || a.Held != 1 || a.Expired != 1 || a.Token != leaked.Token || a.Admitted != 2 || !a.OldestPermitAt.Equal(live.AcquiredAt) {
 		t.Fatalf("a: %+v", a)
 	}
 	if b.Key != "b" || b.Held != 1 || b.Waiters != 1 || b.OldestWaiterSince.IsZero() || b.OldestWaiterSince.After(b.DBNow) || b.Refused < 1 {
@@ -277,7 +287,8 @@ func TestStatus(t *testing.T) {
 		infos[1].Holder != live.Holder || !infos[1].RenewedAt.IsZero() || infos[1].DBNow.IsZero() {
 		t.Fatalf("Permits: %+v", infos)
 	}
-	if _, err := waiting.Wait(t); !errors.Is(err, context.DeadlineExceeded) {
+	giveUp()
+	if _, err := waiting.Wait(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("the waiter: %v", err)
 	}
 	// A waiter that gave up left the line at once.
@@ -294,7 +305,10 @@ func TestStatus(t *testing.T) {
 func TestReleaseOfAnExpiredUnreclaimedPermit(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	p := mustTry(t, pool, "k", 1, time.Second, &semaphore.AcquireOpts{Now: time.Now().Add(-time.Hour)})
+	clock := pgtest.NewClock(t, pool)
+	clock.Run(-time.Hour)
+	p := mustTry(t, pool, "k", 1, time.Second, nil) // granted an hour ago: long expired
+	clock.Run(0)
 	if _, err := semaphore.Renew(ctx, pool, p, time.Minute, nil); !errors.Is(err, semaphore.ErrLost) {
 		t.Fatalf("Renew of an expired permit: %v", err)
 	}

@@ -1,5 +1,5 @@
 // Command tenant-pool is a worker pool shared by many tenants, in which one tenant's flood of
-// jobs cannot starve the others.
+// jobs cannot starve the others, and a worker that dies strands no job.
 //
 // The incident: one tenant pushes a million import jobs into the shared queue and occupies
 // every worker for hours; the other tenants' jobs wait behind them. Three lines fix it:
@@ -8,9 +8,15 @@
 //     (semaphore.SetLimit, in run): a job runs under a permit, one of the tenant's slots.
 //   - A free worker does not take the oldest job: it asks semaphore.Next which tenant goes
 //     next (runNext), the one that has work, is under its limit and is furthest behind its
-//     share (its weight), and then takes that tenant's oldest job.
+//     share (its weight), and then takes that tenant's oldest job (take).
 //   - Producers tell the semaphore how much work each tenant has, with semaphore.AddDemand
-//     in the transaction that enqueues the jobs (enqueue), so the count never drifts.
+//     in the transaction that enqueues the jobs (enqueue), and a worker marks a job done
+//     with semaphore.Done in the transaction that finishes it (finish), so the count never
+//     drifts from the queue.
+//
+// A worker that dies — after Next, with a job taken, mid-job, or before its finish commits
+// — holds its permit until the TTL; then the permit's unit of demand comes back, the job's
+// mark (permit_token) names a permit that is no longer held, and another worker runs it.
 //
 // Run it with PGCOORD_DATABASE_URL=postgres://... go run ./examples/tenant-pool
 package main
@@ -33,14 +39,16 @@ import (
 
 const schema = `
 CREATE TABLE IF NOT EXISTS jobs (
-	id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-	tenant      text NOT NULL,
-	payload     text NOT NULL,
-	started_at  timestamptz, -- NULL while queued
-	finished_at timestamptz,
-	worker      text
+	id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	tenant       text NOT NULL,
+	payload      text NOT NULL,
+	-- The permit (semaphore.Permit.Token) the job was last taken under: NULL if never. The
+	-- job is in hand while that permit is held (pgcoord_semaphore_held), free otherwise.
+	permit_token bigint,
+	finished_at  timestamptz, -- NULL until done
+	worker       text
 );
-CREATE INDEX IF NOT EXISTS jobs_queued ON jobs (tenant, id) WHERE started_at IS NULL;`
+CREATE INDEX IF NOT EXISTS jobs_unfinished ON jobs (tenant, id) WHERE finished_at IS NULL;`
 
 type config struct {
 	Workers int              // concurrent workers in this process
@@ -156,8 +164,8 @@ func work(ctx context.Context, pool *pgxpool.Pool, cfg config, worker string) er
 
 // runNext runs one job of the tenant whose turn it is, and reports whether it found one.
 func runNext(ctx context.Context, pool *pgxpool.Pool, cfg config, worker string) (bool, error) {
-	// The bookkeeping is not cut short by shutdown (db is never cancelled): a Next cancelled
-	// mid-way could be granted without our knowing, and its unit of demand would be lost.
+	// The bookkeeping is not cut short by shutdown (db is never cancelled): the job's
+	// finish and the permit's release must happen even as ctx ends.
 	db := context.WithoutCancel(ctx)
 	p, err := semaphore.Next(db, pool, cfg.TTL, nil) // fair admission, one round trip
 	if errors.Is(err, semaphore.ErrNoWork) {
@@ -166,34 +174,62 @@ func runNext(ctx context.Context, pool *pgxpool.Pool, cfg config, worker string)
 	if err != nil {
 		return false, err
 	}
-	// Always release, even if the job fails or we shut down, or the slot stays taken until
-	// the TTL. (A job that can run longer than the TTL must semaphore.Renew meanwhile.)
+	// Always release. After finish it is a no-op (ErrLost); if the job failed, was never
+	// taken or we shut down, it frees the slot at once and gives the unit of demand back,
+	// so the job runs again. (A job that can run longer than the TTL must semaphore.Renew
+	// meanwhile.)
 	defer semaphore.Release(db, pool, p)
 
-	var j job
-	err = pool.QueryRow(db, `UPDATE jobs SET started_at = now(), worker = $2
-		WHERE id = (SELECT id FROM jobs WHERE tenant = $1 AND started_at IS NULL
-		            ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-		RETURNING id, tenant, payload`, p.Key, worker).Scan(&j.ID, &j.Tenant, &j.Payload)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil // the count was ahead of the queue (jobs deleted by hand): nothing to do
-	}
-	if err != nil {
-		return false, err
+	j, ok, err := take(db, pool, p, worker)
+	if err != nil || !ok {
+		return false, err // !ok: the count was ahead of the queue (jobs deleted by hand)
 	}
 	if err := cfg.Handle(ctx, j); err != nil {
-		// Put the job back, and its unit of demand, for another try. (A real queue counts
-		// attempts, and requeues jobs whose worker died mid-job.)
 		if ctx.Err() == nil {
-			cfg.Logger.Warn("job failed, requeued", "tenant", j.Tenant, "job", j.ID, "err", err)
+			cfg.Logger.Warn("job failed; it runs again", "tenant", j.Tenant, "job", j.ID, "err", err)
 		}
-		return true, pgx.BeginFunc(db, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(db, `UPDATE jobs SET started_at = NULL, worker = NULL WHERE id = $1`, j.ID); err != nil {
-				return err
-			}
-			return semaphore.AddDemand(db, tx, j.Tenant, 1, nil)
-		})
+		return true, nil // the deferred Release puts it back. (A real queue counts attempts.)
 	}
-	_, err = pool.Exec(db, `UPDATE jobs SET finished_at = now() WHERE id = $1`, j.ID)
+	err = finish(db, pool, p, j)
+	if errors.Is(err, semaphore.ErrLost) {
+		// The permit expired while the job ran (a job longer than the TTL must renew):
+		// another worker may be running it again, and will finish it.
+		cfg.Logger.Warn("permit lost before the job finished; it runs again", "tenant", j.Tenant, "job", j.ID)
+		return true, nil
+	}
 	return true, err
+}
+
+// take takes the oldest job of p's tenant that is not in hand — never taken, or taken
+// under a permit that is no longer held, because its worker died or gave it up — and marks
+// it with p's token. It reports false if there is none.
+func take(ctx context.Context, pool *pgxpool.Pool, p semaphore.Permit, worker string) (job, bool, error) {
+	var j job
+	err := pool.QueryRow(ctx, `UPDATE jobs SET permit_token = $2, worker = $3
+		WHERE id = (SELECT id FROM jobs
+		             WHERE tenant = $1 AND finished_at IS NULL
+		               AND (permit_token IS NULL OR NOT pgcoord_semaphore_held(tenant, permit_token))
+		             ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+		RETURNING id, tenant, payload`, p.Key, p.Token, worker).Scan(&j.ID, &j.Tenant, &j.Payload)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return j, false, nil
+	}
+	return j, err == nil, err
+}
+
+// finish marks j done and consumes its unit of demand, in one transaction. If p is no
+// longer held (it expired: the job may be running again elsewhere), nothing changes and it
+// returns an error wrapping semaphore.ErrLost.
+func finish(ctx context.Context, pool *pgxpool.Pool, p semaphore.Permit, j job) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE jobs SET finished_at = now()
+			WHERE id = $1 AND permit_token = $2 AND finished_at IS NULL`, j.ID, p.Token)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 { // taken again under a later permit: ours expired
+			return fmt.Errorf("job %d: %w", j.ID, semaphore.ErrLost)
+		}
+		return semaphore.Done(ctx, tx, p)
+	})
 }

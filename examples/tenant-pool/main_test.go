@@ -134,9 +134,71 @@ func newPool(t *testing.T) *pgxpool.Pool {
 	return pool
 }
 
+// A worker that dies strands no job. One "dies" right after Next, holding a unit of
+// demand but no job; another after taking a job. Their permits (TTL 1s) are never released:
+// once they expire, their units come back, the taken job's mark names a permit no longer
+// held, and the live workers run every job, each exactly once, under a later permit.
+func TestJobsOfDeadWorkersRunAgain(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool := newPool(t)
+	if err := enqueue(ctx, pool, "acme", "1", "2", "3", "4"); err != nil {
+		t.Fatal(err)
+	}
+	limits := map[string]share{"acme": {Limit: 3, Weight: 1}}
+	if err := semaphore.SetLimit(ctx, pool, "acme", limits["acme"].Limit, nil); err != nil {
+		t.Fatal(err)
+	}
+	diedAfterNext, err := semaphore.Next(ctx, pool, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	diedWithJob, err := semaphore.Next(ctx, pool, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranded, ok, err := take(ctx, pool, diedWithJob, "dead-worker")
+	if err != nil || !ok {
+		t.Fatalf("take: %+v, %v, %v", stranded, ok, err)
+	}
+
+	h := &history{running: map[string]int{}, most: map[string]int{}, runs: map[int64]int{}, started: map[string]int{}}
+	done := make(chan error)
+	go func() {
+		done <- run(ctx, pool, config{Workers: 2, Tenants: limits, TTL: 30 * time.Second, Idle: 5 * time.Millisecond,
+			Handle: h.handle(0), Logger: slog.New(slog.DiscardHandler)})
+	}()
+	exampletest.WaitFor(t, "every job finished", func(context.Context) (bool, error) {
+		return exampletest.Count(t, pool, `SELECT count(*) FROM jobs WHERE finished_at IS NOT NULL`) == 4, nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	var token int64
+	var worker string
+	if err := pool.QueryRow(context.Background(), `SELECT permit_token, worker FROM jobs WHERE id = $1`, stranded.ID).Scan(&token, &worker); err != nil {
+		t.Fatal(err)
+	}
+	if token <= max(diedAfterNext.Token, diedWithJob.Token) || worker == "dead-worker" {
+		t.Errorf("the dead worker's job was finished under token %d by %s; want a live worker's later permit", token, worker)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, n := range h.runs {
+		if n != 1 {
+			t.Errorf("job %d ran %d times, want 1", id, n)
+		}
+	}
+	if s, err := semaphore.Get(context.Background(), pool, "acme"); err != nil || s.Demand != 0 {
+		t.Errorf("acme after every job: %+v, %v; want demand 0", s, err)
+	}
+}
+
 // The program itself: globex's and initech's jobs are all done while acme's flood is still
-// queued; SIGTERM stops it cleanly, putting back the jobs it was running, so that none is
-// left half-started.
+// queued; SIGTERM stops it cleanly, giving back the jobs it was running, so that none is
+// left in hand.
 func TestMainProgram(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
@@ -149,22 +211,24 @@ func TestMainProgram(t *testing.T) {
 		}
 		return n == 30, err
 	})
-	if n := exampletest.Count(t, pool, `SELECT count(*) FROM jobs WHERE tenant = 'acme' AND started_at IS NULL`); n < 100 {
+	if n := exampletest.Count(t, pool, `SELECT count(*) FROM jobs WHERE tenant = 'acme' AND finished_at IS NULL`); n < 100 {
 		t.Errorf("only %d of acme's 200 jobs still queued when the others were done", n)
 	}
 	p.Stop(t)
-	if n := exampletest.Count(t, pool, `SELECT count(*) FROM jobs WHERE started_at IS NOT NULL AND finished_at IS NULL`); n != 0 {
-		t.Errorf("%d jobs left started but not finished after SIGTERM", n)
+	if n := exampletest.Count(t, pool, `SELECT count(*) FROM jobs WHERE finished_at IS NULL AND permit_token IS NOT NULL
+		AND pgcoord_semaphore_held(tenant, permit_token)`); n != 0 {
+		t.Errorf("%d jobs still in hand after SIGTERM", n)
 	}
-	// The demand the semaphore counts is still the queue: the jobs put back were counted again.
+	// The demand the semaphore counts is still the unfinished jobs: the units of the jobs
+	// given back went back with their permits.
 	for _, tenant := range []string{"acme", "globex", "initech"} {
 		s, err := semaphore.Get(context.Background(), pool, tenant)
 		if err != nil {
 			t.Fatal(err)
 		}
-		queued := exampletest.Count(t, pool, `SELECT count(*) FROM jobs WHERE tenant = $1 AND started_at IS NULL`, tenant)
-		if s.Demand != int64(queued) || s.Held != 0 {
-			t.Errorf("tenant %s: demand %d and %d permits held after SIGTERM; want %d (the queued jobs) and 0", tenant, s.Demand, s.Held, queued)
+		unfinished := exampletest.Count(t, pool, `SELECT count(*) FROM jobs WHERE tenant = $1 AND finished_at IS NULL`, tenant)
+		if s.Demand != int64(unfinished) || s.Held != 0 {
+			t.Errorf("tenant %s: demand %d and %d permits held after SIGTERM; want %d (the unfinished jobs) and 0", tenant, s.Demand, s.Held, unfinished)
 		}
 	}
 }

@@ -191,7 +191,9 @@ func (a *app) semaphoresListCommand() *cobra.Command {
   WAITERS        callers of a blocking acquire waiting in line for the key
   OLDEST WAITER  how long the first waiter in line has waited ("-": none)
   OLDEST PERMIT  how long ago the oldest unexpired permit was granted ("-": none)
-  DEMAND         units of work waiting for the key (semaphore.AddDemand)
+  DEMAND         units of work of the key not yet done: queued, or in hand under a permit
+                 of semaphore.Next (semaphore.AddDemand adds them, semaphore.Done
+                 consumes them)
   ADMITTED, REFUSED  admissions and refusals since the key was created
   WAIT P50/P99   median and 99th percentile of how long the admissions of the last 5 to 10
                  minutes stood in line, recorded by the database at admission (within
@@ -256,6 +258,7 @@ type semPermitJSON struct {
 	AgeMS      int64   `json:"age_ms"`
 	TTLLeftMS  int64   `json:"ttl_left_ms"`
 	Expired    bool    `json:"expired"`
+	Reserved   bool    `json:"reserved"`
 }
 
 func toSemPermitJSON(p semaphore.PermitInfo) semPermitJSON {
@@ -263,7 +266,7 @@ func toSemPermitJSON(p semaphore.PermitInfo) semPermitJSON {
 	return semPermitJSON{
 		Holder: p.Holder, FenceToken: p.Token, AcquiredAt: jsonTime(p.AcquiredAt), RenewedAt: jsonTime(p.RenewedAt),
 		ExpiresAt: jsonTime(p.ExpiresAt), AgeMS: max(p.DBNow.Sub(p.AcquiredAt), 0).Milliseconds(),
-		TTLLeftMS: max(left, 0).Milliseconds(), Expired: left <= 0,
+		TTLLeftMS: max(left, 0).Milliseconds(), Expired: left <= 0, Reserved: p.Reserved,
 	}
 }
 
@@ -317,13 +320,16 @@ func (a *app) semaphoresShowCommand() *cobra.Command {
 		Use:   "show KEY",
 		Short: "Show one semaphore key and its permits (exit 1 if no such key)",
 		Long: `Show one semaphore key — its limit, weight, permits held and expired, waiters, demand and
-counters — and every permit it holds: holder, fence token, age and time left by the
-database clock (an expired permit says how long ago it expired). A key that does not
-exist is an error (exit 1).
+counters — and every permit it holds: holder, fence token, whether it is reserved, age
+and time left by the database clock (an expired permit says how long ago it expired). A
+reserved permit is one of semaphore.Next: it holds one unit of the key's demand (a job in
+hand), which semaphore.Done consumes when the job is done; if the permit ends otherwise
+(released, expired, drained) the unit goes back to the queue. A key that does not exist
+is an error (exit 1).
 
 With --json: the object of 'semaphores list --json' plus "permits", an array ([] when
-none) of objects with the keys holder, fence_token, acquired_at, renewed_at, expires_at,
-age_ms, ttl_left_ms (0 once expired) and expired.`,
+none) of objects with the keys holder, fence_token, reserved, acquired_at, renewed_at,
+expires_at, age_ms, ttl_left_ms (0 once expired) and expired.`,
 		Example: `  pgcoord semaphores show tenant:42
   pgcoord semaphores show tenant:42 --json`,
 		Args: exactArgs(1),
@@ -360,9 +366,13 @@ age_ms, ttl_left_ms (0 once expired) and expired.`,
 				return nil
 			}
 			tw := a.table()
-			fmt.Fprintln(tw, "HOLDER\tTOKEN\tAGE\tTTL LEFT\tACQUIRED\tRENEWED")
+			fmt.Fprintln(tw, "HOLDER\tTOKEN\tRESERVED\tAGE\tTTL LEFT\tACQUIRED\tRENEWED")
 			for _, p := range permits {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", p.Holder, p.Token, age(p.AcquiredAt, p.DBNow), semTTLLeft(p),
+				reserved := "-"
+				if p.Reserved {
+					reserved = "yes"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Holder, p.Token, reserved, age(p.AcquiredAt, p.DBNow), semTTLLeft(p),
 					preciseTime(p.AcquiredAt), preciseTime(p.RenewedAt))
 			}
 			return tw.Flush()

@@ -3,7 +3,9 @@ package cli_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -12,14 +14,21 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/cli"
+	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/semaphore"
 )
 
 // semGrant takes a permit of key (limit) for holder through the API; with a non-zero now the
-// grant is made as of then, so a past now and a short ttl make a permit that has expired.
+// grant is made as of then, by the schema's clock (pgtest.Clock), so a past now and a short
+// ttl make a permit that has expired.
 func semGrant(t *testing.T, pool *pgxpool.Pool, key, holder string, limit int, ttl time.Duration, now time.Time) semaphore.Permit {
 	t.Helper()
-	p, err := semaphore.TryAcquire(t.Context(), pool, key, limit, ttl, &semaphore.AcquireOpts{Holder: holder, Now: now})
+	if !now.IsZero() {
+		clock := pgtest.NewClock(t, pool)
+		clock.Freeze(now)
+		defer clock.Run(0)
+	}
+	p, err := semaphore.TryAcquire(t.Context(), pool, key, limit, ttl, &semaphore.AcquireOpts{Holder: holder})
 	if err != nil {
 		t.Fatalf("acquire %s for %s: %v", key, holder, err)
 	}
@@ -61,7 +70,7 @@ var semKeys = []string{"admitted", "db_now", "demand", "expired", "fence_token",
 	"refused", "vtime", "wait_p50_ms", "wait_p99_ms", "waited", "waiters", "weight"}
 
 var semPermitKeys = []string{"acquired_at", "age_ms", "expired", "expires_at", "fence_token", "holder",
-	"renewed_at", "ttl_left_ms"}
+	"renewed_at", "reserved", "ttl_left_ms"}
 
 // checkKeys fails the test unless m has exactly the keys want.
 func semCheckKeys(t *testing.T, what string, m map[string]any, want []string) {
@@ -106,22 +115,28 @@ func TestSemaphoresList(t *testing.T) {
 		t.Fatalf("semaphores list on no keys = %d, %q; want the header only", code, out)
 	}
 
-	hourAgo := time.Now().Add(-time.Hour)
 	semGrant(t, d.pool, "a-busy", "w1", 3, time.Minute, time.Time{})
 	semGrant(t, d.pool, "a-busy", "w2", 3, time.Minute, time.Time{})
-	semGrant(t, d.pool, "a-busy", "dead", 3, time.Second, hourAgo) // expired an hour ago
-	// A waiter since an hour ago, still waiting: a refused acquire that asks to wait is put
-	// in line. As of an hour ago the key was full (the dead holder was alive).
+	// An hour ago by the database clock: a permit that expired a second later, and a waiter
+	// still waiting (a refused acquire that asks to wait is put in line; the key was full
+	// then, the dead holder alive).
+	clock := pgtest.NewClock(t, d.pool)
+	clock.Freeze(clock.Now().Add(-time.Hour))
+	if _, err := semaphore.TryAcquire(ctx, d.pool, "a-busy", 3, time.Second, &semaphore.AcquireOpts{Holder: "dead"}); err != nil {
+		t.Fatal(err)
+	}
 	var n int
 	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM pgcoord_semaphore_acquire('a-busy', 'waiting', 3,
-		interval '1 minute', interval '2 hours', $1)`, hourAgo).Scan(&n); err != nil || n != 0 {
+		interval '1 minute', interval '2 hours')`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("acquire of a full key: %d rows, %v", n, err)
 	}
+	clock.Run(0)
 	if err := semaphore.Release(ctx, d.pool, semGrant(t, d.pool, "b-over", "x", 3, time.Minute, time.Time{})); err != nil {
 		t.Fatal(err)
 	}
+	var lastOver semaphore.Permit
 	for _, h := range []string{"o1", "o2", "o3"} {
-		semGrant(t, d.pool, "b-over", h, 3, time.Minute, time.Time{})
+		lastOver = semGrant(t, d.pool, "b-over", h, 3, time.Minute, time.Time{})
 	}
 	if err := semaphore.SetLimit(ctx, d.pool, "b-over", 1, &semaphore.SetLimitOpts{Weight: 5}); err != nil {
 		t.Fatal(err)
@@ -145,8 +160,8 @@ func TestSemaphoresList(t *testing.T) {
 			busy.OldestWaiterSince, busy.OldestPermitAgeMS)
 	}
 	parseTime(t, busy.DBNow)
-	if over.Limit != 1 || over.Weight != 5 || over.Held != 3 || !over.OverLimit || over.Admitted != 4 || over.FenceToken != 4 {
-		t.Errorf("b-over = %+v; want limit 1, weight 5, held 3, over limit, 4 admitted, token 4", over)
+	if over.Limit != 1 || over.Weight != 5 || over.Held != 3 || !over.OverLimit || over.Admitted != 4 || over.FenceToken != lastOver.Token {
+		t.Errorf("b-over = %+v; want limit 1, weight 5, held 3, over limit, 4 admitted, token %d (the last permit's)", over, lastOver.Token)
 	}
 	if quiet.Demand != 7 || quiet.Limit != 2 || quiet.Held != 0 || quiet.OldestPermitAt != nil || quiet.OldestPermitAgeMS != nil ||
 		quiet.OldestWaiterSince != nil || quiet.OldestWaiterAgeMS != nil {
@@ -184,8 +199,8 @@ func TestSemaphoresList(t *testing.T) {
 func TestSemaphoresShow(t *testing.T) {
 	t.Parallel()
 	d := newLeaseDB(t)
-	semGrant(t, d.pool, "tenant:1", "live-holder", 2, time.Minute, time.Time{})
-	semGrant(t, d.pool, "tenant:1", "dead-holder", 2, 30*time.Second, time.Now().Add(-time.Hour)) // expired 59m30s ago
+	live := semGrant(t, d.pool, "tenant:1", "live-holder", 2, time.Minute, time.Time{})
+	dead := semGrant(t, d.pool, "tenant:1", "dead-holder", 2, 30*time.Second, time.Now().Add(-time.Hour)) // expired 59m30s ago
 
 	code, out, errOut := d.run(t, "semaphores", "show", "tenant:1")
 	if code != cli.ExitOK {
@@ -215,6 +230,7 @@ func TestSemaphoresShow(t *testing.T) {
 			Holder     string  `json:"holder"`
 			FenceToken int64   `json:"fence_token"`
 			RenewedAt  *string `json:"renewed_at"`
+			Reserved   bool    `json:"reserved"`
 			AgeMS      int64   `json:"age_ms"`
 			TTLLeftMS  int64   `json:"ttl_left_ms"`
 			Expired    bool    `json:"expired"`
@@ -232,16 +248,32 @@ func TestSemaphoresShow(t *testing.T) {
 	for _, p := range shown.Permits {
 		switch p.Holder {
 		case "live-holder":
-			if p.Expired || p.TTLLeftMS <= 0 || p.TTLLeftMS > time.Minute.Milliseconds() || p.RenewedAt != nil || p.FenceToken != 1 {
+			if p.Expired || p.TTLLeftMS <= 0 || p.TTLLeftMS > time.Minute.Milliseconds() || p.RenewedAt != nil || p.FenceToken != live.Token || p.Reserved {
 				t.Errorf("live permit %+v", p)
 			}
 		case "dead-holder":
-			if !p.Expired || p.TTLLeftMS != 0 || p.AgeMS < (59*time.Minute).Milliseconds() || p.FenceToken != 2 {
+			if !p.Expired || p.TTLLeftMS != 0 || p.AgeMS < (59*time.Minute).Milliseconds() || p.FenceToken != dead.Token {
 				t.Errorf("expired permit %+v", p)
 			}
 		default:
 			t.Errorf("unexpected permit %+v", p)
 		}
+	}
+
+	// A permit of Next reserves a unit of its key's demand: show says so.
+	if err := semaphore.AddDemand(t.Context(), d.pool, "tenant:fair", 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := semaphore.Next(t.Context(), d.pool, time.Minute, &semaphore.NextOpts{Holder: "fair-worker"}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = d.run(t, "--json", "semaphores", "show", "tenant:fair")
+	if code != cli.ExitOK || !strings.Contains(out, `"reserved": true`) || !strings.Contains(out, `"demand": 3`) {
+		t.Errorf("show --json of a key with a permit of Next = %d, %s", code, out)
+	}
+	code, out, _ = d.run(t, "semaphores", "show", "tenant:fair")
+	if code != cli.ExitOK || !strings.Contains(out, "RESERVED") || !regexp.MustCompile(`fair-worker\s+\d+\s+yes`).MatchString(out) {
+		t.Errorf("show of a key with a permit of Next = %d, %s", code, out)
 	}
 
 	// A key without permits: [] and a note.
@@ -405,7 +437,7 @@ func TestSemaphoresDrain(t *testing.T) {
 
 	code, out, errOut = d.run(t, "semaphores", "drain", "tenant:9")
 	if code != cli.ExitOK || !strings.Contains(out, `revoked 2 permit(s) of semaphore "tenant:9"`) ||
-		!strings.Contains(out, "renewals and releases now fail") || !strings.Contains(out, "up to 2") {
+		!strings.Contains(out, "renewals and releases now fail") || !strings.Contains(out, fmt.Sprintf("up to %d", max(p1.Token, p2.Token))) {
 		t.Fatalf("drain = %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if s := semGet(t, d.pool, "tenant:9"); s.Held != 0 || s.Expired != 0 {

@@ -152,7 +152,7 @@ func (d *demo) tenantRound(ctx context.Context, mode string) error {
 
 // tenantWorker is one worker: it says "ready", then runs jobs until "stop". fifo: the
 // oldest job of the queue. fair: a permit from semaphore.Next, then the oldest job of the
-// permit's tenant.
+// permit's tenant, done with semaphore.Done.
 func tenantWorker(ctx context.Context, w *workerproc.Worker) error {
 	mode, name := w.Param("MODE"), w.Param("NAME")
 	ctx, cancel := context.WithCancel(ctx)
@@ -168,7 +168,7 @@ func tenantWorker(ctx context.Context, w *workerproc.Worker) error {
 		if mode == queueFair {
 			ran, err = runFairJob(ctx, w, name)
 		} else {
-			ran, err = runJob(ctx, w, mode, "", name)
+			ran, err = runJob(ctx, w, mode, "", name, nil)
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -183,7 +183,9 @@ func tenantWorker(ctx context.Context, w *workerproc.Worker) error {
 	return nil
 }
 
-// runFairJob runs one job of the tenant semaphore.Next chooses, under its permit.
+// runFairJob runs one job of the tenant semaphore.Next chooses, under its permit: the
+// permit reserves one unit of the tenant's demand, which Done consumes in the transaction
+// that removes the job; the deferred Release gives it back if the job was not done.
 func runFairJob(ctx context.Context, w *workerproc.Worker, name string) (bool, error) {
 	p, err := semaphore.Next(ctx, w.Pool, 10*time.Second, nil)
 	if errors.Is(err, semaphore.ErrNoWork) {
@@ -192,30 +194,46 @@ func runFairJob(ctx context.Context, w *workerproc.Worker, name string) (bool, e
 	if err != nil {
 		return false, err
 	}
-	defer func() { _ = semaphore.Release(context.WithoutCancel(ctx), w.Pool, p) }() // ErrLost: it expired, and is free
-	return runJob(ctx, w, queueFair, p.Key, name)
+	defer func() { _ = semaphore.Release(context.WithoutCancel(ctx), w.Pool, p) }() // ErrLost after Done
+	return runJob(ctx, w, queueFair, p.Key, name, func(tx pgx.Tx) error { return semaphore.Done(ctx, tx, p) })
 }
 
 // runJob takes the oldest job of the mode's queue (of tenant, if not empty), runs it and
-// records it; it returns false if there was none.
-func runJob(ctx context.Context, w *workerproc.Worker, mode, tenant, name string) (bool, error) {
-	var id int64
-	var jobTenant string
-	var enqueued, started time.Time
-	err := w.Pool.QueryRow(ctx, `DELETE FROM demo_jobs WHERE id = (
-			SELECT id FROM demo_jobs WHERE mode = $1 AND ($2 = '' OR tenant = $2)
-			ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-		RETURNING id, tenant, enqueued_at, clock_timestamp()`, mode, tenant).Scan(&id, &jobTenant, &enqueued, &started)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	time.Sleep(tenantJob) // the job's work
-	_, err = w.Pool.Exec(context.WithoutCancel(ctx), `INSERT INTO demo_job_runs (mode, tenant, job_id, worker, enqueued_at, started_at, finished_at)
-		VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp())`, mode, jobTenant, id, name, enqueued, started)
-	return err == nil, err
+// records it, with done (if not nil), in one transaction that holds the job's row lock
+// while it runs (the jobs are short): a worker that dies mid-job leaves it queued. It
+// returns false if there was no job.
+func runJob(ctx context.Context, w *workerproc.Worker, mode, tenant, name string, done func(pgx.Tx) error) (bool, error) {
+	ran := false
+	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
+		var id int64
+		var jobTenant string
+		var enqueued, started time.Time
+		err := tx.QueryRow(ctx, `SELECT id, tenant, enqueued_at, clock_timestamp() FROM demo_jobs
+			WHERE mode = $1 AND ($2 = '' OR tenant = $2)
+			ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`, mode, tenant).Scan(&id, &jobTenant, &enqueued, &started)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		time.Sleep(tenantJob) // the job's work
+		if _, err := tx.Exec(ctx, `DELETE FROM demo_jobs WHERE id = $1`, id); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO demo_job_runs (mode, tenant, job_id, worker, enqueued_at, started_at, finished_at)
+			VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp())`, mode, jobTenant, id, name, enqueued, started); err != nil {
+			return err
+		}
+		if done != nil {
+			if err := done(tx); err != nil {
+				return err
+			}
+		}
+		ran = true
+		return nil
+	})
+	return ran, err
 }
 
 func (r TenantResult) print(out io.Writer) {
