@@ -44,9 +44,6 @@ type StatsOpts struct {
 	// Topic restricts the stats to one topic. Default: every topic with pending or dead
 	// messages.
 	Topic string
-	// Now, if set, judges due and in flight at this instant instead of the database
-	// clock. For tests only.
-	Now time.Time
 }
 
 // Stats returns one TopicStats per topic that has pending or dead messages, in topic
@@ -59,14 +56,14 @@ func Stats(ctx context.Context, db pgcoord.DBTX, opts *StatsOpts) ([]TopicStats,
 	if opts != nil {
 		o = *opts
 	}
-	arg := dbsqlc.OutboxStatsParams{Now: dbarg.Now(o.Now)}
+	var topic *string
 	if o.Topic != "" {
 		if err := pgcoord.ValidateName("outbox topic", o.Topic); err != nil {
 			return nil, err
 		}
-		arg.OnlyTopic = &o.Topic
+		topic = &o.Topic
 	}
-	rows, err := queries.OutboxStats(ctx, db, arg)
+	rows, err := queries.OutboxStats(ctx, db, topic)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: stats: %w", err)
 	}
@@ -96,9 +93,16 @@ type ListOpts struct {
 	// Limit is the page size: default pgcoord.DefaultListLimit, at most
 	// pgcoord.MaxListLimit.
 	Limit int
+	// PayloadBytes is how much of each payload List reads: the first PayloadBytes bytes
+	// (0..MaxPayload). Default 0: none, and Message.Payload is empty; Message.PayloadSize
+	// has each payload's length either way. A page holds at most Limit × PayloadBytes
+	// bytes of payloads; read a whole message with Get.
+	PayloadBytes int
 }
 
-// List returns messages in id order (payloads included), one page at a time.
+// List returns messages in id order, one page at a time, with at most
+// ListOpts.PayloadBytes of each payload (none by default): a page of operator views
+// never pulls megabytes of payloads it does not show.
 func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]Message, error) {
 	if err := pgcoord.CheckDB(db); err != nil {
 		return nil, err
@@ -111,7 +115,10 @@ func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]Message, erro
 	if err != nil {
 		return nil, err
 	}
-	arg := dbsqlc.OutboxListParams{AfterID: o.After, MaxRows: limit}
+	if o.PayloadBytes < 0 || o.PayloadBytes > MaxPayload {
+		return nil, fmt.Errorf("%w: outbox: payload bytes %d is outside 0..%d", pgcoord.ErrInvalidArgument, o.PayloadBytes, MaxPayload)
+	}
+	arg := dbsqlc.OutboxListParams{AfterID: o.After, MaxRows: limit, PayloadBytes: int32(o.PayloadBytes)}
 	switch o.State {
 	case "":
 	case Pending, Delivered, Dead:
@@ -132,12 +139,20 @@ func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]Message, erro
 	}
 	out := make([]Message, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, messageFrom(r.PgcoordOutbox))
+		m := messageFrom(dbsqlc.PgcoordOutbox{
+			ID: r.ID, Topic: r.Topic, Key: r.Key, Payload: r.PayloadHead, IsJson: r.IsJson, Headers: r.Headers,
+			State: r.State, CreatedAt: r.CreatedAt, AvailableAt: r.AvailableAt, Attempts: r.Attempts,
+			ClaimToken: r.ClaimToken, ClaimedBy: r.ClaimedBy, ClaimExpiresAt: r.ClaimExpiresAt,
+			LastError: r.LastError, DeliveredAt: r.DeliveredAt, DeadAt: r.DeadAt,
+		})
+		m.PayloadSize = int(r.PayloadSize)
+		out = append(out, m)
 	}
 	return out, nil
 }
 
-// Get returns the message with this id, or ErrNotFound.
+// Get returns the message with this id, payload included (at most MaxPayload bytes), or
+// ErrNotFound.
 func Get(ctx context.Context, db pgcoord.DBTX, id int64) (Message, error) {
 	if err := pgcoord.CheckDB(db); err != nil {
 		return Message{}, err
@@ -232,8 +247,6 @@ type PruneOpts struct {
 	DryRun bool
 	// Progress, if set, is called after each batch with the number deleted so far.
 	Progress func(deleted int64)
-	// Now, if set, is the database clock's instant for the retention. For tests only.
-	Now time.Time
 }
 
 // Prune deletes delivered messages older than the retention (and dead ones with
@@ -263,7 +276,7 @@ func Prune(ctx context.Context, db pgcoord.DBTX, opts *PruneOpts) (deleted int64
 	if o.Batch < 1 || o.Batch > MaxPruneBatch {
 		return 0, fmt.Errorf("%w: outbox: prune batch %d is outside 1..%d", pgcoord.ErrInvalidArgument, o.Batch, MaxPruneBatch)
 	}
-	cutoff, err := queries.OutboxCutoff(ctx, db, dbsqlc.OutboxCutoffParams{Now: dbarg.Now(o.Now), Age: dbarg.Interval(o.OlderThan)})
+	cutoff, err := queries.OutboxCutoff(ctx, db, dbarg.Interval(o.OlderThan))
 	if err != nil {
 		return 0, fmt.Errorf("outbox: prune: %w", err)
 	}

@@ -18,15 +18,17 @@ func TestStats(t *testing.T) {
 		msg("a", "a1"), msg("a", "a2"), msg("b", "b1"),
 		outbox.Message{Topic: "t", Key: "c", Payload: []byte("later"), Delay: time.Hour},
 		outbox.Message{Topic: "audit", Key: "x", Payload: []byte("fails")})
-	clk := &clock{now: dbNow(t, pool)}
+	clock := pgtest.NewClock(t, pool)
+	clock.Freeze(dbNow(t, pool))
 	// One failure of "fails" in audit (MaxAttempts 1: dead at once), and key b claimed
 	// by a relay that is still delivering.
-	dead := newRelay(t, pool, &recorder{fail: map[string]bool{"fails": true}}, outbox.Config{Topics: []string{"audit"}, MaxAttempts: 1, Now: clk.Now})
+	dead := newRelay(t, pool, &recorder{fail: map[string]bool{"fails": true}}, outbox.Config{Topics: []string{"audit"}, MaxAttempts: 1})
 	runBatch(t, dead)
-	if _, err := pool.Exec(ctx, `SELECT pgcoord_outbox_claim('busy', 1, 1, '1 hour', '{t}', 't', 'a', $1)`, clk.Now()); err != nil {
+	if _, err := pool.Exec(ctx, `SELECT pgcoord_outbox_claim('busy', 1, 1, 1048576, '1 hour', '{t}', 't', 'a')`); err != nil {
 		t.Fatal(err)
 	}
-	stats, err := outbox.Stats(ctx, pool, &outbox.StatsOpts{Now: clk.Now().Add(time.Second)})
+	clock.Advance(time.Second)
+	stats, err := outbox.Stats(ctx, pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,12 +97,12 @@ func TestPruneInBatches(t *testing.T) {
 	if n, err := outbox.Prune(ctx, pool, nil); err != nil || n != 0 {
 		t.Fatalf("Prune with the default 7-day retention deleted %d (%v) fresh messages", n, err)
 	}
-	later := dbNow(t, pool).Add(8 * 24 * time.Hour)
-	if n, err := outbox.Prune(ctx, pool, &outbox.PruneOpts{Now: later, DryRun: true}); err != nil || n != 25 {
+	pgtest.NewClock(t, pool).Advance(8 * 24 * time.Hour)
+	if n, err := outbox.Prune(ctx, pool, &outbox.PruneOpts{DryRun: true}); err != nil || n != 25 {
 		t.Fatalf("dry run = %d, %v; want 25", n, err)
 	}
 	var progress []int64
-	n, err := outbox.Prune(ctx, pool, &outbox.PruneOpts{Now: later, Batch: 10, Progress: func(d int64) { progress = append(progress, d) }})
+	n, err := outbox.Prune(ctx, pool, &outbox.PruneOpts{Batch: 10, Progress: func(d int64) { progress = append(progress, d) }})
 	if err != nil || n != 25 {
 		t.Fatalf("Prune = %d, %v; want 25", n, err)
 	}
@@ -113,7 +115,7 @@ func TestPruneInBatches(t *testing.T) {
 	if dl, _ := outbox.List(ctx, pool, &outbox.ListOpts{State: outbox.Dead}); len(dl) != 1 {
 		t.Fatalf("dead messages after prune without Dead: %d, want 1 kept", len(dl))
 	}
-	if n, err := outbox.Prune(ctx, pool, &outbox.PruneOpts{Now: later, Dead: true}); err != nil || n != 1 {
+	if n, err := outbox.Prune(ctx, pool, &outbox.PruneOpts{Dead: true}); err != nil || n != 1 {
 		t.Fatalf("Prune(Dead) = %d, %v; want the dead message", n, err)
 	}
 	for _, bad := range []*outbox.PruneOpts{{Batch: -1}, {Batch: outbox.MaxPruneBatch + 1}, {OlderThan: -time.Hour}} {

@@ -23,15 +23,39 @@
 // a live claim, locks that head (FOR UPDATE SKIP LOCKED, so relays never wait for each
 // other) and claims it with up to KeyBatchSize messages right behind it. Every row of the
 // claim is stamped with a new claim token from a sequence and an expiry, ClaimTTL ahead by
-// the database clock. The relay delivers each key's messages in id order, stopping at the
-// key's first failure, then records every outcome of the batch in one statement: delivered,
+// the database clock. A claim stops before its payloads exceed BatchBytes (but always takes
+// one message). The relay delivers each key's messages in id order, stopping at the key's
+// first failure, then records every outcome of the batch in one statement: delivered,
 // failed (retried after an exponential backoff with jitter computed by the database clock,
-// or dead after MaxAttempts), or released untried. A relay with nothing to do registers
-// as idle and LISTENs; while any relay is idle, every transaction that enqueues sends one
-// notification, delivered at commit, which wakes it (busy relays need no wake-up, and a
-// notification serializes commits server-wide, so producers send none then); the check
-// rides the statement that inserts the transaction's first message. PollInterval is the
-// fallback.
+// or dead after MaxAttempts), or released untried. A relay with nothing to do registers as
+// idle and waits for a notification (see Wake-ups); PollInterval is the fallback.
+//
+// # Wake-ups
+//
+// While any relay is idle, every transaction that enqueues sends one notification,
+// delivered at commit, which wakes it. Busy relays need no wake-up, and a notification
+// serializes commits server-wide, so producers send none then. The check rides the
+// statement that inserts the transaction's first message: the producer takes a shared
+// advisory lock (held until it commits), then looks for idle relays. Relays wait on the
+// pool's one LISTEN connection, shared by every waiter of the process, so a waiting relay
+// holds no connection.
+//
+// A relay registers as idle in a short transaction that only tries the same advisory lock in
+// exclusive mode and never waits for it: producers never queue behind a registering relay,
+// however long one producer's transaction stays open. The registration is tight if it got
+// the lock — no producer was between its check and its commit, so every producer not yet
+// committed checks after the registration and notifies — and loose otherwise. After either
+// kind the relay claims once more (which sees every message committed before the
+// registration). After a tight one it then waits for a notification, or PollInterval.
+// After a loose one, a producer that checked before the registration may commit without
+// notifying, so the relay waits only a short while (5ms, doubling with each loose
+// registration until one is tight, at most PollInterval), claims and registers again. So a
+// committed message waits for an idle listening relay at most about PollInterval (plus a
+// claim), and usually a few milliseconds; with one long producer transaction open, idle
+// relays poll every PollInterval until it ends, while the other producers' messages wake
+// them as usual. A producer in a REPEATABLE READ or SERIALIZABLE transaction checks with
+// its snapshot, which may predate a registration; its message is then found by the
+// relay's next poll.
 //
 // # Guarantees
 //
@@ -52,7 +76,13 @@
 //     token. A relay paused past its claim (a GC pause, SIGSTOP) whose messages another
 //     relay has claimed since can neither mark them delivered, nor count a failure, nor
 //     release them; it learns that its outcomes were refused (RelayStats.Fenced).
-//   - The database clock decides delays, backoffs, claim expiry and retention.
+//   - The database clock decides delays, backoffs, claim expiry and retention; no option
+//     lets a caller choose the time.
+//   - Bounded memory: a relay holds one claim at a time, whose payloads add up to at most
+//     BatchBytes (or one larger message); List reads no payload unless asked
+//     (ListOpts.PayloadBytes), and then at most that much of each.
+//   - No producer waits for a relay: an idle relay's registration never waits for a
+//     producer's lock, so one long producer transaction does not hold up the others.
 //   - Prune deletes only delivered (and, if asked, dead) messages past their retention,
 //     never pending ones, in batches.
 //
@@ -116,8 +146,12 @@
 //   - Retry of a dead message puts it back at the head of its key, before the key's
 //     messages that were delivered or written since: consumers see it out of order.
 //   - Behind a transaction-mode pooler (PgBouncer) notifications are not delivered: set
-//     NoListen, and relays poll every PollInterval. A listening relay holds one pool
-//     connection while it runs.
+//     NoListen, and relays poll every PollInterval. Listening relays share the pool's one
+//     LISTEN connection (taken out of the pool while any waiter of the process listens),
+//     and hold no connection while they wait.
+//   - While a producer transaction that enqueued stays open, registrations are loose:
+//     idle relays claim (and register) about every PollInterval until it ends, a few
+//     statements per relay per interval.
 //   - Keys are walked one index probe at a time: a claim costs one probe per key with
 //     pending messages that it passes over (parked, claimed by other relays, or of other
 //     topics when Topics is set), not one per message.

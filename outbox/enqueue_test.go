@@ -148,13 +148,14 @@ func TestEnqueueDelay(t *testing.T) {
 	if d := m.AvailableAt.Sub(m.CreatedAt); d != time.Hour {
 		t.Fatalf("available %v after creation, want 1h", d)
 	}
-	clk := &clock{now: m.CreatedAt.Add(59 * time.Minute)}
+	clock := pgtest.NewClock(t, pool)
+	clock.Freeze(m.CreatedAt.Add(59 * time.Minute))
 	rec := &recorder{}
-	r := newRelay(t, pool, rec, outbox.Config{Now: clk.Now})
+	r := newRelay(t, pool, rec, outbox.Config{})
 	if n := runBatch(t, r); n != 0 {
 		t.Fatalf("claimed %d messages before the delay ended", n)
 	}
-	clk.Add(time.Minute)
+	clock.Advance(time.Minute)
 	if n := runBatch(t, r); n != 1 || get(t, pool, m.ID).State != outbox.Delivered {
 		t.Fatalf("claimed %d messages once the delay ended; state %s", n, get(t, pool, m.ID).State)
 	}

@@ -99,24 +99,6 @@ func (boom) Error() string { return "boom" }
 
 var errBoom error = boom{}
 
-// clock is an injectable database time for relays (Config.Now).
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // newRelay returns a relay on pool with cfg (Handler h), failing t on error.
 func newRelay(t *testing.T, pool *pgxpool.Pool, h outbox.Handler, cfg outbox.Config) *outbox.Relay {
 	t.Helper()

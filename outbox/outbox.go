@@ -70,8 +70,14 @@ type Message struct {
 	// one topic and key are delivered one at a time, in commit order. Give independent
 	// messages distinct keys (their own id, say) so they flow in parallel.
 	Key string
-	// Payload is the body, at most MaxPayload bytes; it may be empty.
+	// Payload is the body, at most MaxPayload bytes; it may be empty. List reads only as
+	// much of it as ListOpts.PayloadBytes asks (none by default); PayloadSize tells how
+	// long it is.
 	Payload []byte
+	// PayloadSize is the payload's length in bytes, set by Enqueue and on messages read
+	// back: len(Payload), except on List pages, which read at most ListOpts.PayloadBytes
+	// of each payload.
+	PayloadSize int
 	// JSON declares the payload a JSON document: Enqueue refuses invalid JSON, and sinks
 	// pass it on as JSON.
 	JSON bool
@@ -107,7 +113,7 @@ type Message struct {
 }
 
 // Enqueue writes msg to the outbox inside the caller's transaction tx, in one round trip,
-// and returns it with ID, State, CreatedAt and AvailableAt set. The message exists for the
+// and returns it with ID, State, CreatedAt, AvailableAt and PayloadSize set. The message exists for the
 // relays only if tx commits: a rollback leaves nothing, and no relay is woken (the
 // notification is sent at commit).
 //
@@ -147,7 +153,7 @@ func Enqueue(ctx context.Context, tx pgx.Tx, msg Message) (Message, error) {
 		return Message{}, fmt.Errorf("outbox: enqueue to %s/%s: %w", msg.Topic, msg.Key, pgcoord.TranslateError(err))
 	}
 	msg.ID, msg.State, msg.CreatedAt, msg.AvailableAt = row.ID, Pending, row.CreatedAt, row.AvailableAt
-	msg.Delay = 0
+	msg.Delay, msg.PayloadSize = 0, len(msg.Payload)
 	return msg, nil
 }
 
@@ -197,6 +203,7 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, msgs []Message) ([]Message, er
 	out := make([]Message, len(msgs))
 	for i, m := range msgs {
 		m.ID, m.State, m.CreatedAt, m.AvailableAt, m.Delay = rows[i].ID, Pending, rows[i].CreatedAt, rows[i].AvailableAt, 0
+		m.PayloadSize = len(m.Payload)
 		out[i] = m
 	}
 	return out, nil
@@ -251,6 +258,7 @@ func messageFrom(r dbsqlc.PgcoordOutbox) Message {
 	if m.Payload == nil {
 		m.Payload = []byte{}
 	}
+	m.PayloadSize = len(m.Payload)
 	return m
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -27,9 +26,6 @@ type DeliveryRateOpts struct {
 	// MaxScan is how many of the newest messages (by id) are read: the query's bound.
 	// Default DefaultRateScan (50,000); 1..MaxRateScan.
 	MaxScan int
-	// Now, if set, is the end of the window instead of the database clock. For tests
-	// only.
-	Now time.Time
 }
 
 // Deliveries is how many messages were delivered in each of the last minutes.
@@ -84,7 +80,7 @@ func DeliveryRate(ctx context.Context, db pgcoord.DBTX, opts *DeliveryRateOpts) 
 		return Deliveries{}, fmt.Errorf("%w: outbox: rate scan of %d messages is outside 1..%d", pgcoord.ErrInvalidArgument, o.MaxScan, MaxRateScan)
 	}
 	rows, err := queries.OutboxDeliveryRate(ctx, db, dbsqlc.OutboxDeliveryRateParams{
-		MaxScan: int32(o.MaxScan), Now: dbarg.Now(o.Now), Minutes: int32(o.Minutes),
+		MaxScan: int32(o.MaxScan), Minutes: int32(o.Minutes),
 	})
 	if err != nil {
 		return Deliveries{}, fmt.Errorf("outbox: delivery rate: %w", err)

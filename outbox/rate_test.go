@@ -16,31 +16,32 @@ import (
 )
 
 // TestDeliveryRate: deliveries are counted per topic in the minute of the window they
-// fell in, by the (injected) database clock; deliveries after the window's end, and
+// fell in, by the database clock (moved by the test); deliveries after the window's end, and
 // pending and dead messages, are not; MaxScan bounds the read, and the counts then say
 // they are lower bounds.
 func TestDeliveryRate(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
-	clk := &clock{now: dbNow(t, pool).Add(time.Second)}
-	relay := newRelay(t, pool, &recorder{fail: map[string]bool{"poison": true}}, outbox.Config{MaxAttempts: 1, Now: clk.Now})
+	clock := pgtest.NewClock(t, pool)
+	t0 := dbNow(t, pool).Add(time.Second)
+	clock.Freeze(t0)
+	relay := newRelay(t, pool, &recorder{fail: map[string]bool{"poison": true}}, outbox.Config{MaxAttempts: 1})
 	enqueue(t, pool, msg("a", "1"), msg("b", "2"), outbox.Message{Topic: "u", Key: "x", Payload: []byte("3")}, msg("c", "poison"))
 	runBatch(t, relay) // at T: t gets two, u one; poison goes dead
-	t0 := clk.Now()
-	clk.Add(3 * time.Minute)
+	clock.Advance(3 * time.Minute)
 	enqueue(t, pool, msg("a", "4"), outbox.Message{Topic: "t", Key: "d", Payload: []byte("delayed"), Delay: time.Hour})
 	runBatch(t, relay) // at T+3m: t gets one more; the delayed message stays pending
 
 	rate := func(now time.Time, opts outbox.DeliveryRateOpts) outbox.Deliveries {
 		t.Helper()
-		opts.Now = now
+		clock.Freeze(now)
 		r, err := outbox.DeliveryRate(ctx, pool, &opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !r.DBNow.Equal(now) {
-			t.Fatalf("DBNow %v, want the injected %v", r.DBNow, now)
+			t.Fatalf("DBNow %v, want the database clock's %v", r.DBNow, now)
 		}
 		return r
 	}

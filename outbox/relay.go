@@ -47,6 +47,10 @@ const (
 	DefaultBackoff      = time.Second
 	DefaultMaxBackoff   = 10 * time.Minute
 	DefaultPollInterval = time.Second
+	// DefaultBatchBytes and MaxBatchBytes bound Config.BatchBytes: 16 MiB by default, at
+	// most 1 GiB.
+	DefaultBatchBytes = 16 << 20
+	MaxBatchBytes     = 1 << 30
 )
 
 // Config configures a Relay. Only Handler is required.
@@ -62,6 +66,11 @@ type Config struct {
 	// pending message and those right behind it, delivered in order by this relay.
 	// Default DefaultKeyBatchSize (100); at most BatchSize.
 	KeyBatchSize int
+	// BatchBytes caps the payloads of one claim, in bytes: the relay holds one claim at a
+	// time, so its payloads in memory stay below BatchBytes — or one message, since a
+	// claim always takes at least one and a payload larger than BatchBytes is claimed
+	// alone. Default DefaultBatchBytes (16 MiB); 1..MaxBatchBytes.
+	BatchBytes int
 	// Concurrency is how many keys of a batch are delivered at once (each key's messages
 	// one after the other, in order). Default 1; above 1 the Handler must be safe for
 	// concurrent use.
@@ -80,8 +89,9 @@ type Config struct {
 	// and DefaultMaxBackoff (10m).
 	Backoff, MaxBackoff time.Duration
 	// PollInterval is how long an idle relay waits before claiming again when no
-	// notification arrives (behind a transaction-mode pooler, or for retries coming due).
-	// Default DefaultPollInterval (1s), with ±20% jitter.
+	// notification arrives (behind a transaction-mode pooler, or for retries coming due),
+	// and about the longest a committed message waits for an idle listening relay.
+	// Default DefaultPollInterval (1s), with ±20% jitter; at most an hour.
 	PollInterval time.Duration
 	// NoListen makes the relay poll only, without LISTEN: for connections through a
 	// transaction-mode pooler (PgBouncer), where notifications are not delivered.
@@ -92,9 +102,6 @@ type Config struct {
 	// Logger receives failures, dead messages, refused outcomes and errors. Default
 	// slog.Default().
 	Logger *slog.Logger
-	// Now, if set, is the database time of every claim and outcome instead of the
-	// database clock. For tests only: production code never sets it.
-	Now func() time.Time
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -123,6 +130,7 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	def(&v.BatchSize, DefaultBatchSize)
 	def(&v.KeyBatchSize, min(DefaultKeyBatchSize, v.BatchSize))
+	def(&v.BatchBytes, DefaultBatchBytes)
 	def(&v.Concurrency, 1)
 	def(&v.MaxAttempts, DefaultMaxAttempts)
 	defDur(&v.ClaimTTL, DefaultClaimTTL)
@@ -134,6 +142,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return v, fmt.Errorf("%w: outbox: batch size %d is outside 1..%d", pgcoord.ErrInvalidArgument, v.BatchSize, MaxBatchSize)
 	case v.KeyBatchSize < 1 || v.KeyBatchSize > v.BatchSize:
 		return v, fmt.Errorf("%w: outbox: key batch size %d is outside 1..%d (the batch size)", pgcoord.ErrInvalidArgument, v.KeyBatchSize, v.BatchSize)
+	case v.BatchBytes < 1 || v.BatchBytes > MaxBatchBytes:
+		return v, fmt.Errorf("%w: outbox: batch bytes %d is outside 1..%d", pgcoord.ErrInvalidArgument, v.BatchBytes, MaxBatchBytes)
 	case v.Concurrency < 1 || v.Concurrency > 10000:
 		return v, fmt.Errorf("%w: outbox: concurrency %d is outside 1..10000", pgcoord.ErrInvalidArgument, v.Concurrency)
 	case v.ClaimTTL < 10*time.Millisecond || v.ClaimTTL > 24*time.Hour:
@@ -142,8 +152,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return v, fmt.Errorf("%w: outbox: max attempts %d is below 1", pgcoord.ErrInvalidArgument, v.MaxAttempts)
 	case v.Backoff < 0 || v.MaxBackoff < v.Backoff:
 		return v, fmt.Errorf("%w: outbox: backoff %v and max backoff %v: want 0 <= backoff <= max backoff", pgcoord.ErrInvalidArgument, v.Backoff, v.MaxBackoff)
-	case v.PollInterval < 0:
-		return v, fmt.Errorf("%w: outbox: negative poll interval %v", pgcoord.ErrInvalidArgument, v.PollInterval)
+	case v.PollInterval < 0 || v.PollInterval > time.Hour:
+		return v, fmt.Errorf("%w: outbox: poll interval %v is outside 0..1h", pgcoord.ErrInvalidArgument, v.PollInterval)
 	}
 	if v.Claimant == "" {
 		v.Claimant = pgcoord.NewHolderID()
@@ -212,11 +222,12 @@ func (r *Relay) Stats() RelayStats {
 }
 
 // Run delivers messages until ctx ends, then returns nil. It claims a batch, delivers it
-// through the Handler, records the outcomes in one statement, and claims again; when no
-// message is ready it waits for a notification of a commit to the outbox (LISTEN, on one
-// connection of the pool held while Run runs) or PollInterval. When ctx ends, the batch in
-// hand stops at the next message: the outcomes so far are recorded (for up to 5s) and the
-// rest released for other relays.
+// through the Handler, records the outcomes in one statement, and claims again. When no
+// message is ready it registers as idle and waits for a producer's notification or
+// PollInterval (see "Wake-ups" in the package documentation); it holds no connection while
+// it waits: notifications come through the pool's one LISTEN connection, shared by every
+// waiter of the process. When ctx ends, the batch in hand stops at the next message: the
+// outcomes so far are recorded (for up to 5s) and the rest released for other relays.
 //
 // Errors along the way (the database unreachable) are logged and retried after
 // PollInterval; Run does not return them. It returns ErrRelayRunning if this Relay is
@@ -226,112 +237,127 @@ func (r *Relay) Run(ctx context.Context) error {
 		return fmt.Errorf("%w: %s", ErrRelayRunning, r.cfg.Claimant)
 	}
 	defer r.running.Store(false)
-	var w *listen.Waiter
+	// The waiter exists before the relay first registers as idle, so no notification sent
+	// after a registration is missed.
+	w, listening := r.waiter(ctx, true)
+	defer func() { w.Close() }()
+	var (
+		registered bool          // registered as idle (pgcoord_outbox_idle)
+		recheck    bool          // registered since the last claim: claim once more before waiting
+		renew      time.Time     // when to register again
+		loose      time.Duration // the wait after a loose registration: doubles until one is tight
+	)
 	defer func() {
-		if w != nil {
-			w.Close()
-		}
-	}()
-	var registered time.Time // when this relay last registered as idle (zero: it is not)
-	defer func() {
-		if !registered.IsZero() {
+		if registered {
 			r.setIdle(context.WithoutCancel(ctx), false)
 		}
 	}()
 	for ctx.Err() == nil {
-		if w == nil && !r.cfg.NoListen {
-			var err error
-			if w, err = r.listen(ctx); err != nil && ctx.Err() == nil {
-				r.cfg.Logger.Warn("outbox: relay cannot listen for commits; polling", "claimant", r.cfg.Claimant, "error", err)
-			}
-		}
 		n, fromStart, err := r.batch(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
 			r.cfg.Logger.Error("outbox: relay claim failed", "claimant", r.cfg.Claimant, "error", err)
-		case n > 0 && !registered.IsZero():
-			registered = time.Time{}
-			r.setIdle(ctx, false) // busy: producers need not notify on our account
+			_ = w.Wait(ctx, listen.Jitter(r.cfg.PollInterval))
 			continue
-		case n > 0 || !fromStart:
-			continue // more may be ready, or keys before the cursor are
-		case w != nil && time.Since(registered) >= r.cfg.PollInterval:
-			// Nothing to do: ask producers to notify us, then claim once more before
-			// waiting, so that nothing committed before the registration is missed.
-			if r.setIdle(ctx, true) {
-				registered = time.Now()
+		case n > 0:
+			if registered {
+				r.setIdle(ctx, false) // busy: producers need not notify on our account
+			}
+			// loose stays: while a long producer transaction stays open, the next
+			// registration is loose too, and need not start again from the shortest wait.
+			registered, recheck, renew = false, false, time.Time{}
+			continue
+		case !fromStart:
+			continue // keys before the cursor may be ready
+		}
+
+		// Nothing is ready. Ask producers to notify us, then claim once more before
+		// waiting, so that nothing committed before the registration is missed.
+		if !listening && !r.cfg.NoListen {
+			w.Close()
+			w, listening = r.waiter(ctx, false)
+		}
+		if listening && !recheck && !time.Now().Before(renew) {
+			if tight, ok := r.setIdle(ctx, true); ok {
+				registered, recheck = true, true
+				if tight {
+					// Every producer that has not committed yet checks after the registration
+					// and will notify: wait for that, renewing the registration every interval.
+					loose, renew = 0, time.Now().Add(r.cfg.PollInterval)
+				} else {
+					// A producer that checked before the registration may commit without
+					// notifying: register again soon, each time a little later.
+					loose = min(max(2*loose, minLooseWait), r.cfg.PollInterval)
+					renew = time.Now().Add(loose)
+				}
 				continue
 			}
 		}
+		recheck = false
 		wait := listen.Jitter(r.cfg.PollInterval)
-		if w == nil {
-			sleep(ctx, wait)
-			continue
+		if registered {
+			wait = min(wait, time.Until(renew))
 		}
-		if err := w.Wait(ctx, "", wait); err != nil && ctx.Err() == nil {
-			r.cfg.Logger.Warn("outbox: relay lost its listening connection", "claimant", r.cfg.Claimant, "error", err)
-			w.Close()
-			w = nil
-			sleep(ctx, wait)
-		}
+		_ = w.Wait(ctx, wait)
 	}
 	return nil
 }
 
+// minLooseWait is the first wait after a registration that was not tight: producer
+// transactions are usually that short, so the next registration is tight.
+const minLooseWait = 5 * time.Millisecond
+
 // setIdle registers the relay as waiting for a notification (until three poll intervals
-// from now; Run renews it every interval while it waits), or removes the registration, and
-// reports whether that worked.
-func (r *Relay) setIdle(ctx context.Context, idle bool) bool {
+// from now; Run renews it every interval while it waits), or removes the registration. It
+// reports whether that worked and, for a registration, whether it was tight: no producer
+// could have checked for waiting relays before it and still be uncommitted.
+func (r *Relay) setIdle(ctx context.Context, idle bool) (tight, ok bool) {
 	arg := dbsqlc.OutboxIdleParams{Claimant: r.cfg.Claimant}
 	if idle {
 		arg.Ttl = dbarg.Interval(3*r.cfg.PollInterval + time.Second)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := queries.OutboxIdle(ctx, r.pool, arg); err != nil {
+	tight, err := queries.OutboxIdle(ctx, r.pool, arg)
+	if err != nil {
 		r.cfg.Logger.Warn("outbox: relay cannot record whether it waits", "claimant", r.cfg.Claimant, "idle", idle, "error", pgcoord.TranslateError(err))
-		return false
+		return false, false
 	}
-	return true
+	return tight, true
 }
 
 // RunBatch claims one batch, delivers it and records the outcomes, as one round of Run
-// does, and returns how many messages it claimed: 0 when none was ready (after a short
-// batch, the next one starts again from the first key). For a relay driven by the
-// caller's own loop or schedule (a cron job draining the outbox), and for tests. It may
-// run beside Run. On a standby it returns an error wrapping pgcoord.ErrReadOnly.
+// does, and returns how many messages it claimed: 0 when none was ready (after a batch
+// that no limit cut short, the next one starts again from the first key). For a relay
+// driven by the caller's own loop or schedule (a cron job draining the outbox), and for
+// tests. It may run beside Run. On a standby it returns an error wrapping
+// pgcoord.ErrReadOnly.
 func (r *Relay) RunBatch(ctx context.Context) (int, error) {
 	n, _, err := r.batch(ctx)
 	return n, err
 }
 
-// listen returns a waiter listening on the outbox channel.
-func (r *Relay) listen(ctx context.Context) (*listen.Waiter, error) {
-	channel, err := queries.OutboxChannel(ctx, r.pool)
-	if err != nil {
-		return nil, err
+// waiter returns what Run waits on, and whether it listens: a waiter on the outbox channel
+// of the pool's shared notifier, or, with NoListen or when listening fails (logged if
+// warn), one that only sleeps.
+func (r *Relay) waiter(ctx context.Context, warn bool) (*listen.Waiter, bool) {
+	if !r.cfg.NoListen {
+		channel, err := queries.OutboxChannel(ctx, r.pool)
+		var w *listen.Waiter
+		if err == nil {
+			w, err = listen.New(ctx, r.pool, channel, "")
+		}
+		if err == nil {
+			return w, true
+		}
+		if warn && ctx.Err() == nil {
+			r.cfg.Logger.Warn("outbox: relay cannot listen for commits; polling", "claimant", r.cfg.Claimant, "error", err)
+		}
 	}
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	w, err := listen.New(ctx, conn, channel)
-	if err != nil {
-		conn.Release()
-		return nil, err
-	}
-	return w, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+	w, _ := listen.New(ctx, r.pool, "", "") // sleeps only: never fails
+	return w, false
 }
 
 // cursor is where the next claim resumes in (topic, key) order: keys are served round
@@ -357,8 +383,8 @@ func (r *Relay) batch(ctx context.Context) (n int, fromStart bool, err error) {
 	sent := time.Now()
 	rows, err := queries.OutboxClaim(ctx, r.pool, dbsqlc.OutboxClaimParams{
 		Claimant: r.cfg.Claimant, MaxRows: int32(r.cfg.BatchSize), KeyLimit: int32(r.cfg.KeyBatchSize),
-		Ttl: dbarg.Interval(r.cfg.ClaimTTL), Topics: r.topics(), AfterTopic: cur.topic, AfterKey: cur.key,
-		Now: r.now(),
+		MaxBytes: int64(r.cfg.BatchBytes), Ttl: dbarg.Interval(r.cfg.ClaimTTL), Topics: r.topics(),
+		AfterTopic: cur.topic, AfterKey: cur.key,
 	})
 	if err != nil {
 		return 0, cur.atStart(), fmt.Errorf("outbox: claim: %w", pgcoord.TranslateError(err))
@@ -367,7 +393,9 @@ func (r *Relay) batch(ctx context.Context) (n int, fromStart bool, err error) {
 		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Key, b.Key), cmp.Compare(a.ID, b.ID))
 	})
 	next := cursor{} // the walk reached the last key: start again from the first
-	if len(rows) == r.cfg.BatchSize {
+	if r.maybeCut(rows) {
+		// A limit may have cut the walk short (what it cut off lies after the last key in
+		// (topic, key) order): resume after that key.
 		last := rows[len(rows)-1]
 		next = cursor{last.Topic, last.Key}
 	}
@@ -396,11 +424,18 @@ func (r *Relay) topics() []string {
 	return r.cfg.Topics
 }
 
-func (r *Relay) now() *time.Time {
-	if r.cfg.Now == nil {
-		return nil
+// maybeCut reports whether a claim of rows may have been cut short by BatchSize or
+// BatchBytes: it has BatchSize messages, or its payloads come within one message's
+// largest payload of BatchBytes.
+func (r *Relay) maybeCut(rows []dbsqlc.PgcoordOutbox) bool {
+	if len(rows) == 0 {
+		return false
 	}
-	return dbarg.Now(r.cfg.Now())
+	bytes := 0
+	for _, row := range rows {
+		bytes += len(row.Payload)
+	}
+	return len(rows) == r.cfg.BatchSize || bytes > r.cfg.BatchBytes-MaxPayload
 }
 
 // groupByKey splits rows, sorted by (topic, key, id), into one slice per key.
@@ -479,7 +514,7 @@ func (r *Relay) settle(ctx context.Context, token int64, rows []dbsqlc.PgcoordOu
 	arg := dbsqlc.OutboxSettleParams{
 		Token: token, Delivered: []int64{}, Failed: []int64{}, Errors: []string{}, Released: []int64{},
 		MaxAttempts: int32(r.cfg.MaxAttempts), Backoff: dbarg.Interval(r.cfg.Backoff),
-		MaxBackoff: dbarg.Interval(r.cfg.MaxBackoff), Now: r.now(),
+		MaxBackoff: dbarg.Interval(r.cfg.MaxBackoff),
 	}
 	attempts := make(map[int64]int32, len(rows))
 	for _, row := range rows {

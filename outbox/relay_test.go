@@ -157,16 +157,18 @@ func TestRetryBackoffDeadAndRetry(t *testing.T) {
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
 	m := enqueue(t, pool, msg("k", "poison"))[0]
-	clk := &clock{now: dbNow(t, pool)}
+	clock := pgtest.NewClock(t, pool)
+	now := dbNow(t, pool)
+	clock.Freeze(now)
 	rec := &recorder{fail: map[string]bool{"poison": true}}
-	r := newRelay(t, pool, rec, outbox.Config{MaxAttempts: 3, Backoff: 10 * time.Second, MaxBackoff: time.Hour, Now: clk.Now})
+	r := newRelay(t, pool, rec, outbox.Config{MaxAttempts: 3, Backoff: 10 * time.Second, MaxBackoff: time.Hour})
 
 	for attempt, backoff := range []time.Duration{10 * time.Second, 20 * time.Second} {
 		if n := runBatch(t, r); n != 1 {
 			t.Fatalf("attempt %d: claimed %d", attempt+1, n)
 		}
 		got := get(t, pool, m.ID)
-		wait := got.AvailableAt.Sub(clk.Now())
+		wait := got.AvailableAt.Sub(now)
 		if got.State != outbox.Pending || got.Attempts != attempt+1 || got.LastError != "boom" ||
 			wait < backoff*8/10 || wait > backoff*12/10 {
 			t.Fatalf("after failure %d: %+v, due in %v; want pending, due in %v ±20%%", attempt+1, got, wait, backoff)
@@ -174,7 +176,8 @@ func TestRetryBackoffDeadAndRetry(t *testing.T) {
 		if n := runBatch(t, r); n != 0 {
 			t.Fatalf("claimed %d during the backoff", n)
 		}
-		clk.Add(wait)
+		now = now.Add(wait)
+		clock.Freeze(now)
 	}
 	runBatch(t, r)
 	dead := get(t, pool, m.ID)
@@ -184,7 +187,7 @@ func TestRetryBackoffDeadAndRetry(t *testing.T) {
 	if s := r.Stats(); s.Failed != 3 || s.Dead != 1 || s.Delivered != 0 {
 		t.Fatalf("stats %+v", s)
 	}
-	clk.Add(24 * time.Hour)
+	clock.Advance(24 * time.Hour)
 	if n := runBatch(t, r); n != 0 {
 		t.Fatalf("claimed a dead message")
 	}
@@ -209,9 +212,10 @@ func TestPoisonMessageParksOnlyItsKey(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	enqueue(t, pool, msg("a", "a1"), msg("a", "a2"), msg("b", "b1"), msg("a", "a3"), msg("b", "b2"))
-	clk := &clock{now: dbNow(t, pool)}
+	clock := pgtest.NewClock(t, pool)
+	clock.Freeze(dbNow(t, pool))
 	rec := &recorder{fail: map[string]bool{"a1": true}}
-	r := newRelay(t, pool, rec, outbox.Config{MaxAttempts: 2, Backoff: time.Minute, MaxBackoff: time.Minute, Now: clk.Now})
+	r := newRelay(t, pool, rec, outbox.Config{MaxAttempts: 2, Backoff: time.Minute, MaxBackoff: time.Minute})
 	runBatch(t, r)
 	if got := strings.Join(rec.payloads(), ","); got != "a1,b1,b2" {
 		t.Fatalf("first batch delivered %q; want a1 (failing), then key b only", got)
@@ -219,13 +223,12 @@ func TestPoisonMessageParksOnlyItsKey(t *testing.T) {
 	if s := r.Stats(); s.Released != 2 || s.Delivered != 2 || s.Failed != 1 {
 		t.Fatalf("stats %+v: want a2, a3 released untried", s)
 	}
-	enqueue(t, pool, msg("b", "b3"), msg("c", "c1"))
-	clk.now = dbNow(t, pool) // a1's backoff (1m) has not passed
+	enqueue(t, pool, msg("b", "b3"), msg("c", "c1")) // the clock stands: a1's backoff (1m) has not passed
 	runBatch(t, r)
 	if got := strings.Join(rec.payloads(), ","); got != "a1,b1,b2,b3,c1" {
 		t.Fatalf("while a1 waits, delivered %q; want b3 and c1 only", got)
 	}
-	clk.Add(2 * time.Minute)
+	clock.Advance(2 * time.Minute)
 	runBatch(t, r) // a1 fails again: dead, and the key moves on
 	runBatch(t, r)
 	if got := strings.Join(rec.payloads(), ","); got != "a1,b1,b2,b3,c1,a1,a2,a3" {
@@ -240,19 +243,20 @@ func TestTakenOverClaimIsFenced(t *testing.T) {
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
 	m := enqueue(t, pool, msg("k", "x"))[0]
-	clk := &clock{now: dbNow(t, pool)}
+	clock := pgtest.NewClock(t, pool)
+	clock.Freeze(dbNow(t, pool))
 	entered, release := make(chan struct{}), make(chan struct{})
 	slow := newRelay(t, pool, outbox.HandlerFunc(func(context.Context, outbox.Message) error {
 		close(entered)
 		<-release // paused, past its claim by the database clock
 		return nil
-	}), outbox.Config{ClaimTTL: time.Hour, Now: clk.Now, Claimant: "slow"})
+	}), outbox.Config{ClaimTTL: time.Hour, Claimant: "slow"})
 	call := pgtest.Go(func() (int, error) { return slow.RunBatch(ctx) })
 	<-entered
 
 	rec := &recorder{fail: map[string]bool{"x": true}}
-	later := &clock{now: clk.Now().Add(time.Hour + time.Second)}
-	fast := newRelay(t, pool, rec, outbox.Config{Now: later.Now, Claimant: "fast", Backoff: time.Minute, MaxBackoff: time.Minute})
+	clock.Advance(time.Hour + time.Second) // the slow relay's claim has expired
+	fast := newRelay(t, pool, rec, outbox.Config{Claimant: "fast", Backoff: time.Minute, MaxBackoff: time.Minute})
 	if n := runBatch(t, fast); n != 1 {
 		t.Fatalf("the expired claim was not taken over: claimed %d", n)
 	}
@@ -310,6 +314,8 @@ func TestRelayConfigValidation(t *testing.T) {
 		{Handler: h, BatchSize: 10, KeyBatchSize: 11}, {Handler: h, ClaimTTL: time.Millisecond},
 		{Handler: h, MaxAttempts: -1}, {Handler: h, Backoff: time.Hour, MaxBackoff: time.Minute},
 		{Handler: h, Topics: []string{""}}, {Handler: h, Concurrency: -2},
+		{Handler: h, BatchBytes: -1}, {Handler: h, BatchBytes: outbox.MaxBatchBytes + 1},
+		{Handler: h, PollInterval: -time.Second}, {Handler: h, PollInterval: 2 * time.Hour},
 	} {
 		if _, err := outbox.NewRelay(pool, cfg); err == nil {
 			t.Errorf("NewRelay(%+v) accepted", cfg)
@@ -348,41 +354,5 @@ func TestRelayTopicsAndConcurrency(t *testing.T) {
 			t.Fatalf("key %s: %d delivered after %d", m.Key, i, prev)
 		}
 		last[m.Key] = i
-	}
-}
-
-// A relay's registration as idle waits for producers that checked for idle relays before
-// it (and so will not notify): once it returns, the relay's next claim sees their messages.
-func TestIdleRegistrationWaitsForUncommittedProducers(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	pool := pgtest.Pool(t)
-	producer, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Rollback(ctx)
-	if _, err := outbox.Enqueue(ctx, producer, msg("k", "x")); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	waiter, blocker := pgtest.BackendPID(t, conn), pgtest.BackendPID(t, producer)
-	call := pgtest.Go(func() (struct{}, error) {
-		_, err := conn.Exec(ctx, `SELECT pgcoord_outbox_idle('relay', '1 minute')`)
-		return struct{}{}, err
-	})
-	pgtest.WaitBlocked(t, pool, call, waiter, blocker)
-	if err := producer.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := call.Wait(t); err != nil {
-		t.Fatal(err)
-	}
-	if n := runBatch(t, newRelay(t, pool, &recorder{}, outbox.Config{})); n != 1 {
-		t.Fatalf("claim after the registration found %d messages, want the producer's", n)
 	}
 }

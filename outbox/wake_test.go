@@ -132,11 +132,12 @@ func TestWakeUpOncePerCommittedTransaction(t *testing.T) {
 	}
 }
 
-// Producers check for idle relays before they take their keys' locks, so a producer never
-// holds a key's lock while it queues for the wake-up lock behind a registering relay. If it
-// did, a producer already past its check that then wants that key would wait for it — for
-// as long as the queued producer's transaction — while the relay waits for that producer.
-func TestWakeUpCheckComesBeforeTheKeyLock(t *testing.T) {
+// A relay's registration as idle never waits for producers, so no producer queues behind
+// it, however long another producer's transaction stays open. It reports whether it is
+// tight: false while a producer that checked for idle relays before it is uncommitted
+// (that one may commit without notifying), true once none is. On the old protocol the
+// registration waited for such a producer, and every new producer queued behind it.
+func TestIdleRegistrationNeverWaitsForProducers(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
@@ -147,47 +148,54 @@ func TestWakeUpCheckComesBeforeTheKeyLock(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+		// A wait for a lock fails the test instead of hanging it.
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
+			t.Fatal(err)
+		}
 		return tx
 	}
-	// a has checked (it holds the wake-up lock, shared) and holds key 1.
-	a := begin()
-	if _, err := outbox.Enqueue(ctx, a, msg("1", "x")); err != nil {
+	register := func() bool {
+		t.Helper()
+		var tight bool
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, `SELECT pgcoord_outbox_idle('relay', '1 minute')`).Scan(&tight)
+		})
+		if err != nil {
+			t.Fatalf("registration: %v", err)
+		}
+		return tight
+	}
+
+	// slow has checked for idle relays (it holds the wake-up lock, shared) and stays open.
+	slow := begin()
+	if _, err := outbox.Enqueue(ctx, slow, msg("1", "slow")); err != nil {
 		t.Fatal(err)
 	}
-	// A relay registers: it waits for a, the producer that checked before it.
-	relay, err := pool.Acquire(ctx)
-	if err != nil {
+	if register() {
+		t.Fatal("registration tight while a producer that checked before it is uncommitted")
+	}
+	// Another producer writes and commits at once, and a registration is still loose.
+	other := begin()
+	if _, err := outbox.Enqueue(ctx, other, msg("2", "other")); err != nil {
+		t.Fatalf("a producer waited behind a registering relay: %v", err)
+	}
+	if err := other.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer relay.Release()
-	relayPID := pgtest.BackendPID(t, relay)
-	registered := pgtest.Go(func() (struct{}, error) {
-		_, err := relay.Exec(ctx, `SELECT pgcoord_outbox_idle('relay', '1 minute')`)
-		return struct{}{}, err
-	})
-	pgtest.WaitBlocked(t, pool, registered, relayPID, pgtest.BackendPID(t, a))
-	// c's first message, to key 2, queues behind the relay for its check.
-	c := begin()
-	cPID := pgtest.BackendPID(t, c)
-	queued := pgtest.Go(func() (outbox.Message, error) { return outbox.Enqueue(ctx, c, msg("2", "x")) })
-	pgtest.WaitBlocked(t, pool, queued, cPID, relayPID)
-	// c holds no key yet, so a gets key 2 at once.
-	if _, err := a.Exec(ctx, `SET LOCAL lock_timeout = '500ms'`); err != nil {
+	if register() {
+		t.Fatal("registration tight while the slow producer is uncommitted")
+	}
+	if err := slow.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := outbox.Enqueue(ctx, a, msg("2", "y")); err != nil {
-		t.Fatalf("a producer waited for key 2, held by one queued behind the relay: %v", err)
+	if !register() {
+		t.Fatal("registration loose with no producer uncommitted")
 	}
-	if err := a.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := registered.Wait(t); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := queued.Wait(t); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Commit(ctx); err != nil {
-		t.Fatal(err)
+	// The claim after a registration sees every message committed before it.
+	if n := runBatch(t, newRelay(t, pool, &recorder{}, outbox.Config{})); n != 2 {
+		t.Fatalf("claim after the registration found %d messages, want 2", n)
 	}
 }

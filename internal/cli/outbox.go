@@ -4,9 +4,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -18,7 +21,7 @@ import (
 func (a *app) outboxCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "outbox",
-		Short: "Operate the transactional outbox: stats, list, retry, relay, prune",
+		Short: "Operate the transactional outbox: stats, list, show, retry, relay, prune",
 		Long: `Operate pgcoord's transactional outbox (package outbox): messages written in the same
 transaction as the business change, delivered at least once by relays, in commit order per
 (topic, key). A message is pending until a relay delivers it, or dead after failing its
@@ -28,7 +31,7 @@ calls.`,
 		Args: noSubcommand,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(a.outboxStatsCommand(), a.outboxListCommand(), a.outboxRetryCommand(),
+	cmd.AddCommand(a.outboxStatsCommand(), a.outboxListCommand(), a.outboxShowCommand(), a.outboxRetryCommand(),
 		a.outboxRelayCommand(), a.outboxPruneCommand())
 	return cmd
 }
@@ -109,8 +112,9 @@ in_flight, dead, oldest_pending_at, oldest_pending_age_ms, max_attempts, db_now.
 	return cmd
 }
 
-// outboxMessageJSON is one message in `outbox list --json`. A JSON payload is inline in
-// payload; any other in payload_base64.
+// outboxMessageJSON is one message in `outbox list --json` and `outbox show --json`. A
+// whole JSON payload is inline in payload; any other payload, or the part of one that was
+// read, in payload_base64; payload_size is its length either way.
 type outboxMessageJSON struct {
 	ID            int64             `json:"id"`
 	Topic         string            `json:"topic"`
@@ -118,6 +122,7 @@ type outboxMessageJSON struct {
 	State         string            `json:"state"`
 	Attempts      int               `json:"attempts"`
 	LastError     *string           `json:"last_error"`
+	PayloadSize   int               `json:"payload_size"`
 	Payload       json.RawMessage   `json:"payload"`
 	PayloadBase64 *string           `json:"payload_base64"`
 	Headers       map[string]string `json:"headers"`
@@ -129,9 +134,10 @@ type outboxMessageJSON struct {
 	ClaimExpires  *string           `json:"claim_expires_at"`
 }
 
-func toOutboxMessageJSON(m outbox.Message) outboxMessageJSON {
+// toOutboxMessageJSON converts m; withPayload includes what was read of its payload.
+func toOutboxMessageJSON(m outbox.Message, withPayload bool) outboxMessageJSON {
 	j := outboxMessageJSON{
-		ID: m.ID, Topic: m.Topic, Key: m.Key, State: string(m.State), Attempts: m.Attempts,
+		ID: m.ID, Topic: m.Topic, Key: m.Key, State: string(m.State), Attempts: m.Attempts, PayloadSize: m.PayloadSize,
 		Headers: m.Headers, CreatedAt: jsonTime(m.CreatedAt), AvailableAt: jsonTime(m.AvailableAt),
 		DeliveredAt: jsonTime(m.DeliveredAt), DeadAt: jsonTime(m.DeadAt), ClaimExpires: jsonTime(m.ClaimExpiresAt),
 		Payload: json.RawMessage("null"),
@@ -145,9 +151,11 @@ func toOutboxMessageJSON(m outbox.Message) outboxMessageJSON {
 	if m.ClaimedBy != "" {
 		j.ClaimedBy = &m.ClaimedBy
 	}
-	if m.JSON && json.Valid(m.Payload) {
+	switch {
+	case !withPayload:
+	case m.JSON && len(m.Payload) == m.PayloadSize && json.Valid(m.Payload):
 		j.Payload = m.Payload
-	} else {
+	default:
 		s := base64.StdEncoding.EncodeToString(m.Payload)
 		j.PayloadBase64 = &s
 	}
@@ -156,25 +164,31 @@ func toOutboxMessageJSON(m outbox.Message) outboxMessageJSON {
 
 func (a *app) outboxListCommand() *cobra.Command {
 	var (
-		dead  bool
-		state string
-		topic string
-		after int64
-		limit int
+		dead         bool
+		state        string
+		topic        string
+		after        int64
+		limit        int
+		payloadBytes int
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List messages in id order (--dead: the dead ones)",
-		Long: `List outbox messages in id order: id, topic, key, state, failed attempts, when written,
-when next due, and the last error. --dead lists the dead messages (those to retry or
-prune); --state pending|delivered|dead and --topic filter; --after ID and --limit page.
+		Long: `List outbox messages in id order: id, topic, key, state, failed attempts, payload size,
+when written, when next due, and the last error. --dead lists the dead messages (those to
+retry or prune); --state pending|delivered|dead and --topic filter; --after ID and --limit
+page. Payloads are not read unless --payload-bytes asks for (the start of) each one, for
+--json; 'outbox show ID' shows one whole message.
 
 With --json: an array ([] when empty) of objects with the keys id, topic, key, state,
-attempts, last_error, payload (a JSON payload as is, else null), payload_base64 (any other
-payload, else null), headers, created_at, available_at, delivered_at, dead_at, claimed_by,
+attempts, last_error, payload_size (bytes), payload (with --payload-bytes covering the
+whole payload of a JSON message: the payload as is, else null), payload_base64 (with
+--payload-bytes, any other payload or the first --payload-bytes bytes of a longer one,
+else null), headers, created_at, available_at, delivered_at, dead_at, claimed_by,
 claim_expires_at.`,
 		Example: `  pgcoord outbox list --dead
-  pgcoord outbox list --topic orders --state pending --limit 20 --json`,
+  pgcoord outbox list --topic orders --state pending --limit 20 --json
+  pgcoord outbox list --dead --json --payload-bytes 256`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -184,26 +198,33 @@ claim_expires_at.`,
 				}
 				state = string(outbox.Dead)
 			}
+			if payloadBytes < 0 || payloadBytes > outbox.MaxPayload {
+				return usagef("--payload-bytes %d: want 0 to %d", payloadBytes, outbox.MaxPayload)
+			}
+			if payloadBytes > 0 && !a.json {
+				return usagef("--payload-bytes needs --json (the table shows no payloads)")
+			}
 			pool, err := a.connect(ctx)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			msgs, err := outbox.List(ctx, pool, &outbox.ListOpts{State: outbox.State(state), Topic: topic, After: after, Limit: limit})
+			msgs, err := outbox.List(ctx, pool, &outbox.ListOpts{State: outbox.State(state), Topic: topic, After: after, Limit: limit,
+				PayloadBytes: payloadBytes})
 			if err != nil {
 				return argError(err)
 			}
 			if a.json {
 				js := make([]outboxMessageJSON, 0, len(msgs))
 				for _, m := range msgs {
-					js = append(js, toOutboxMessageJSON(m))
+					js = append(js, toOutboxMessageJSON(m, payloadBytes > 0))
 				}
 				return a.printJSON(js)
 			}
 			tw := a.table()
-			fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tSTATE\tATTEMPTS\tCREATED\tAVAILABLE\tLAST ERROR")
+			fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tSTATE\tATTEMPTS\tSIZE\tCREATED\tAVAILABLE\tLAST ERROR")
 			for _, m := range msgs {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", m.ID, m.Topic, m.Key, m.State, m.Attempts,
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", m.ID, m.Topic, m.Key, m.State, m.Attempts, m.PayloadSize,
 					rfc3339(m.CreatedAt), rfc3339(m.AvailableAt), orDash(oneLine(m.LastError, 60)))
 			}
 			return tw.Flush()
@@ -215,7 +236,83 @@ claim_expires_at.`,
 	f.StringVar(&topic, "topic", "", "list only this topic")
 	f.Int64Var(&after, "after", 0, "list messages with ids above this one (paging)")
 	f.IntVar(&limit, "limit", pgcoord.DefaultListLimit, fmt.Sprintf("most messages to list (1 to %d)", pgcoord.MaxListLimit))
+	f.IntVar(&payloadBytes, "payload-bytes", 0, fmt.Sprintf("with --json: include the first N bytes of each payload (0 to %d)", outbox.MaxPayload))
 	return cmd
+}
+
+// outboxShowText is how much of a text payload `outbox show` prints.
+const outboxShowText = 2000
+
+func (a *app) outboxShowCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one message, payload included (exit 1 if no such message)",
+		Long: `Show outbox message ID: topic, key, state, attempts, last error, claim, times, headers, and
+its payload (printed when it is text, at most 2000 bytes). A message that does not exist
+is an error (exit 1).
+
+With --json: the object of 'outbox list --json' with the whole payload (at most 1 MiB):
+in payload for a JSON message, else in payload_base64.`,
+		Example: `  pgcoord outbox show 4711
+  pgcoord outbox show 4711 --json | jq -r .payload_base64 | base64 -d`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id < 1 {
+				return usagef("message ID %q: want a positive integer", args[0])
+			}
+			pool, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			m, err := outbox.Get(ctx, pool, id)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(toOutboxMessageJSON(m, true))
+			}
+			tw := a.table()
+			fmt.Fprintf(tw, "id:\t%d\n", m.ID)
+			fmt.Fprintf(tw, "topic:\t%s\n", m.Topic)
+			fmt.Fprintf(tw, "key:\t%s\n", m.Key)
+			fmt.Fprintf(tw, "state:\t%s\n", m.State)
+			fmt.Fprintf(tw, "attempts:\t%d\n", m.Attempts)
+			fmt.Fprintf(tw, "last error:\t%s\n", orDash(oneLine(m.LastError, 200)))
+			fmt.Fprintf(tw, "created:\t%s\n", preciseTime(m.CreatedAt))
+			fmt.Fprintf(tw, "available:\t%s\n", preciseTime(m.AvailableAt))
+			fmt.Fprintf(tw, "delivered:\t%s\n", preciseTime(m.DeliveredAt))
+			fmt.Fprintf(tw, "dead:\t%s\n", preciseTime(m.DeadAt))
+			fmt.Fprintf(tw, "claimed by:\t%s\n", orDash(m.ClaimedBy))
+			fmt.Fprintf(tw, "claim expires:\t%s\n", preciseTime(m.ClaimExpiresAt))
+			names := slices.Sorted(maps.Keys(m.Headers))
+			for _, name := range names {
+				fmt.Fprintf(tw, "header:\t%s: %s\n", name, oneLine(m.Headers[name], 200))
+			}
+			kind := "bytes"
+			if m.JSON {
+				kind = "bytes of JSON"
+			}
+			fmt.Fprintf(tw, "payload:\t%d %s\n", m.PayloadSize, kind)
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			body := m.Payload
+			switch {
+			case len(body) == 0:
+				return nil
+			case !utf8.Valid(body):
+				_, err = fmt.Fprintln(a.out, "(binary payload; --json gives it in base64)")
+				return err
+			case len(body) > outboxShowText:
+				body = append(body[:outboxShowText:outboxShowText], "..."...)
+			}
+			_, err = fmt.Fprintf(a.out, "\n%s\n", body)
+			return err
+		},
+	}
 }
 
 // orDash is s, or "-" when it is empty.
@@ -374,8 +471,8 @@ pooler (PgBouncer) set --no-listen: the relay then polls.`,
 				return err
 			}
 			cfg.Handler, cfg.Topics = h, topics
-			// The relay needs two connections (one listens, one claims and records
-			// outcomes); the sinks use none.
+			// The relay needs two connections (the pool's shared LISTEN connection, and
+			// one to claim and record outcomes); the sinks use none.
 			pool, err := a.connect(ctx)
 			if err != nil {
 				return err
@@ -399,6 +496,8 @@ pooler (PgBouncer) set --no-listen: the relay then polls.`,
 	f.StringSliceVar(&topics, "topic", nil, "deliver only these topics (repeat or comma-separate; default: all)")
 	f.IntVar(&cfg.BatchSize, "batch", outbox.DefaultBatchSize, fmt.Sprintf("most messages per claim (1 to %d)", outbox.MaxBatchSize))
 	f.IntVar(&cfg.KeyBatchSize, "key-batch", outbox.DefaultKeyBatchSize, "most messages of one key per claim")
+	f.IntVar(&cfg.BatchBytes, "batch-bytes", outbox.DefaultBatchBytes,
+		fmt.Sprintf("most payload bytes per claim (1 to %d; one larger message is claimed alone)", outbox.MaxBatchBytes))
 	f.IntVar(&cfg.Concurrency, "concurrency", 8, "keys delivered at once")
 	f.DurationVar(&cfg.ClaimTTL, "claim-ttl", outbox.DefaultClaimTTL, "how long a claim holds its batch")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", outbox.DefaultMaxAttempts, "failed attempts that make a message dead")

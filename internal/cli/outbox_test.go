@@ -82,14 +82,50 @@ func TestOutboxStatsListRetry(t *testing.T) {
 		t.Fatalf("outbox stats = %d\n%s", code, out)
 	}
 
+	// list reads no payload unless --payload-bytes asks for (the start of) each.
 	code, out, errOut = d.run(t, "--json", "outbox", "list", "--dead")
 	var dead []map[string]any
 	if code != cli.ExitOK || json.Unmarshal([]byte(out), &dead) != nil || len(dead) != 1 ||
-		dead[0]["id"] != float64(ids[2]) || dead[0]["last_error"] != "downstream said no" || dead[0]["payload"] != "poison" {
-		t.Fatalf("outbox list --dead --json = %d %s %s", code, out, errOut)
+		dead[0]["id"] != float64(ids[2]) || dead[0]["last_error"] != "downstream said no" || dead[0]["payload_size"] != 8.0 ||
+		dead[0]["payload"] != nil || dead[0]["payload_base64"] != nil {
+		t.Fatalf("outbox list --dead --json = %d %s %s; want the payload's size, not the payload", code, out, errOut)
+	}
+	code, out, errOut = d.run(t, "--json", "outbox", "list", "--dead", "--payload-bytes", "100")
+	if code != cli.ExitOK || json.Unmarshal([]byte(out), &dead) != nil || len(dead) != 1 || dead[0]["payload"] != "poison" {
+		t.Fatalf("outbox list --dead --json --payload-bytes 100 = %d %s %s", code, out, errOut)
+	}
+	code, out, errOut = d.run(t, "--json", "outbox", "list", "--dead", "--payload-bytes", "3")
+	if code != cli.ExitOK || json.Unmarshal([]byte(out), &dead) != nil || len(dead) != 1 || dead[0]["payload"] != nil ||
+		dead[0]["payload_base64"] != "InBv" { // base64 of `"po`
+		t.Fatalf("outbox list --dead --json --payload-bytes 3 = %d %s %s; want the first 3 bytes in base64", code, out, errOut)
+	}
+	for _, args := range [][]string{{"--payload-bytes", "5"}, {"--json", "--payload-bytes", "-1"}, {"--json", "--payload-bytes", "1048577"}} {
+		if code, _, _ := d.run(t, append([]string{"outbox", "list"}, args...)...); code != cli.ExitUsage {
+			t.Errorf("outbox list %v: exit %d, want %d", args, code, cli.ExitUsage)
+		}
 	}
 	if code, out, _ := d.run(t, "outbox", "list", "--topic", "orders"); code != cli.ExitOK || strings.Count(out, "\n") != 3 || !strings.Contains(out, "o-2") {
 		t.Fatalf("outbox list --topic orders = %d\n%s", code, out)
+	}
+
+	// show: one whole message.
+	if code, out, errOut := d.run(t, "outbox", "show", fmt.Sprint(ids[2])); code != cli.ExitOK ||
+		!strings.Contains(out, "downstream said no") || !strings.Contains(out, "8 bytes of JSON") || !strings.Contains(out, `"poison"`) {
+		t.Fatalf("outbox show = %d %q %q", code, out, errOut)
+	}
+	var one map[string]any
+	if code, out, errOut := d.run(t, "--json", "outbox", "show", fmt.Sprint(ids[1])); code != cli.ExitOK ||
+		json.Unmarshal([]byte(out), &one) != nil || one["id"] != float64(ids[1]) || one["payload_size"] != 7.0 {
+		t.Fatalf("outbox show --json = %d %q %q", code, out, errOut)
+	}
+	if p, _ := json.Marshal(one["payload"]); string(p) != `{"n":2}` {
+		t.Fatalf("outbox show --json: payload %s", p)
+	}
+	if code, _, _ := d.run(t, "outbox", "show", "x"); code != cli.ExitUsage {
+		t.Errorf("outbox show x: exit %d, want %d", code, cli.ExitUsage)
+	}
+	if code, _, errOut := d.run(t, "outbox", "show", "999999"); code != cli.ExitFailure || !strings.Contains(errOut, "no such message") {
+		t.Errorf("outbox show of an unknown id: %d %q", code, errOut)
 	}
 	if code, out, _ := d.run(t, "--json", "outbox", "list", "--state", "delivered"); code != cli.ExitOK || strings.TrimSpace(out) != "[]" {
 		t.Fatalf("empty list = %d %q, want []", code, out)

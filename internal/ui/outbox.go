@@ -77,7 +77,8 @@ type outboxData struct {
 }
 
 // loadOutbox reads the topics' stats, the delivery rate and one page of dead messages:
-// three queries.
+// three queries. The page reads the payloads only with ShowPayloads, and then only as much
+// of each as the page shows.
 func loadOutbox(ctx context.Context, s *Server, q url.Values) (any, error) {
 	d := outboxData{Topic: q.Get("topic"), After: q.Get("after")}
 	var after int64
@@ -95,7 +96,12 @@ func loadOutbox(ctx context.Context, s *Server, q url.Values) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	dead, err := outbox.List(ctx, s.cfg.Pool, &outbox.ListOpts{State: outbox.Dead, Topic: d.Topic, After: after, Limit: pageSize + 1})
+	var payloadBytes int
+	if s.cfg.ShowPayloads {
+		payloadBytes = maxPayloadShown
+	}
+	dead, err := outbox.List(ctx, s.cfg.Pool, &outbox.ListOpts{State: outbox.Dead, Topic: d.Topic, After: after, Limit: pageSize + 1,
+		PayloadBytes: payloadBytes})
 	if err != nil {
 		return nil, err
 	}

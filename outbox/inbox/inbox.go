@@ -107,8 +107,6 @@ type GCOpts struct {
 	DryRun bool
 	// Progress, if set, is called after each batch with the number deleted so far.
 	Progress func(deleted int64)
-	// Now, if set, is the database clock's instant for the retention. For tests only.
-	Now time.Time
 }
 
 // GC deletes inbox records older than the retention, in batches, each its own statement
@@ -135,7 +133,7 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 	if o.Batch < 1 || o.Batch > MaxGCBatch {
 		return 0, fmt.Errorf("%w: inbox: GC batch %d is outside 1..%d", pgcoord.ErrInvalidArgument, o.Batch, MaxGCBatch)
 	}
-	cutoff, err := queries.OutboxCutoff(ctx, db, dbsqlc.OutboxCutoffParams{Now: dbarg.Now(o.Now), Age: dbarg.Interval(o.Retention)})
+	cutoff, err := queries.OutboxCutoff(ctx, db, dbarg.Interval(o.Retention))
 	if err != nil {
 		return 0, fmt.Errorf("inbox: GC: %w", err)
 	}

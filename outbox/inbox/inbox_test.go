@@ -111,19 +111,17 @@ func TestGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var now time.Time
-	if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := inbox.GC(ctx, pool, &inbox.GCOpts{Now: now.Add(29 * 24 * time.Hour)}); err != nil || n != 0 {
+	clock := pgtest.NewClock(t, pool)
+	clock.Advance(29 * 24 * time.Hour)
+	if n, err := inbox.GC(ctx, pool, nil); err != nil || n != 0 {
 		t.Fatalf("GC inside the default 30-day retention deleted %d, %v", n, err)
 	}
-	later := now.Add(31 * 24 * time.Hour)
-	if n, err := inbox.GC(ctx, pool, &inbox.GCOpts{Now: later, DryRun: true}); err != nil || n != 5 {
+	clock.Advance(2 * 24 * time.Hour)
+	if n, err := inbox.GC(ctx, pool, &inbox.GCOpts{DryRun: true}); err != nil || n != 5 {
 		t.Fatalf("dry run = %d, %v", n, err)
 	}
 	var batches int
-	n, err := inbox.GC(ctx, pool, &inbox.GCOpts{Now: later, Batch: 2, Progress: func(int64) { batches++ }})
+	n, err := inbox.GC(ctx, pool, &inbox.GCOpts{Batch: 2, Progress: func(int64) { batches++ }})
 	if err != nil || n != 5 || batches != 3 {
 		t.Fatalf("GC = %d, %v in %d batches; want 5 in 3", n, err, batches)
 	}
