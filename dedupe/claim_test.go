@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/dedupe"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
@@ -244,18 +245,14 @@ func TestClaimRepeatableReadSerializationFailure(t *testing.T) {
 	}
 }
 
-// Retention sets the expiry from the database clock of the claiming transaction, or from
-// Now when set.
+// Retention sets the expiry from the database clock of the claiming transaction; an
+// expired claim still counts until GC removes it.
 func TestClaimRetention(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
 	tx := begin(t, pool, pgx.TxOptions{})
 	if ok, err := dedupe.Claim(ctx, tx, "s", "db-clock", &dedupe.ClaimOpts{Retention: time.Hour}); err != nil || !ok {
-		t.Fatalf("claim = %v, %v", ok, err)
-	}
-	past := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
-	if ok, err := dedupe.Claim(ctx, tx, "s", "injected", &dedupe.ClaimOpts{Retention: 90 * time.Minute, Now: past}); err != nil || !ok {
 		t.Fatalf("claim = %v, %v", ok, err)
 	}
 	var txNow time.Time
@@ -272,17 +269,38 @@ func TestClaimRetention(t *testing.T) {
 	if !claimed.Equal(txNow) || !expires.Equal(txNow.Add(time.Hour)) {
 		t.Errorf("db-clock claim: claimed_at %v, expires_at %v; want the transaction's now() %v and an hour later", claimed, expires, txNow)
 	}
-	if err := pool.QueryRow(ctx, `SELECT claimed_at, expires_at FROM pgcoord_dedupe WHERE key = 'injected'`).Scan(&claimed, &expires); err != nil {
+
+	// With the database clock at past, a claim dates from past.
+	clock := pgtest.NewClock(t, pool)
+	past := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	clock.Freeze(past)
+	claimIn(t, pool, "s", "dated", &dedupe.ClaimOpts{Retention: 90 * time.Minute}, true)
+	if err := pool.QueryRow(ctx, `SELECT claimed_at, expires_at FROM pgcoord_dedupe WHERE key = 'dated'`).Scan(&claimed, &expires); err != nil {
 		t.Fatal(err)
 	}
 	if !claimed.Equal(past) || !expires.Equal(past.Add(90*time.Minute)) {
-		t.Errorf("injected claim: claimed_at %v, expires_at %v; want %v and 90m later", claimed, expires, past)
+		t.Errorf("dated claim: claimed_at %v, expires_at %v; want %v and 90m later", claimed, expires, past)
 	}
 
-	// An expired claim not yet collected still counts.
-	tx = begin(t, pool, pgx.TxOptions{})
-	if ok, err := dedupe.Claim(ctx, tx, "s", "injected", nil); err != nil || ok {
-		t.Fatalf("claim of an expired, uncollected key = %v, %v; want false", ok, err)
+	// Two hours on, the claim has expired; not yet collected, it still counts.
+	clock.Advance(2 * time.Hour)
+	claimIn(t, pool, "s", "dated", nil, false)
+	if n, err := dedupe.GC(ctx, pool, nil); err != nil || n != 1 {
+		t.Fatalf("GC = %d, %v; want the expired claim collected", n, err)
+	}
+	claimIn(t, pool, "s", "dated", nil, true)
+}
+
+// claimIn claims (scope, key) in a transaction of its own and fails t unless Claim
+// returned want.
+func claimIn(t *testing.T, pool *pgxpool.Pool, scope, key string, opts *dedupe.ClaimOpts, want bool) {
+	t.Helper()
+	tx := begin(t, pool, pgx.TxOptions{})
+	if ok, err := dedupe.Claim(t.Context(), tx, scope, key, opts); err != nil || ok != want {
+		t.Fatalf("claim of %s/%s = %v, %v; want %v", scope, key, ok, err, want)
+	}
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -304,6 +322,8 @@ func TestClaimRejectsBadInputBeforeSQL(t *testing.T) {
 		{"bad UTF-8 key", "s", "a\xffb", nil, pgcoord.ErrInvalidName},
 		{"negative retention", "s", "k", &dedupe.ClaimOpts{Retention: -time.Second}, pgcoord.ErrInvalidArgument},
 		{"huge retention", "s", "k", &dedupe.ClaimOpts{Retention: dedupe.MaxRetention + 1}, pgcoord.ErrInvalidArgument},
+		// Below the database's precision: it would be stored as 0, a claim expired at once.
+		{"sub-microsecond retention", "s", "k", &dedupe.ClaimOpts{Retention: 999 * time.Nanosecond}, pgcoord.ErrInvalidArgument},
 	}
 	for _, c := range cases {
 		ok, err := dedupe.Claim(ctx, tx, c.scope, c.key, c.opts)

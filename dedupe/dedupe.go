@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgcoord/pgcoord/internal/batch"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
@@ -40,11 +39,9 @@ type ClaimOpts struct {
 	// Retention is how long the claim is kept at least: it expires Retention after the
 	// claim (by the database clock) and GC removes it after that. Until GC removes it, an
 	// expired claim still counts: a later Claim of the key returns false. Zero (the
-	// default) keeps the claim forever. At most MaxRetention.
+	// default) keeps the claim forever. At least a microsecond (the database's precision)
+	// and at most MaxRetention.
 	Retention time.Duration
-	// Now, if set, is the claim's time instead of the database clock: claimed_at, and the
-	// start of Retention. For tests only: production code never sets it.
-	Now time.Time
 }
 
 // Claim claims (scope, key) inside the caller's transaction tx: it returns true the first
@@ -52,8 +49,8 @@ type ClaimOpts struct {
 // permanent only when tx commits: if tx rolls back, it leaves nothing behind and the next
 // Claim of the pair returns true again. Do the work the claim protects in the same tx
 // (insert the email_sends row, mark the webhook processed, ...), so that the claim and the
-// effect commit or vanish together. One round trip (two when Retention is set without Now:
-// the expiry is computed from the transaction's database clock).
+// effect commit or vanish together. One round trip; the claim's time, and the start of
+// its Retention, is the database clock (the transaction's start).
 //
 // A concurrent Claim of the same pair in another transaction blocks until the first
 // transaction ends (the pair is a primary key), then returns false if the first one
@@ -64,8 +61,9 @@ type ClaimOpts struct {
 //
 // Bad input — an empty scope or key, a scope longer than pgcoord.MaxNameLen or a key
 // longer than MaxKeyLen bytes, either not valid UTF-8 or holding a NUL byte — returns an
-// error wrapping pgcoord.ErrInvalidName; a nil tx or a Retention outside 0..MaxRetention
-// an error wrapping pgcoord.ErrInvalidArgument, before any SQL runs.
+// error wrapping pgcoord.ErrInvalidName; a nil tx, a negative Retention, one above
+// MaxRetention or a positive one below a microsecond an error wrapping
+// pgcoord.ErrInvalidArgument, before any SQL runs.
 // On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func Claim(ctx context.Context, tx pgx.Tx, scope, key string, opts *ClaimOpts) (bool, error) {
 	if err := validate(scope, key); err != nil {
@@ -78,12 +76,12 @@ func Claim(ctx context.Context, tx pgx.Tx, scope, key string, opts *ClaimOpts) (
 	if opts != nil {
 		o = *opts
 	}
-	if o.Retention < 0 || o.Retention > MaxRetention {
-		return false, fmt.Errorf("%w: dedupe: retention %v is outside 0..%v", pgcoord.ErrInvalidArgument, o.Retention, MaxRetention)
+	if o.Retention < 0 || o.Retention > MaxRetention || (o.Retention > 0 && o.Retention < time.Microsecond) {
+		return false, fmt.Errorf("%w: dedupe: retention %v is neither 0 (forever) nor within %v..%v", pgcoord.ErrInvalidArgument, o.Retention, time.Microsecond, MaxRetention)
 	}
-	arg := dbsqlc.DedupeClaimParams{Scope: scope, Key: key, Now: dbarg.Now(o.Now)}
+	arg := dbsqlc.DedupeClaimParams{Scope: scope, Key: key}
 	if o.Retention > 0 {
-		arg.Retention = pgtype.Interval{Microseconds: o.Retention.Microseconds(), Valid: true}
+		arg.Retention = dbarg.Interval(o.Retention)
 	}
 	n, err := queries.DedupeClaim(ctx, tx, arg)
 	if err != nil {
@@ -124,9 +122,6 @@ type GCOpts struct {
 	// Batch is how many expired claims one DELETE removes at most. Default
 	// DefaultGCBatch (1000); at most MaxGCBatch.
 	Batch int
-	// Now, if set, judges expiry at this instant instead of the database clock. For tests
-	// only: production code never sets it.
-	Now time.Time
 	// Progress, if set, is called after each batch with the number of claims deleted so
 	// far (or, with DryRun, once with the count).
 	Progress func(deleted int64)
@@ -162,10 +157,8 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 		return 0, fmt.Errorf("%w: dedupe: GC batch %d is outside 1..%d", pgcoord.ErrInvalidArgument, o.Batch, MaxGCBatch)
 	}
 	deleted, err = batch.Delete(ctx, o.Batch, o.DryRun, o.Progress,
-		func(ctx context.Context) (int64, error) { return queries.DedupeCountExpired(ctx, db, dbarg.Now(o.Now)) },
-		func(ctx context.Context) (int64, error) {
-			return queries.DedupeGC(ctx, db, dbsqlc.DedupeGCParams{Now: dbarg.Now(o.Now), Batch: int32(o.Batch)})
-		})
+		func(ctx context.Context) (int64, error) { return queries.DedupeCountExpired(ctx, db) },
+		func(ctx context.Context) (int64, error) { return queries.DedupeGC(ctx, db, int32(o.Batch)) })
 	if err != nil {
 		return deleted, fmt.Errorf("dedupe: GC: %w", pgcoord.TranslateError(err))
 	}

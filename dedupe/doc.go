@@ -43,8 +43,9 @@
 //   - Of concurrent Transition calls moving one row from the same state, exactly one
 //     returns true. InsertOnce never creates a duplicate row: the table's constraint
 //     decides.
-//   - Claim's expiry, GC's judgement of it and Transition's checks all use the database
-//     clock (the claiming transaction's now()), never the worker's.
+//   - Claim's expiry and GC's judgement of it use the database clock alone
+//     (pgcoord_now(): the start of the claiming, or collecting, transaction), never the
+//     worker's; no option lets a caller choose the time.
 //
 // # Isolation levels
 //

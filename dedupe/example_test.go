@@ -105,11 +105,11 @@ func ExampleGC() {
 	ctx := context.Background()
 	pool := pgtest.ExamplePool()
 
-	// Two claims made two days ago, kept for a day; one kept forever.
-	twoDaysAgo := time.Now().Add(-48 * time.Hour)
+	// Two claims kept a microsecond (in practice: days, longer than any redelivery can
+	// come), so that this example has something to collect; one kept forever.
 	pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		dedupe.Claim(ctx, tx, "msg", "a", &dedupe.ClaimOpts{Retention: 24 * time.Hour, Now: twoDaysAgo})
-		dedupe.Claim(ctx, tx, "msg", "b", &dedupe.ClaimOpts{Retention: 24 * time.Hour, Now: twoDaysAgo})
+		dedupe.Claim(ctx, tx, "msg", "a", &dedupe.ClaimOpts{Retention: time.Microsecond})
+		dedupe.Claim(ctx, tx, "msg", "b", &dedupe.ClaimOpts{Retention: time.Microsecond})
 		dedupe.Claim(ctx, tx, "msg", "c", nil)
 		return nil
 	})

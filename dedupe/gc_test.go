@@ -38,6 +38,16 @@ func claimN(t *testing.T, pool *pgxpool.Pool, prefix string, n int, opts *dedupe
 	}
 }
 
+// claimExpired claims n keys "prefix-i" with the database clock an hour back, kept a
+// minute: claims that expired 59 minutes ago.
+func claimExpired(t *testing.T, pool *pgxpool.Pool, prefix string, n int) {
+	t.Helper()
+	clock := pgtest.NewClock(t, pool)
+	clock.Run(-time.Hour)
+	claimN(t, pool, prefix, n, &dedupe.ClaimOpts{Retention: time.Minute})
+	clock.Run(0)
+}
+
 // keysLeft returns the keys of the remaining claims, sorted.
 func keysLeft(t *testing.T, pool *pgxpool.Pool) []string {
 	t.Helper()
@@ -58,9 +68,11 @@ func TestGCDeletesOnlyExpiredInBatches(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
-	hourAgo := time.Now().Add(-2 * time.Hour)
-	claimN(t, pool, "expired", 7, &dedupe.ClaimOpts{Retention: time.Hour, Now: hourAgo}) // expired an hour ago
-	claimN(t, pool, "live", 3, &dedupe.ClaimOpts{Retention: time.Hour})                  // expires in an hour
+	clock := pgtest.NewClock(t, pool)
+	clock.Run(-2 * time.Hour)
+	claimN(t, pool, "expired", 7, &dedupe.ClaimOpts{Retention: time.Hour}) // expired an hour ago
+	clock.Run(0)
+	claimN(t, pool, "live", 3, &dedupe.ClaimOpts{Retention: time.Hour}) // expires in an hour
 	claimN(t, pool, "forever", 2, nil)
 
 	var dry []int64
@@ -90,12 +102,12 @@ func TestGCDeletesOnlyExpiredInBatches(t *testing.T) {
 	if n, err := dedupe.GC(ctx, pool, nil); err != nil || n != 0 {
 		t.Fatalf("second GC = %d, %v; want 0", n, err)
 	}
-	// Judged two hours on, the live claims have expired; claims kept forever never do.
-	later := time.Now().Add(2 * time.Hour)
-	if n, err := dedupe.GC(ctx, pool, &dedupe.GCOpts{Now: later, DryRun: true}); err != nil || n != 3 {
+	// Two hours on, the live claims have expired; claims kept forever never do.
+	clock.Run(2 * time.Hour)
+	if n, err := dedupe.GC(ctx, pool, &dedupe.GCOpts{DryRun: true}); err != nil || n != 3 {
 		t.Fatalf("dry run two hours on = %d, %v; want 3", n, err)
 	}
-	if n, err := dedupe.GC(ctx, pool, &dedupe.GCOpts{Now: later, Batch: 3}); err != nil || n != 3 {
+	if n, err := dedupe.GC(ctx, pool, &dedupe.GCOpts{Batch: 3}); err != nil || n != 3 {
 		t.Fatalf("GC two hours on = %d, %v; want 3", n, err)
 	}
 	if got := keysLeft(t, pool); !slices.Equal(got, want[:2]) {
@@ -110,7 +122,7 @@ func TestGCDeletesOnlyExpiredInBatches(t *testing.T) {
 func TestGCExactBatches(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	claimN(t, pool, "x", 6, &dedupe.ClaimOpts{Retention: time.Minute, Now: time.Now().Add(-time.Hour)})
+	claimExpired(t, pool, "x", 6)
 	var progress []int64
 	n, err := dedupe.GC(t.Context(), pool, &dedupe.GCOpts{Batch: 3, Progress: func(d int64) { progress = append(progress, d) }})
 	if err != nil || n != 6 || !slices.Equal(progress, []int64{3, 6}) {
@@ -138,7 +150,7 @@ func TestGCRejectsBadInputBeforeSQL(t *testing.T) {
 func TestGCStopsOnCancel(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	claimN(t, pool, "c", 5, &dedupe.ClaimOpts{Retention: time.Minute, Now: time.Now().Add(-time.Hour)})
+	claimExpired(t, pool, "c", 5)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	n, err := dedupe.GC(ctx, pool, &dedupe.GCOpts{Batch: 1, Progress: func(d int64) {
@@ -159,7 +171,7 @@ func TestGCConcurrent(t *testing.T) {
 	t.Parallel()
 	const gcs = 4
 	pool := pgtest.PoolMax(t, gcs+1)
-	claimN(t, pool, "e", 200, &dedupe.ClaimOpts{Retention: time.Minute, Now: time.Now().Add(-time.Hour)})
+	claimExpired(t, pool, "e", 200)
 	claimN(t, pool, "keep", 3, nil)
 	var (
 		wg    sync.WaitGroup

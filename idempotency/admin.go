@@ -28,9 +28,6 @@ type GCOpts struct {
 	// Tombstone is how long the tombstone of a deleted key refuses the key. Default
 	// DefaultTombstone (30 days); at most MaxRetention.
 	Tombstone time.Duration
-	// Now, if set, judges expiry at this instant instead of the database clock. For tests
-	// only.
-	Now time.Time
 	// Progress, if set, is called after each batch with the number of keys deleted so far
 	// (with DryRun, once with the count).
 	Progress func(deleted int64)
@@ -68,12 +65,11 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 	if o.Tombstone < 0 || o.Tombstone > MaxRetention {
 		return 0, fmt.Errorf("%w: idempotency: tombstone %v is outside 0..%v", pgcoord.ErrInvalidArgument, o.Tombstone, MaxRetention)
 	}
-	now := dbarg.Now(o.Now)
 	deleted, err = batch.Delete(ctx, o.Batch, o.DryRun, o.Progress,
-		func(ctx context.Context) (int64, error) { return queries.IdempotencyCountExpired(ctx, db, now) },
+		func(ctx context.Context) (int64, error) { return queries.IdempotencyCountExpired(ctx, db) },
 		func(ctx context.Context) (int64, error) {
 			return queries.IdempotencyGC(ctx, db, dbsqlc.IdempotencyGCParams{
-				Batch: int32(o.Batch), Tombstone: dbarg.Interval(o.Tombstone), Now: now})
+				Batch: int32(o.Batch), Tombstone: dbarg.Interval(o.Tombstone)})
 		})
 	if err != nil {
 		return deleted, fmt.Errorf("idempotency: GC: %w", pgcoord.TranslateError(err))

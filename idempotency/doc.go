@@ -31,8 +31,8 @@
 //	invalid key (empty, > 255 bytes,            400, nothing stored         ErrInvalidKey
 //	non-printable)
 //	request body over MaxRequestBytes           413, nothing stored         -
-//	response body over MaxResponseBytes         500, nothing stored,        ErrTooLarge from Complete
-//	                                            handler's tx rolled back
+//	response body over MaxResponseBytes, or     500, nothing stored,        ErrTooLarge from Complete
+//	stored headers over MaxStoredHeaderBytes    handler's tx rolled back
 //	key expired and removed by GC, tombstone    422                         ErrExpired
 //	still kept
 //	methods not in Config.Methods               passed through              -
@@ -115,7 +115,14 @@
 //     response, lost connection, crash) stores nothing, and the next attempt executes.
 //   - A dead holder's key is recovered by the next attempt at once: its lock died with its
 //     connection.
-//   - Expiry is judged by the database clock.
+//   - Expiry is judged by the database clock alone (pgcoord_now()): no option lets a caller
+//     choose the time a key is created or judged at.
+//   - What the store cannot keep is refused before any SQL runs, with an error wrapping
+//     pgcoord.ErrInvalidArgument (or pgcoord.ErrInvalidName): a status outside 100..999,
+//     a header with a NUL byte, headers over MaxStoredHeaderBytes, a MaxResponseBytes over
+//     MaxStoredBodyBytes (16 MiB), recovery data over MaxRecoveryDataBytes (1 MiB), a
+//     recovery point that is not a 1 to 255 byte name — the bounds the SQL functions of
+//     00005_idempotency.sql enforce for plain SQL callers.
 //
 // # Failure modes
 //

@@ -58,7 +58,8 @@ type Config struct {
 	Retention time.Duration
 	// Wait, if positive, makes a request whose key is in flight wait up to Wait for the
 	// first one to finish, then get its response replayed (or execute, if the first one
-	// failed). Zero (the default) answers InFlightStatus at once.
+	// failed). Zero (the default) answers InFlightStatus at once. As BeginOpts.Wait: a
+	// positive Wait is 1ms to 1h.
 	Wait time.Duration
 	// Atomic runs the handler inside the key's transaction: Tx(r.Context()) is the pgx.Tx
 	// to write with; the writes commit with the stored response, or roll back with it.
@@ -68,7 +69,8 @@ type Config struct {
 	MaxRequestBytes int64
 	// MaxResponseBytes bounds the stored response body (BeginOpts.MaxResponseBytes): a
 	// larger response is not sent; the attempt rolls back, nothing is stored, and the client
-	// gets TooLargeStatus. Default DefaultMaxResponseBytes (1 MiB).
+	// gets TooLargeStatus (as for stored headers over MaxStoredHeaderBytes). Default
+	// DefaultMaxResponseBytes (1 MiB); at most MaxStoredBodyBytes (16 MiB).
 	MaxResponseBytes int
 	// The statuses of the middleware's own answers, by default those of the IETF draft
 	// (see the package documentation): MissingKeyStatus 400, InvalidKeyStatus 400,
@@ -248,6 +250,10 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := a.Complete(ctx, Response{Status: rec.status, Header: stored, Body: rec.body.Bytes()}); err != nil {
+		if errors.Is(err, ErrTooLarge) { // the stored headers: nothing was stored
+			problem(w, m.c.TooLargeStatus, "Response too large", err.Error())
+			return
+		}
 		m.fail(w, r, "store the response", err)
 		return
 	}

@@ -267,10 +267,11 @@ func TestMiddlewareExpiredKeyTombstone(t *testing.T) {
 	pool := pgtest.Pool(t)
 	var runs atomic.Int64
 	srv := serve(t, pool, &idempotency.Config{Retention: time.Hour}, orderHandler(&runs))
+	clock := pgtest.NewClock(t, pool)
 	first := send(t, "POST", srv.URL, "old", "{}")
-	// Two hours later, by the database clock GC is told to use:
-	later := time.Now().Add(2 * time.Hour)
-	n, err := idempotency.GC(t.Context(), pool, &idempotency.GCOpts{Now: later, Tombstone: 24 * time.Hour})
+	// Two hours later, by the database clock:
+	clock.Run(2 * time.Hour)
+	n, err := idempotency.GC(t.Context(), pool, &idempotency.GCOpts{Tombstone: 24 * time.Hour})
 	if err != nil || n != 1 {
 		t.Fatalf("GC = %d, %v; want the expired key deleted", n, err)
 	}
@@ -283,7 +284,8 @@ func TestMiddlewareExpiredKeyTombstone(t *testing.T) {
 		t.Errorf("the refusal is not a problem document: %q", r.body)
 	}
 	// After the tombstone expires, GC removes it and the key is new again.
-	if _, err := idempotency.GC(t.Context(), pool, &idempotency.GCOpts{Now: later.Add(25 * time.Hour)}); err != nil {
+	clock.Run(27 * time.Hour)
+	if _, err := idempotency.GC(t.Context(), pool, nil); err != nil {
 		t.Fatal(err)
 	}
 	if r := send(t, "POST", srv.URL, "old", "{}"); r.status != http.StatusCreated || runs.Load() != 2 {

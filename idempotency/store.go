@@ -32,6 +32,15 @@ const (
 	MaxRetention = 100 * 365 * 24 * time.Hour
 	// DefaultMaxResponseBytes is the default limit on a stored response body: 1 MiB.
 	DefaultMaxResponseBytes = 1 << 20
+	// MaxStoredBodyBytes bounds BeginOpts.MaxResponseBytes: the largest body the store
+	// keeps, 16 MiB.
+	MaxStoredBodyBytes = 16 << 20
+	// MaxStoredHeaderBytes is the most a response's stored headers may take, in bytes of
+	// JSON text as PostgreSQL prints them (octet_length(headers::text) of the key's row,
+	// about the size of the names and values plus 10 bytes a header).
+	MaxStoredHeaderBytes = 64 << 10
+	// MaxRecoveryDataBytes is the most data a recovery point may carry: 1 MiB.
+	MaxRecoveryDataBytes = 1 << 20
 	// DefaultTombstone is how long GC keeps a tombstone of a deleted key by default: 30 days.
 	DefaultTombstone = 30 * 24 * time.Hour
 )
@@ -83,17 +92,16 @@ type BeginOpts struct {
 	Retention time.Duration
 	// Wait, if positive, makes Begin wait up to Wait for a live attempt with the key to
 	// finish, and then return what it left (its stored response, or the key to execute
-	// again if it rolled back). Zero (the default) returns ErrInFlight at once.
+	// again if it rolled back). Zero (the default) returns ErrInFlight at once. A positive
+	// Wait is at least a millisecond and at most an hour.
 	Wait time.Duration
 	// Atomic makes the attempt's transaction available as Attempt.Tx: the handler's own
 	// writes then commit with the stored response, or not at all. It costs one round trip
 	// more than a non-atomic Begin (pgx hands out a pgx.Tx only for a BEGIN of its own).
 	Atomic bool
 	// MaxResponseBytes is the largest body Complete stores. Default
-	// DefaultMaxResponseBytes.
+	// DefaultMaxResponseBytes; at most MaxStoredBodyBytes.
 	MaxResponseBytes int
-	// Now, if set, is the attempt's time instead of the database clock. For tests only.
-	Now time.Time
 }
 
 // Attempt is the outcome of Begin: a stored response to replay (Replay is not nil), or an
@@ -108,7 +116,6 @@ type Attempt struct {
 	conn               *pgxpool.Conn // nil once finished
 	tx                 pgx.Tx        // Atomic only
 	maxBody            int
-	now                *time.Time
 }
 
 // Begin starts an attempt of (scope, key) for a request whose fingerprint is fingerprint
@@ -130,6 +137,9 @@ type Attempt struct {
 // (a lookup, BEGIN with the claim, and the COMMIT with the stored response), four with
 // Atomic.
 //
+// The key's times (its creation, and the expiry its Retention sets) are the database
+// clock's; no option lets a caller choose them.
+//
 // Bad input — an invalid scope (pgcoord.ValidateName), an invalid key (ErrInvalidKey), an
 // empty or over-long fingerprint, an option out of range, a nil pool — returns an error
 // wrapping pgcoord.ErrInvalidName or pgcoord.ErrInvalidArgument before any SQL runs. On a
@@ -139,10 +149,10 @@ func Begin(ctx context.Context, pool *pgxpool.Pool, scope, key string, fingerpri
 	if err != nil {
 		return nil, err
 	}
-	a := &Attempt{scope: scope, key: key, maxBody: o.MaxResponseBytes, now: dbarg.Now(o.Now)}
+	a := &Attempt{scope: scope, key: key, maxBody: o.MaxResponseBytes}
 	// One plain read answers repeats of a completed key (a replay is one round trip) and
 	// refuses mismatched and expired ones.
-	row, err := queries.IdempotencyLookup(ctx, pool, dbsqlc.IdempotencyLookupParams{Scope: scope, Key: key, Now: a.now})
+	row, err := queries.IdempotencyLookup(ctx, pool, dbsqlc.IdempotencyLookupParams{Scope: scope, Key: key})
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("idempotency: look up %s/%s: %w", scope, key, err)
 	}
@@ -160,7 +170,7 @@ func Begin(ctx context.Context, pool *pgxpool.Pool, scope, key string, fingerpri
 
 // beginSQL is pgcoord_idempotency_begin, sent in one round trip with the BEGIN of the
 // attempt's transaction (so not through sqlc).
-const beginSQL = `SELECT k.* FROM pgcoord_idempotency_begin($1::text, $2::text, $3::bytea, $4::text, $5::interval, $6::interval, $7::timestamptz) k`
+const beginSQL = `SELECT k.* FROM pgcoord_idempotency_begin($1::text, $2::text, $3::bytea, $4::text, $5::interval, $6::interval) k`
 
 // claim opens the attempt's transaction and claims the key in it.
 func (a *Attempt) claim(ctx context.Context, pool *pgxpool.Pool, fingerprint []byte, o BeginOpts) error {
@@ -170,7 +180,7 @@ func (a *Attempt) claim(ctx context.Context, pool *pgxpool.Pool, fingerprint []b
 	}
 	a.conn = conn
 	a.holder = pgcoord.NewHolderID()
-	args := []any{a.scope, a.key, fingerprint, a.holder, dbarg.Interval(o.Retention), nil, a.now}
+	args := []any{a.scope, a.key, fingerprint, a.holder, dbarg.Interval(o.Retention), nil}
 	if o.Wait > 0 {
 		args[5] = dbarg.Interval(o.Wait)
 	}
@@ -309,24 +319,29 @@ func (attemptTx) Rollback(context.Context) error { return errTxOwned }
 
 // completeSQL and the others below are sent in one round trip with COMMIT (and BEGIN).
 const (
-	completeSQL   = `SELECT 1 FROM pgcoord_idempotency_complete($1::text, $2::text, $3::text, $4::int, $5::jsonb, $6::bytea, $7::timestamptz)`
-	checkpointSQL = `SELECT 1 FROM pgcoord_idempotency_checkpoint($1::text, $2::text, $3::text, $4::text, $5::bytea, $6::timestamptz)`
+	completeSQL   = `SELECT 1 FROM pgcoord_idempotency_complete($1::text, $2::text, $3::text, $4::int, $5::jsonb, $6::bytea)`
+	checkpointSQL = `SELECT 1 FROM pgcoord_idempotency_checkpoint($1::text, $2::text, $3::text, $4::text, $5::bytea)`
 	relockSQL     = `SELECT pgcoord_idempotency_relock($1::text, $2::text, $3::text)`
 )
 
 // Complete stores resp as the key's response and commits the attempt's transaction — with
 // the writes made through Tx, in Atomic mode — in one round trip. Afterwards every repeat
-// with the same fingerprint replays resp until the key expires. resp.Status must be 100 to
-// 599; only resp.Header is stored. A body over BeginOpts.MaxResponseBytes returns
-// ErrTooLarge, and a failed store an error (ErrLost if the key was taken over); in both
-// cases the transaction is rolled back: nothing is stored, and the next attempt executes.
+// with the same fingerprint replays resp until the key expires. Only resp.Header is
+// stored.
+//
+// What the store cannot keep is refused before any SQL runs, and the attempt is rolled
+// back: nothing is stored, and the next attempt executes. A resp.Status outside 100..999
+// (net/http's range) or a header name or value with a NUL byte returns an error wrapping
+// pgcoord.ErrInvalidArgument; a body over BeginOpts.MaxResponseBytes returns ErrTooLarge;
+// headers over MaxStoredHeaderBytes return an error wrapping both. A failed store returns
+// an error (ErrLost if the key was taken over), also with the transaction rolled back.
 func (a *Attempt) Complete(ctx context.Context, resp Response) error {
 	if a.conn == nil {
 		return fmt.Errorf("%w: idempotency: Complete of an attempt that does not hold its key", pgcoord.ErrInvalidArgument)
 	}
-	if resp.Status < 100 || resp.Status > 599 {
+	if resp.Status < 100 || resp.Status > 999 {
 		a.Close(ctx)
-		return fmt.Errorf("%w: idempotency: status %d is not an HTTP status", pgcoord.ErrInvalidArgument, resp.Status)
+		return fmt.Errorf("%w: idempotency: status %d is not an HTTP status (100 to 999)", pgcoord.ErrInvalidArgument, resp.Status)
 	}
 	if len(resp.Body) > a.maxBody {
 		a.Close(ctx)
@@ -335,6 +350,10 @@ func (a *Attempt) Complete(ctx context.Context, resp Response) error {
 	header := resp.Header
 	if header == nil {
 		header = http.Header{}
+	}
+	if err := checkHeaders(header); err != nil {
+		a.Close(ctx)
+		return err
 	}
 	headers, err := json.Marshal(header)
 	if err != nil {
@@ -347,7 +366,7 @@ func (a *Attempt) Complete(ctx context.Context, resp Response) error {
 	}
 	// json.RawMessage, not []byte: in the exec and simple_protocol query modes pgx would send
 	// []byte as bytea, which the server refuses as jsonb.
-	err = a.commit(ctx, completeSQL, []any{a.scope, a.key, a.holder, resp.Status, json.RawMessage(headers), body, a.now}, false)
+	err = a.commit(ctx, completeSQL, []any{a.scope, a.key, a.holder, resp.Status, json.RawMessage(headers), body}, false)
 	if err != nil {
 		return fmt.Errorf("idempotency: complete %s/%s: %w", a.scope, a.key, pgcoord.TranslateError(err))
 	}
@@ -360,15 +379,23 @@ func (a *Attempt) Complete(ctx context.Context, resp Response) error {
 // later, the attempt that recovers the key sees point and data in RecoveryPoint, and the
 // phases before it committed. It returns ErrLost if another attempt took the key over in
 // the instant between the two transactions (that attempt resumes from point): stop the
-// work. An error ends the attempt (Close is then a no-op).
+// work. An error ends the attempt (Close is then a no-op), except for bad input: a point
+// that is not a valid name (1 to pgcoord.MaxNameLen bytes of UTF-8 without NUL; an error
+// wrapping both pgcoord.ErrInvalidArgument and pgcoord.ErrInvalidName) or data over
+// MaxRecoveryDataBytes (wrapping pgcoord.ErrInvalidArgument) is refused before any SQL
+// runs, and the attempt goes on holding its key, its transaction untouched.
 func (a *Attempt) Checkpoint(ctx context.Context, point string, data []byte) error {
 	if a.conn == nil {
 		return fmt.Errorf("%w: idempotency: Checkpoint of an attempt that does not hold its key", pgcoord.ErrInvalidArgument)
 	}
-	if point == "" || len(point) > pgcoord.MaxNameLen {
-		return fmt.Errorf("%w: idempotency: recovery point name must be 1 to %d bytes", pgcoord.ErrInvalidArgument, pgcoord.MaxNameLen)
+	if err := pgcoord.ValidateName("recovery point", point); err != nil {
+		return fmt.Errorf("%w: idempotency: checkpoint: %w", pgcoord.ErrInvalidArgument, err)
 	}
-	if err := a.commit(ctx, checkpointSQL, []any{a.scope, a.key, a.holder, point, data, a.now}, true); err != nil {
+	if len(data) > MaxRecoveryDataBytes {
+		return fmt.Errorf("%w: idempotency: checkpoint %q: %d bytes of recovery data, more than the maximum of %d",
+			pgcoord.ErrInvalidArgument, point, len(data), MaxRecoveryDataBytes)
+	}
+	if err := a.commit(ctx, checkpointSQL, []any{a.scope, a.key, a.holder, point, data}, true); err != nil {
 		return fmt.Errorf("idempotency: checkpoint %s/%s at %q: %w", a.scope, a.key, point, pgcoord.TranslateError(err))
 	}
 	a.point, a.data = point, data
@@ -468,10 +495,11 @@ func (opts *BeginOpts) withDefaults() (BeginOpts, error) {
 	switch {
 	case o.Retention < time.Millisecond || o.Retention > MaxRetention:
 		return o, fmt.Errorf("%w: idempotency: retention %v is outside 1ms..%v", pgcoord.ErrInvalidArgument, o.Retention, MaxRetention)
-	case o.Wait < 0 || o.Wait > time.Hour:
-		return o, fmt.Errorf("%w: idempotency: wait %v is outside 0..1h", pgcoord.ErrInvalidArgument, o.Wait)
-	case o.MaxResponseBytes < 0:
-		return o, fmt.Errorf("%w: idempotency: negative MaxResponseBytes %d", pgcoord.ErrInvalidArgument, o.MaxResponseBytes)
+	case o.Wait < 0 || o.Wait > time.Hour || (o.Wait > 0 && o.Wait < time.Millisecond):
+		// The wait is a lock_timeout: milliseconds.
+		return o, fmt.Errorf("%w: idempotency: wait %v is neither 0 nor within 1ms..1h", pgcoord.ErrInvalidArgument, o.Wait)
+	case o.MaxResponseBytes < 0 || o.MaxResponseBytes > MaxStoredBodyBytes:
+		return o, fmt.Errorf("%w: idempotency: MaxResponseBytes %d is outside 0..%d", pgcoord.ErrInvalidArgument, o.MaxResponseBytes, MaxStoredBodyBytes)
 	}
 	return o, nil
 }

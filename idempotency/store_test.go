@@ -135,9 +135,14 @@ func TestGC(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
-	past := time.Now().Add(-48 * time.Hour)
-	for i, opts := range []*idempotency.BeginOpts{{Now: past}, {Now: past}, {Now: past}, nil} {
-		a, err := idempotency.Begin(ctx, pool, "gc", string(rune('a'+i)), fp, opts)
+	clock := pgtest.NewClock(t, pool)
+	for i := range 4 {
+		if i < 3 {
+			clock.Run(-48 * time.Hour) // three keys made two days ago, kept a day
+		} else {
+			clock.Run(0)
+		}
+		a, err := idempotency.Begin(ctx, pool, "gc", string(rune('a'+i)), fp, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,6 +225,12 @@ func TestBeginRejectsBadInputBeforeSQL(t *testing.T) {
 		{"s", "k", bytes.Repeat([]byte{1}, 65), nil, pgcoord.ErrInvalidArgument},
 		{"s", "k", fp, &idempotency.BeginOpts{Retention: -time.Hour}, pgcoord.ErrInvalidArgument},
 		{"s", "k", fp, &idempotency.BeginOpts{Wait: -1}, pgcoord.ErrInvalidArgument},
+		// The bounds of pgcoord_idempotency_begin and _complete, refused before sending.
+		{"s", "k", fp, &idempotency.BeginOpts{Retention: idempotency.MaxRetention + time.Second}, pgcoord.ErrInvalidArgument},
+		{"s", "k", fp, &idempotency.BeginOpts{Wait: time.Hour + time.Second}, pgcoord.ErrInvalidArgument},
+		{"s", "k", fp, &idempotency.BeginOpts{Wait: 500 * time.Microsecond}, pgcoord.ErrInvalidArgument},
+		{"s", "k", fp, &idempotency.BeginOpts{MaxResponseBytes: -1}, pgcoord.ErrInvalidArgument},
+		{"s", "k", fp, &idempotency.BeginOpts{MaxResponseBytes: idempotency.MaxStoredBodyBytes + 1}, pgcoord.ErrInvalidArgument},
 	}
 	for _, c := range cases {
 		if _, err := idempotency.Begin(ctx, pool, c.scope, c.key, c.fp, c.opts); !errors.Is(err, c.want) {
@@ -229,8 +240,16 @@ func TestBeginRejectsBadInputBeforeSQL(t *testing.T) {
 	if _, err := idempotency.Begin(ctx, nil, "s", "k", fp, nil); !errors.Is(err, pgcoord.ErrInvalidArgument) {
 		t.Errorf("nil pool: %v", err)
 	}
-	if _, err := idempotency.GC(ctx, pool, &idempotency.GCOpts{Batch: -1}); !errors.Is(err, pgcoord.ErrInvalidArgument) {
-		t.Errorf("GC batch -1: %v", err)
+	for _, o := range []idempotency.GCOpts{{Batch: -1}, {Batch: idempotency.MaxGCBatch + 1}, {Tombstone: -time.Hour}, {Tombstone: idempotency.MaxRetention + time.Second}} {
+		if _, err := idempotency.GC(ctx, pool, &o); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+			t.Errorf("GC %+v: %v", o, err)
+		}
+	}
+	if _, err := idempotency.Middleware(pool, &idempotency.Config{MaxResponseBytes: idempotency.MaxStoredBodyBytes + 1}); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+		t.Errorf("Middleware with MaxResponseBytes over the store's bound: %v", err)
+	}
+	if _, err := idempotency.Middleware(pool, &idempotency.Config{MaxResponseBytes: idempotency.MaxStoredBodyBytes}); err != nil {
+		t.Errorf("Middleware with MaxResponseBytes at the store's bound: %v", err)
 	}
 }
 

@@ -59,8 +59,10 @@
 //     (package fenced, resource "job:"+name), also across a failover (docs/failover.md).
 //   - Only a primary runs jobs: on a standby, claims, RunOnce and RunSession fail with
 //     pgcoord.ErrReadOnly (an advisory lock taken on a standby would exclude nobody).
-//   - Ticks are computed from the database clock, so replicas whose clocks disagree still
-//     agree on ticks; Schedule also times its claims by the database clock.
+//   - Ticks and leases are judged by the database clock alone (pgcoord_now(), see the
+//     migration 00001_foundation.sql), so replicas whose clocks disagree still agree on
+//     ticks; no option or SQL argument lets a caller choose the time. Schedule also times
+//     its claims by the database clock.
 //   - Heartbeats, finishes and takeovers are scoped to one run (job + tick + token): a
 //     runner that was taken over or replaced cannot extend or finish its successor's run
 //     (ErrLost).

@@ -64,7 +64,7 @@ func RunTick(ctx context.Context, pool *pgxpool.Pool, job Job, fn func(ctx conte
 // runTick is RunTick for a normalized job.
 func runTick(ctx context.Context, pool *pgxpool.Pool, j Job, fn func(context.Context, Run) error, holder string, log *slog.Logger) (bool, error) {
 	start := time.Now()
-	run, dbNow, err := claim(ctx, pool, j, holder, time.Time{})
+	run, dbNow, err := claim(ctx, pool, j, holder)
 	if errors.Is(err, ErrNoTick) {
 		return false, nil
 	}

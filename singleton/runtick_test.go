@@ -25,8 +25,8 @@ func TestRunTickRunsATickOnce(t *testing.T) {
 	if ran, err := singleton.RunTick(ctx, pool, job, fn, &singleton.RunTickOpts{Holder: "pod-2"}); ran || err != nil {
 		t.Fatalf("a second RunTick in the slot = (%v, %v), want (false, nil)", ran, err)
 	}
-	if len(got) != 1 || got[0].Attempt != 1 || got[0].Token != 1 || got[0].Holder != "pod-1" {
-		t.Fatalf("fn saw %+v, want one run, attempt 1, token 1, by pod-1", got)
+	if len(got) != 1 || got[0].Attempt != 1 || got[0].Token < 1 || got[0].Holder != "pod-1" {
+		t.Fatalf("fn saw %+v, want one run, attempt 1, a positive token, by pod-1", got)
 	}
 	rs := runs(t, pool, "digest")
 	if len(rs) != 1 || rs[0].State != "succeeded" || !rs[0].ScheduledFor.Equal(got[0].ScheduledFor) {
@@ -48,7 +48,7 @@ func TestRunTickRecordsFailures(t *testing.T) {
 	if rs := runs(t, pool, "failing"); len(rs) != 1 || rs[0].State != "failed" || rs[0].Error != "boom" {
 		t.Fatalf("ledger %+v; want the run failed with boom", rs)
 	}
-	if s := status(t, pool, "failing", time.Time{}); s.ConsecutiveFailures != 1 || !s.Overdue(time.Hour) {
+	if s := status(t, pool, "failing"); s.ConsecutiveFailures != 1 || !s.Overdue(time.Hour) {
 		t.Fatalf("status %+v; want one failure, overdue", s)
 	}
 
@@ -111,6 +111,8 @@ func errString(err error) string {
 func TestRunTickCancelsFnWhenReplaced(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
+	clock := pgtest.NewClock(t, pool)
+	clock.Freeze(t0)
 	ctx := t.Context()
 	// The TTL outlasts the slot, so the run is live when the next tick comes.
 	job := singleton.Job{Name: "replaced", Every: time.Second, TTL: 3 * time.Second, Overlap: singleton.OverlapReplace}
@@ -131,11 +133,15 @@ func TestRunTickCancelsFnWhenReplaced(t *testing.T) {
 		result <- outcome{ran, err}
 	}()
 	run := within(t, 10*time.Second, started, "fn starting")
-	// The next slot's claim (by an injected clock, so the test need not wait for it)
+	// The next slot's claim (the clock moved on to it, so the test need not wait for it)
 	// replaces the run.
-	next, err := singleton.ClaimTick(ctx, pool, job, &singleton.ClaimOpts{Now: run.ScheduledFor.Add(job.Every)})
+	clock.Advance(job.Every)
+	next, err := singleton.ClaimTick(ctx, pool, job, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !next.ScheduledFor.Equal(run.ScheduledFor.Add(job.Every)) || next.Token <= run.Token {
+		t.Fatalf("the next claim %+v after %+v: want the next tick, with a higher token", next, run)
 	}
 	r := within(t, 10*time.Second, result, "RunTick returning")
 	if !r.ran || !errors.Is(r.err, singleton.ErrLost) || !errors.Is(cause, singleton.ErrLost) {

@@ -87,9 +87,6 @@ type ListJobsOpts struct {
 	// Limit caps the number of jobs returned. Default DefaultListLimit; at most
 	// MaxListLimit.
 	Limit int
-	// Now, if set, is used instead of the database clock (for Running, MissedTicks,
-	// NextTick and DBNow). For tests only.
-	Now time.Time
 }
 
 // DefaultListLimit and MaxListLimit bound one page of ListJobs and ListRuns.
@@ -113,7 +110,7 @@ func ListJobs(ctx context.Context, db pgcoord.DBTX, opts *ListJobsOpts) ([]JobSt
 	if err != nil {
 		return nil, fmt.Errorf("singleton: %w", err)
 	}
-	rows, err := queries.ListJobs(ctx, db, dbsqlc.ListJobsParams{Now: dbarg.Now(o.Now), After: o.After, MaxRows: limit})
+	rows, err := queries.ListJobs(ctx, db, dbsqlc.ListJobsParams{After: o.After, MaxRows: limit})
 	if err != nil {
 		return nil, fmt.Errorf("singleton: list jobs: %w", err)
 	}

@@ -103,8 +103,9 @@ type Run struct {
 	Job string
 	// ScheduledFor is the tick (the start of the slot), by the database clock.
 	ScheduledFor time.Time
-	// Token is the fence token of the run: higher than every earlier run's of the job.
-	// Fence the run's writes with it, under the resource "job:"+Job (package fenced), so
+	// Token is the fence token of the run: higher than every earlier run's of the job
+	// (tokens come from one counter shared by all of pgcoord's grants in the schema, so a
+	// job's tokens increase but are not consecutive). Fence the run's writes with it, under the resource "job:"+Job (package fenced), so
 	// a runner that was taken over cannot write after its successor.
 	Token int64
 	// Attempt is 1 for the first claim of a tick, 2 or more when this run took over a
@@ -121,9 +122,6 @@ type Run struct {
 type ClaimOpts struct {
 	// Holder identifies the runner. Default: a new identity, "host/pid/random".
 	Holder string
-	// Now, if set, is used instead of the database clock to find the tick and judge
-	// leases. For tests only: production code never sets it.
-	Now time.Time
 }
 
 var epoch = time.Unix(0, 0).UTC()
@@ -192,6 +190,10 @@ func holderOrNew(h string) (string, error) {
 // of a tick, exactly one gets the run. The run's lease lasts job.TTL: heartbeat it
 // (HeartbeatTick) while working and record the outcome with FinishTick. RunTick does all
 // of that.
+//
+// An invalid job (a bad name, Every, TTL, Overlap or SyncCommit; see Job), a bad holder or
+// a nil db returns an error wrapping pgcoord.ErrInvalidName or pgcoord.ErrInvalidArgument
+// before any SQL runs. On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func ClaimTick(ctx context.Context, db pgcoord.DBTX, job Job, opts *ClaimOpts) (Run, error) {
 	j, err := job.normalize()
 	if err != nil {
@@ -208,15 +210,15 @@ func ClaimTick(ctx context.Context, db pgcoord.DBTX, job Job, opts *ClaimOpts) (
 	if err := pgcoord.CheckDB(db); err != nil {
 		return Run{}, err
 	}
-	run, _, err := claim(ctx, db, j, holder, o.Now)
+	run, _, err := claim(ctx, db, j, holder)
 	return run, err
 }
 
 // claim claims the current tick of the normalized job j and also returns the database
 // clock at the claim.
-func claim(ctx context.Context, db pgcoord.DBTX, j Job, holder string, now time.Time) (Run, time.Time, error) {
+func claim(ctx context.Context, db pgcoord.DBTX, j Job, holder string) (Run, time.Time, error) {
 	row, err := queries.ClaimTick(ctx, db, dbsqlc.ClaimTickParams{
-		Now: dbarg.Now(now), Job: j.Name, Every: dbarg.Interval(j.Every), Origin: j.Origin,
+		Job: j.Name, Every: dbarg.Interval(j.Every), Origin: j.Origin,
 		Overlap: string(j.Overlap), Holder: holder, Ttl: dbarg.Interval(j.TTL), SyncCommit: j.SyncCommit,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -240,8 +242,12 @@ func claim(ctx context.Context, db pgcoord.DBTX, j Job, holder string, now time.
 // The heartbeat commits asynchronously (synchronous_commit off for its transaction):
 // losing one in a crash only shortens the lease. So do not pass a transaction that also
 // carries other writes.
+//
+// A run no claim returned (a bad job name, a zero ScheduledFor, a token that is not
+// positive), a ttl outside MinTTL..MaxTTL or a nil db returns an error wrapping
+// pgcoord.ErrInvalidName or pgcoord.ErrInvalidArgument before any SQL runs.
 func HeartbeatTick(ctx context.Context, db pgcoord.DBTX, run Run, ttl time.Duration) (Run, error) {
-	if err := pgcoord.ValidateName("job", run.Job); err != nil {
+	if err := run.check(); err != nil {
 		return Run{}, err
 	}
 	if err := checkTTL(ttl); err != nil {
@@ -277,8 +283,12 @@ func heartbeat(ctx context.Context, db pgcoord.DBTX, run Run, ttl time.Duration)
 // updated in the same transaction. It returns ErrLost, having changed nothing, if run is
 // no longer current (taken over, replaced or already finished). A run whose lease expired
 // but that nobody took over can still be finished.
+//
+// A run no claim returned (a bad job name, a zero ScheduledFor, a token that is not
+// positive) or a nil db returns an error wrapping pgcoord.ErrInvalidName or
+// pgcoord.ErrInvalidArgument before any SQL runs.
 func FinishTick(ctx context.Context, db pgcoord.DBTX, run Run, runErr error) error {
-	if err := pgcoord.ValidateName("job", run.Job); err != nil {
+	if err := run.check(); err != nil {
 		return err
 	}
 	if err := pgcoord.CheckDB(db); err != nil {
@@ -317,6 +327,22 @@ func errorText(err error) string {
 		s = "error"
 	}
 	return s
+}
+
+// check refuses a Run that no claim returned, before any SQL runs: a bad job name (an
+// error wrapping pgcoord.ErrInvalidName), no tick or a token that is not positive (an
+// error wrapping pgcoord.ErrInvalidArgument).
+func (r Run) check() error {
+	if err := pgcoord.ValidateName("job", r.Job); err != nil {
+		return err
+	}
+	if r.ScheduledFor.IsZero() {
+		return fmt.Errorf("%w: singleton: run of %q has no tick (ScheduledFor is zero): pass the Run a claim returned", pgcoord.ErrInvalidArgument, r.Job)
+	}
+	if r.Token < 1 {
+		return fmt.Errorf("%w: singleton: run of %q has token %d; tokens are positive: pass the Run a claim returned", pgcoord.ErrInvalidArgument, r.Job, r.Token)
+	}
+	return nil
 }
 
 func runOf(r dbsqlc.PgcoordJobRun) Run {

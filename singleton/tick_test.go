@@ -17,7 +17,7 @@ import (
 )
 
 // t0 is a slot boundary of an hourly job, far from the real clock: the tests walk through
-// time by injecting the claims' clock (ClaimOpts.Now) and never sleep.
+// time by moving the schema's clock (pgtest.Clock) and never sleep.
 var t0 = time.Date(2031, 3, 3, 10, 0, 0, 0, time.UTC)
 
 // at is slot k of an hourly job plus off.
@@ -27,25 +27,60 @@ func hourly(name string) singleton.Job {
 	return singleton.Job{Name: name, Every: time.Hour, TTL: 30 * time.Second}
 }
 
-func claimAt(t *testing.T, db *pgxpool.Pool, job singleton.Job, holder string, now time.Time) (singleton.Run, error) {
-	t.Helper()
-	return singleton.ClaimTick(t.Context(), db, job, &singleton.ClaimOpts{Holder: holder, Now: now})
+// ledger is a fresh schema with pgcoord migrated, and its clock.
+type ledger struct {
+	t     *testing.T
+	pool  *pgxpool.Pool
+	clock *pgtest.Clock
 }
 
-func mustClaim(t *testing.T, db *pgxpool.Pool, job singleton.Job, holder string, now time.Time) singleton.Run {
+// newLedger returns a fresh ledger whose clock stands still at t0.
+func newLedger(t *testing.T, maxConns int32) *ledger {
 	t.Helper()
-	run, err := claimAt(t, db, job, holder, now)
+	pool, _ := migrated(t, maxConns)
+	l := &ledger{t: t, pool: pool, clock: pgtest.NewClock(t, pool)}
+	l.clock.Freeze(t0)
+	return l
+}
+
+// claimAt claims job's tick for holder with the database clock stopped at now.
+func (l *ledger) claimAt(job singleton.Job, holder string, now time.Time) (singleton.Run, error) {
+	l.t.Helper()
+	l.clock.Freeze(now)
+	return singleton.ClaimTick(l.t.Context(), l.pool, job, &singleton.ClaimOpts{Holder: holder})
+}
+
+func (l *ledger) mustClaim(job singleton.Job, holder string, now time.Time) singleton.Run {
+	l.t.Helper()
+	run, err := l.claimAt(job, holder, now)
 	if err != nil {
-		t.Fatalf("claim of %s at %v by %s: %v", job.Name, now, holder, err)
+		l.t.Fatalf("claim of %s at %v by %s: %v", job.Name, now, holder, err)
 	}
 	return run
 }
 
-func noTick(t *testing.T, db *pgxpool.Pool, job singleton.Job, holder string, now time.Time) {
-	t.Helper()
-	if run, err := claimAt(t, db, job, holder, now); !errors.Is(err, singleton.ErrNoTick) {
-		t.Fatalf("claim of %s at %v by %s = %+v, %v; want ErrNoTick", job.Name, now, holder, run, err)
+func (l *ledger) noTick(job singleton.Job, holder string, now time.Time) {
+	l.t.Helper()
+	if run, err := l.claimAt(job, holder, now); !errors.Is(err, singleton.ErrNoTick) {
+		l.t.Fatalf("claim of %s at %v by %s = %+v, %v; want ErrNoTick", job.Name, now, holder, run, err)
 	}
+}
+
+// statusAt is job's status with the database clock stopped at now.
+func (l *ledger) statusAt(job string, now time.Time) singleton.JobStatus {
+	l.t.Helper()
+	l.clock.Freeze(now)
+	return status(l.t, l.pool, job)
+}
+
+// tokensDrawn is the schema's token counter: how many fence tokens were issued.
+func (l *ledger) tokensDrawn() int64 {
+	l.t.Helper()
+	var n int64
+	if err := l.pool.QueryRow(l.t.Context(), `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM pgcoord_token_seq`).Scan(&n); err != nil {
+		l.t.Fatal(err)
+	}
+	return n
 }
 
 func runs(t *testing.T, db *pgxpool.Pool, job string) []singleton.RunInfo {
@@ -57,9 +92,9 @@ func runs(t *testing.T, db *pgxpool.Pool, job string) []singleton.RunInfo {
 	return rs
 }
 
-func status(t *testing.T, db *pgxpool.Pool, job string, now time.Time) singleton.JobStatus {
+func status(t *testing.T, db *pgxpool.Pool, job string) singleton.JobStatus {
 	t.Helper()
-	all, err := singleton.ListJobs(t.Context(), db, &singleton.ListJobsOpts{Now: now, Limit: singleton.MaxListLimit})
+	all, err := singleton.ListJobs(t.Context(), db, &singleton.ListJobsOpts{Limit: singleton.MaxListLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,29 +111,29 @@ func status(t *testing.T, db *pgxpool.Pool, job string, now time.Time) singleton
 // run is still running or done; every new slot's run gets a higher token.
 func TestClaimTickOncePerSlot(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	l := newLedger(t, 0)
 	job := hourly("report")
-	run := mustClaim(t, pool, job, "a", at(0, time.Minute))
-	want := singleton.Run{Job: "report", ScheduledFor: t0, Token: 1, Attempt: 1, Holder: "a",
+	run := l.mustClaim(job, "a", at(0, time.Minute))
+	want := singleton.Run{Job: "report", ScheduledFor: t0, Token: run.Token, Attempt: 1, Holder: "a",
 		StartedAt: at(0, time.Minute), ExpiresAt: at(0, time.Minute+30*time.Second)}
-	if !sameRun(run, want) {
-		t.Fatalf("claim = %+v, want %+v", run, want)
+	if !sameRun(run, want) || run.Token < 1 {
+		t.Fatalf("claim = %+v, want %+v with a positive token", run, want)
 	}
-	noTick(t, pool, job, "b", at(0, time.Minute+20*time.Second)) // running
-	if err := singleton.FinishTick(t.Context(), pool, run, nil); err != nil {
+	l.noTick(job, "b", at(0, time.Minute+20*time.Second)) // running
+	if err := singleton.FinishTick(t.Context(), l.pool, run, nil); err != nil {
 		t.Fatal(err)
 	}
-	noTick(t, pool, job, "b", at(0, 59*time.Minute)) // done
-	var last int64 = 1
+	l.noTick(job, "b", at(0, 59*time.Minute)) // done
+	last := run.Token
 	for _, k := range []int{1, 2, 5} {
-		r := mustClaim(t, pool, job, "b", at(k, time.Duration(k)*time.Second))
+		r := l.mustClaim(job, "b", at(k, time.Duration(k)*time.Second))
 		if !r.ScheduledFor.Equal(at(k, 0)) || r.Token <= last || r.Attempt != 1 {
 			t.Fatalf("slot %d: claimed %+v; want tick %v, a token above %d, attempt 1", k, r, at(k, 0), last)
 		}
 		last = r.Token
-		noTick(t, pool, job, "a", at(k, time.Duration(k)*time.Second+10*time.Second)) // running
+		l.noTick(job, "a", at(k, time.Duration(k)*time.Second+10*time.Second)) // running
 	}
-	if n := len(runs(t, pool, "report")); n != 4 {
+	if n := len(runs(t, l.pool, "report")); n != 4 {
 		t.Fatalf("%d ledger rows, want 4 (slots 0, 1, 2, 5)", n)
 	}
 }
@@ -112,9 +147,11 @@ func sameRun(a, b singleton.Run) bool {
 func TestClaimTickConcurrentClaimersGetOneRun(t *testing.T) {
 	t.Parallel()
 	const replicas = 16
-	pool, _ := migrated(t, replicas)
+	l := newLedger(t, replicas)
 	job := hourly("contended")
+	var last int64
 	for k := range 5 {
+		l.clock.Freeze(at(k, time.Millisecond))
 		var (
 			mu  sync.Mutex
 			won []singleton.Run
@@ -125,8 +162,7 @@ func TestClaimTickConcurrentClaimersGetOneRun(t *testing.T) {
 		for i := range replicas {
 			wg.Go(func() {
 				<-start
-				run, err := singleton.ClaimTick(t.Context(), pool, job, &singleton.ClaimOpts{
-					Holder: fmt.Sprintf("replica-%d", i), Now: at(k, time.Duration(i)*time.Millisecond)})
+				run, err := singleton.ClaimTick(t.Context(), l.pool, job, &singleton.ClaimOpts{Holder: fmt.Sprintf("replica-%d", i)})
 				switch {
 				case err == nil:
 					mu.Lock()
@@ -143,9 +179,10 @@ func TestClaimTickConcurrentClaimersGetOneRun(t *testing.T) {
 		for err := range errs {
 			t.Fatal(err)
 		}
-		if len(won) != 1 || won[0].Token != int64(k+1) || !won[0].ScheduledFor.Equal(at(k, 0)) {
-			t.Fatalf("slot %d: %d replicas got the run (%+v); want exactly one, with token %d", k, len(won), won, k+1)
+		if len(won) != 1 || won[0].Token <= last || !won[0].ScheduledFor.Equal(at(k, 0)) {
+			t.Fatalf("slot %d: %d replicas got the run (%+v); want exactly one, with a token above %d", k, len(won), won, last)
 		}
+		last = won[0].Token
 	}
 }
 
@@ -153,86 +190,90 @@ func TestClaimTickConcurrentClaimersGetOneRun(t *testing.T) {
 // as attempt 2 with a higher token; the old runner's heartbeat and finish are refused.
 func TestClaimTickTakesOverAnExpiredRun(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	l := newLedger(t, 0)
 	ctx := t.Context()
 	job := hourly("takeover")
-	first := mustClaim(t, pool, job, "a", at(0, time.Minute))
-	noTick(t, pool, job, "b", at(0, time.Minute+29*time.Second)) // the lease is live
-	second := mustClaim(t, pool, job, "b", at(0, time.Minute+30*time.Second))
+	first := l.mustClaim(job, "a", at(0, time.Minute))
+	l.noTick(job, "b", at(0, time.Minute+29*time.Second)) // the lease is live
+	second := l.mustClaim(job, "b", at(0, time.Minute+30*time.Second))
 	if !second.ScheduledFor.Equal(first.ScheduledFor) || second.Attempt != 2 || second.Token <= first.Token || second.Holder != "b" {
 		t.Fatalf("takeover = %+v after %+v; want the same tick, attempt 2, a higher token, holder b", second, first)
 	}
-	if _, err := singleton.HeartbeatTick(ctx, pool, first, time.Minute); !errors.Is(err, singleton.ErrLost) {
+	if _, err := singleton.HeartbeatTick(ctx, l.pool, first, time.Minute); !errors.Is(err, singleton.ErrLost) {
 		t.Fatalf("the old runner's heartbeat: %v, want ErrLost", err)
 	}
-	if err := singleton.FinishTick(ctx, pool, first, nil); !errors.Is(err, singleton.ErrLost) {
+	if err := singleton.FinishTick(ctx, l.pool, first, nil); !errors.Is(err, singleton.ErrLost) {
 		t.Fatalf("the old runner's finish: %v, want ErrLost", err)
 	}
-	rs := runs(t, pool, "takeover")
+	rs := runs(t, l.pool, "takeover")
 	if len(rs) != 1 || rs[0].State != "running" || rs[0].Holder != "b" || rs[0].Token != second.Token || rs[0].Attempt != 2 {
 		t.Fatalf("ledger %+v; want one running row, b's", rs)
 	}
-	if err := singleton.FinishTick(ctx, pool, second, nil); err != nil {
+	if err := singleton.FinishTick(ctx, l.pool, second, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := singleton.FinishTick(ctx, pool, second, nil); !errors.Is(err, singleton.ErrLost) {
+	if err := singleton.FinishTick(ctx, l.pool, second, nil); !errors.Is(err, singleton.ErrLost) {
 		t.Fatalf("a second finish: %v, want ErrLost", err)
 	}
-	if _, err := singleton.HeartbeatTick(ctx, pool, second, time.Minute); !errors.Is(err, singleton.ErrLost) {
+	if _, err := singleton.HeartbeatTick(ctx, l.pool, second, time.Minute); !errors.Is(err, singleton.ErrLost) {
 		t.Fatalf("a heartbeat after finish: %v, want ErrLost", err)
 	}
-	if rs := runs(t, pool, "takeover"); rs[0].State != "succeeded" || rs[0].FinishedAt.IsZero() {
+	if rs := runs(t, l.pool, "takeover"); rs[0].State != "succeeded" || rs[0].FinishedAt.IsZero() {
 		t.Fatalf("ledger %+v; want the tick succeeded", rs)
 	}
-	noTick(t, pool, job, "c", at(0, 50*time.Minute))
+	l.noTick(job, "c", at(0, 50*time.Minute))
 }
 
 // A heartbeat extends the lease from the database clock and keeps the tick from being
-// taken over.
+// taken over; a heartbeat after the lease expired is refused.
 func TestHeartbeatTickExtendsTheLease(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	l := newLedger(t, 0)
 	ctx := t.Context()
 	job := singleton.Job{Name: "beating", Every: time.Hour, TTL: time.Second}
-	run, err := singleton.ClaimTick(ctx, pool, job, nil) // by the real database clock
+	run := l.mustClaim(job, "a", at(0, time.Minute))
+	l.clock.Advance(500 * time.Millisecond)
+	next, err := singleton.HeartbeatTick(ctx, l.pool, run, 10*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	next, err := singleton.HeartbeatTick(ctx, pool, run, 10*time.Minute)
-	if err != nil {
-		t.Fatal(err)
+	if next.Token != run.Token || !next.ExpiresAt.Equal(at(0, time.Minute+500*time.Millisecond+10*time.Minute)) {
+		t.Fatalf("heartbeat = %+v after %+v; want the same run, expiring 10m from the heartbeat", next, run)
 	}
-	if next.Token != run.Token || next.ExpiresAt.Sub(run.StartedAt) < 10*time.Minute {
-		t.Fatalf("heartbeat = %+v after %+v; want the same run, expiring 10m from now", next, run)
-	}
-	// Two seconds later by the injected clock the first lease would have expired; the
-	// heartbeat's has not.
-	if _, err := singleton.ClaimTick(ctx, pool, job, &singleton.ClaimOpts{Now: run.StartedAt.Add(2 * time.Second)}); !errors.Is(err, singleton.ErrNoTick) {
-		t.Fatalf("claim after the heartbeat: %v, want ErrNoTick", err)
+	// Two seconds on, the first lease would have expired; the heartbeat's has not.
+	l.noTick(job, "b", at(0, time.Minute+2*time.Second))
+	// Past the heartbeat's lease, the run is lost even before anybody takes it over.
+	l.clock.Freeze(next.ExpiresAt)
+	if _, err := singleton.HeartbeatTick(ctx, l.pool, next, 10*time.Minute); !errors.Is(err, singleton.ErrLost) {
+		t.Fatalf("a heartbeat at the lease's expiry: %v, want ErrLost", err)
 	}
 }
 
 // OverlapForbid: a tick that comes while an earlier run is running is skipped for good.
 func TestOverlapForbidSkips(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	l := newLedger(t, 0)
 	job := singleton.Job{Name: "forbid", Every: time.Hour, TTL: 2 * time.Hour} // zero Overlap: forbid
-	long := mustClaim(t, pool, job, "a", at(0, time.Minute))
-	noTick(t, pool, job, "b", at(1, time.Minute))
-	rs := runs(t, pool, "forbid")
+	long := l.mustClaim(job, "a", at(0, time.Minute))
+	drawn := l.tokensDrawn()
+	l.noTick(job, "b", at(1, time.Minute))
+	if n := l.tokensDrawn(); n != drawn {
+		t.Fatalf("the skip drew %d fence tokens; a skip takes none", n-drawn)
+	}
+	rs := runs(t, l.pool, "forbid")
 	if len(rs) != 2 || rs[0].State != "skipped" || !rs[0].ScheduledFor.Equal(at(1, 0)) || rs[0].Error == "" ||
 		rs[1].State != "running" || rs[1].Token != long.Token {
 		t.Fatalf("ledger %+v; want slot 1 skipped, slot 0 still running", rs)
 	}
-	if err := singleton.FinishTick(t.Context(), pool, long, nil); err != nil {
+	if err := singleton.FinishTick(t.Context(), l.pool, long, nil); err != nil {
 		t.Fatal(err)
 	}
-	noTick(t, pool, job, "b", at(1, 30*time.Minute)) // a skipped tick stays skipped
-	next := mustClaim(t, pool, job, "b", at(2, time.Minute))
-	if next.Token != long.Token+1 {
-		t.Fatalf("the next run's token %d, want %d: a skip takes no token", next.Token, long.Token+1)
+	l.noTick(job, "b", at(1, 30*time.Minute)) // a skipped tick stays skipped
+	next := l.mustClaim(job, "b", at(2, time.Minute))
+	if next.Token <= long.Token {
+		t.Fatalf("the next run's token %d, want one above %d", next.Token, long.Token)
 	}
-	if s := status(t, pool, "forbid", at(2, 2*time.Minute)); s.Overlap != singleton.OverlapForbid || s.LastState != "running" {
+	if s := l.statusAt("forbid", at(2, 2*time.Minute)); s.Overlap != singleton.OverlapForbid || s.LastState != "running" {
 		t.Fatalf("status %+v", s)
 	}
 }
@@ -241,25 +282,25 @@ func TestOverlapForbidSkips(t *testing.T) {
 // and finish are refused.
 func TestOverlapReplace(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	l := newLedger(t, 0)
 	ctx := t.Context()
 	job := singleton.Job{Name: "replace", Every: time.Hour, TTL: 2 * time.Hour, Overlap: singleton.OverlapReplace}
-	old := mustClaim(t, pool, job, "a", at(0, time.Minute))
-	replacement := mustClaim(t, pool, job, "b", at(1, time.Minute))
+	old := l.mustClaim(job, "a", at(0, time.Minute))
+	replacement := l.mustClaim(job, "b", at(1, time.Minute))
 	if replacement.Token <= old.Token || !replacement.ScheduledFor.Equal(at(1, 0)) {
 		t.Fatalf("replacement %+v after %+v", replacement, old)
 	}
-	rs := runs(t, pool, "replace")
+	rs := runs(t, l.pool, "replace")
 	if len(rs) != 2 || rs[0].State != "running" || rs[1].State != "replaced" || !strings.Contains(rs[1].Error, "replaced") || rs[1].FinishedAt.IsZero() {
 		t.Fatalf("ledger %+v; want slot 1 running, slot 0 replaced", rs)
 	}
-	if _, err := singleton.HeartbeatTick(ctx, pool, old, time.Minute); !errors.Is(err, singleton.ErrLost) {
+	if _, err := singleton.HeartbeatTick(ctx, l.pool, old, time.Minute); !errors.Is(err, singleton.ErrLost) {
 		t.Fatalf("the replaced run's heartbeat: %v, want ErrLost", err)
 	}
-	if err := singleton.FinishTick(ctx, pool, old, nil); !errors.Is(err, singleton.ErrLost) {
+	if err := singleton.FinishTick(ctx, l.pool, old, nil); !errors.Is(err, singleton.ErrLost) {
 		t.Fatalf("the replaced run's finish: %v, want ErrLost", err)
 	}
-	if err := singleton.FinishTick(ctx, pool, replacement, nil); err != nil {
+	if err := singleton.FinishTick(ctx, l.pool, replacement, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -267,19 +308,19 @@ func TestOverlapReplace(t *testing.T) {
 // OverlapAllow: runs of successive ticks run side by side.
 func TestOverlapAllow(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	l := newLedger(t, 0)
 	job := singleton.Job{Name: "allow", Every: time.Hour, TTL: 2 * time.Hour, Overlap: singleton.OverlapAllow}
-	a := mustClaim(t, pool, job, "a", at(0, time.Minute))
-	b := mustClaim(t, pool, job, "b", at(1, time.Minute))
-	if s := status(t, pool, "allow", at(1, 2*time.Minute)); s.Running != 2 || s.Overlap != singleton.OverlapAllow {
+	a := l.mustClaim(job, "a", at(0, time.Minute))
+	b := l.mustClaim(job, "b", at(1, time.Minute))
+	if s := l.statusAt("allow", at(1, 2*time.Minute)); s.Running != 2 || s.Overlap != singleton.OverlapAllow {
 		t.Fatalf("status %+v; want 2 running", s)
 	}
 	for _, r := range []singleton.Run{a, b} {
-		if err := singleton.FinishTick(t.Context(), pool, r, nil); err != nil {
+		if err := singleton.FinishTick(t.Context(), l.pool, r, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if s := status(t, pool, "allow", at(1, 3*time.Minute)); s.Running != 0 || s.LastState != "succeeded" {
+	if s := l.statusAt("allow", at(1, 3*time.Minute)); s.Running != 0 || s.LastState != "succeeded" {
 		t.Fatalf("status %+v; want none running", s)
 	}
 }
@@ -288,20 +329,17 @@ func TestOverlapAllow(t *testing.T) {
 // error is kept, and Overdue follows.
 func TestFinishTickUpdatesTheStatus(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	l := newLedger(t, 0)
 	ctx := t.Context()
 	job := singleton.Job{Name: "mailer", Every: time.Hour}
-	first, err := singleton.ClaimTick(ctx, pool, job, nil) // the real clock: FinishTick uses it too
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := l.mustClaim(job, "a", at(0, time.Minute))
 	ugly := "smtp down\x00\xff" + strings.Repeat("é", singleton.MaxErrorLen)
-	if err := singleton.FinishTick(ctx, pool, first, errors.New(ugly)); err != nil {
+	if err := singleton.FinishTick(ctx, l.pool, first, errors.New(ugly)); err != nil {
 		t.Fatal(err)
 	}
-	s := status(t, pool, "mailer", time.Time{})
+	s := status(t, l.pool, "mailer")
 	if s.ConsecutiveFailures != 1 || !strings.HasPrefix(s.LastError, "smtp down\uFFFDé") || len(s.LastError) > singleton.MaxErrorLen ||
-		s.LastState != "failed" || s.LastFailureAt.IsZero() || !s.LastSuccessAt.IsZero() || s.Running != 0 || s.Token != first.Token {
+		s.LastState != "failed" || !s.LastFailureAt.Equal(at(0, time.Minute)) || !s.LastSuccessAt.IsZero() || s.Running != 0 || s.Token != first.Token {
 		t.Fatalf("after a failure: %+v", s)
 	}
 	if !s.Overdue(24 * time.Hour) {
@@ -311,30 +349,31 @@ func TestFinishTickUpdatesTheStatus(t *testing.T) {
 		t.Fatalf("first tick %v, missed %d, next %v; want %v, 0, an hour later", s.FirstTick, s.MissedTicks, s.NextTick, first.ScheduledFor)
 	}
 
-	// The next slot's run (claimed by an injected clock an hour on) succeeds.
-	second, err := singleton.ClaimTick(ctx, pool, job, &singleton.ClaimOpts{Now: s.DBNow.Add(time.Hour)})
+	// The next slot's run, an hour on, succeeds.
+	l.clock.Advance(time.Hour)
+	second, err := singleton.ClaimTick(ctx, l.pool, job, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := singleton.FinishTick(ctx, pool, second, nil); err != nil {
+	if err := singleton.FinishTick(ctx, l.pool, second, nil); err != nil {
 		t.Fatal(err)
 	}
-	s = status(t, pool, "mailer", time.Time{})
-	if s.ConsecutiveFailures != 0 || s.LastSuccessAt.IsZero() || s.LastState != "succeeded" || !strings.HasPrefix(s.LastError, "smtp down") {
+	s = status(t, l.pool, "mailer")
+	if s.ConsecutiveFailures != 0 || !s.LastSuccessAt.Equal(at(1, time.Minute)) || s.LastState != "succeeded" || !strings.HasPrefix(s.LastError, "smtp down") {
 		t.Fatalf("after a success: %+v", s)
 	}
 	if s.Overdue(0) {
 		t.Fatalf("a job that just succeeded is overdue: %+v", s)
 	}
-	// Three hours on with no success it is overdue, and two ticks were missed (the
-	// current slot, which nobody claimed yet, counts).
-	later := s.DBNow.Add(3 * time.Hour)
-	s = status(t, pool, "mailer", later)
+	// Three hours on with no success it is overdue, and three ticks were missed (slots 2
+	// and 3, and the current slot 4, which nobody claimed yet).
+	l.clock.Advance(3 * time.Hour)
+	s = status(t, l.pool, "mailer")
 	if !s.Overdue(time.Minute) || s.Overdue(3*time.Hour) {
 		t.Fatalf("three hours after the last success: Overdue(1m) %v, Overdue(3h) %v; want true, false", s.Overdue(time.Minute), s.Overdue(3*time.Hour))
 	}
-	if s.MissedTicks != 2 {
-		t.Fatalf("missed %d ticks, want 2", s.MissedTicks)
+	if s.MissedTicks != 3 || !s.DBNow.Equal(at(4, time.Minute)) {
+		t.Fatalf("missed %d ticks at %v, want 3 at %v", s.MissedTicks, s.DBNow, at(4, time.Minute))
 	}
 }
 
@@ -342,22 +381,22 @@ func TestFinishTickUpdatesTheStatus(t *testing.T) {
 // NextTick is the next boundary.
 func TestJobStatusMissedTicks(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	l := newLedger(t, 0)
 	job := hourly("gappy")
 	for _, k := range []int{0, 1, 3} {
-		mustClaim(t, pool, job, "a", at(k, time.Minute))
+		l.mustClaim(job, "a", at(k, time.Minute))
 	}
-	s := status(t, pool, "gappy", at(4, 10*time.Minute))
+	s := l.statusAt("gappy", at(4, 10*time.Minute))
 	if s.MissedTicks != 2 || !s.FirstTick.Equal(t0) || !s.NextTick.Equal(at(5, 0)) || !s.DBNow.Equal(at(4, 10*time.Minute)) {
 		t.Fatalf("status %+v; want 2 missed (slots 2 and the unclaimed current 4), first %v, next %v", s, t0, at(5, 0))
 	}
-	mustClaim(t, pool, job, "a", at(4, 11*time.Minute))
-	s = status(t, pool, "gappy", at(4, 11*time.Minute+10*time.Second))
+	last := l.mustClaim(job, "a", at(4, 11*time.Minute))
+	s = l.statusAt("gappy", at(4, 11*time.Minute+10*time.Second))
 	if s.MissedTicks != 1 || s.LastState != "running" || s.Running != 1 {
 		t.Fatalf("status %+v; want 1 missed (slot 2), slot 4 running", s)
 	}
-	if s = status(t, pool, "gappy", at(4, 12*time.Minute)); s.Every != time.Hour || !s.Origin.Equal(time.Unix(0, 0)) || s.Token != 4 {
-		t.Fatalf("schedule %v %v token %d", s.Every, s.Origin, s.Token)
+	if s = l.statusAt("gappy", at(4, 12*time.Minute)); s.Every != time.Hour || !s.Origin.Equal(time.Unix(0, 0)) || s.Token != last.Token {
+		t.Fatalf("schedule %v %v token %d; want 1h, the epoch, token %d", s.Every, s.Origin, s.Token, last.Token)
 	}
 }
 
@@ -387,8 +426,8 @@ func TestJobStatusOverdue(t *testing.T) {
 
 func TestListJobsAndRunsPage(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	ctx := t.Context()
+	l := newLedger(t, 0)
+	pool, ctx := l.pool, t.Context()
 	jobs, err := singleton.ListJobs(ctx, pool, nil)
 	if err != nil || jobs == nil || len(jobs) != 0 {
 		t.Fatalf("ListJobs on an empty ledger = %v, %v; want an empty, non-nil slice", jobs, err)
@@ -398,7 +437,7 @@ func TestListJobsAndRunsPage(t *testing.T) {
 	}
 	for _, name := range []string{"c", "a", "b"} {
 		for k := range 5 {
-			mustClaim(t, pool, hourly(name), "x", at(k, time.Minute))
+			l.mustClaim(hourly(name), "x", at(k, time.Minute))
 		}
 	}
 	page, err := singleton.ListJobs(ctx, pool, &singleton.ListJobsOpts{Limit: 2})
@@ -460,15 +499,34 @@ func TestTickValidation(t *testing.T) {
 	if _, err := singleton.ClaimTick(ctx, nil, bad, nil); !errors.Is(err, pgcoord.ErrInvalidArgument) || !strings.Contains(err.Error(), "synchronous_commit") {
 		t.Errorf("ClaimTick with SyncCommit off: %v, want an invalid-argument error naming synchronous_commit", err)
 	}
-	run := singleton.Run{Job: "ok", Token: 1}
-	if _, err := singleton.HeartbeatTick(ctx, nil, run, 0); !errors.Is(err, pgcoord.ErrInvalidArgument) {
-		t.Errorf("HeartbeatTick with a zero TTL: %v", err)
+	run := singleton.Run{Job: "ok", ScheduledFor: t0, Token: 1}
+	for _, ttl := range []time.Duration{0, -time.Second, singleton.MaxTTL + time.Second} {
+		if _, err := singleton.HeartbeatTick(ctx, nil, run, ttl); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+			t.Errorf("HeartbeatTick with TTL %v: %v", ttl, err)
+		}
 	}
-	if _, err := singleton.HeartbeatTick(ctx, nil, singleton.Run{}, time.Second); !errors.Is(err, pgcoord.ErrInvalidName) {
-		t.Errorf("HeartbeatTick of a zero Run: %v", err)
+	if _, err := singleton.HeartbeatTick(ctx, nil, run, time.Second); !errors.Is(err, pgcoord.ErrInvalidArgument) || !strings.Contains(err.Error(), "nil") {
+		t.Errorf("HeartbeatTick(nil db) of a good run: %v", err)
 	}
-	if err := singleton.FinishTick(ctx, nil, singleton.Run{}, nil); !errors.Is(err, pgcoord.ErrInvalidName) {
-		t.Errorf("FinishTick of a zero Run: %v", err)
+	// Runs no claim returned: the SQL functions would refuse them (22004, 22023); the Go
+	// API says what is wrong before sending anything.
+	badRuns := []struct {
+		run  singleton.Run
+		want error
+	}{
+		{singleton.Run{}, pgcoord.ErrInvalidName},
+		{singleton.Run{Job: strings.Repeat("j", pgcoord.MaxNameLen+1), ScheduledFor: t0, Token: 1}, pgcoord.ErrInvalidName},
+		{singleton.Run{Job: "ok", Token: 1}, pgcoord.ErrInvalidArgument},                    // no tick
+		{singleton.Run{Job: "ok", ScheduledFor: t0}, pgcoord.ErrInvalidArgument},            // no token
+		{singleton.Run{Job: "ok", ScheduledFor: t0, Token: -5}, pgcoord.ErrInvalidArgument}, // negative token
+	}
+	for _, c := range badRuns {
+		if _, err := singleton.HeartbeatTick(ctx, nil, c.run, time.Second); !errors.Is(err, c.want) || strings.Contains(err.Error(), "nil") {
+			t.Errorf("HeartbeatTick(%+v) = %v, want %v about the run", c.run, err, c.want)
+		}
+		if err := singleton.FinishTick(ctx, nil, c.run, nil); !errors.Is(err, c.want) || strings.Contains(err.Error(), "nil") {
+			t.Errorf("FinishTick(%+v) = %v, want %v about the run", c.run, err, c.want)
+		}
 	}
 	if _, err := singleton.ListJobs(ctx, nil, nil); !errors.Is(err, pgcoord.ErrInvalidArgument) {
 		t.Errorf("ListJobs(nil): %v", err)
@@ -502,10 +560,11 @@ func TestTickValidation(t *testing.T) {
 // the current slot): the next claim records it as failed, so the job's status alerts.
 func TestClaimRecordsAnAbandonedEarlierRunAsFailed(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	l := newLedger(t, 0)
+	pool := l.pool
 	job := hourly("abandoned")
-	dead := mustClaim(t, pool, job, "dies-late", at(0, 59*time.Minute+50*time.Second))
-	next := mustClaim(t, pool, job, "next", at(1, time.Minute))
+	dead := l.mustClaim(job, "dies-late", at(0, 59*time.Minute+50*time.Second))
+	next := l.mustClaim(job, "next", at(1, time.Minute))
 	if next.Token <= dead.Token {
 		t.Fatalf("next run's token %d <= %d", next.Token, dead.Token)
 	}
@@ -513,7 +572,7 @@ func TestClaimRecordsAnAbandonedEarlierRunAsFailed(t *testing.T) {
 	if len(rs) != 2 || rs[1].State != "failed" || !strings.Contains(rs[1].Error, "abandoned") {
 		t.Fatalf("ledger after the next claim: %+v; want the dead run failed as abandoned", rs)
 	}
-	if st := status(t, pool, "abandoned", at(1, 2*time.Minute)); st.ConsecutiveFailures != 1 || st.LastFailureAt.IsZero() {
+	if st := l.statusAt("abandoned", at(1, 2*time.Minute)); st.ConsecutiveFailures != 1 || !st.LastFailureAt.Equal(at(1, time.Minute)) {
 		t.Fatalf("status after an abandoned run: %+v", st)
 	}
 	if err := singleton.FinishTick(t.Context(), pool, dead, nil); !errors.Is(err, singleton.ErrLost) {
@@ -525,15 +584,16 @@ func TestClaimRecordsAnAbandonedEarlierRunAsFailed(t *testing.T) {
 // reads, so it assigns no transaction id (no WAL, no commit to wait for).
 func TestLosingClaimWritesNothing(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	l := newLedger(t, 0)
 	job := hourly("quiet-losers")
-	mustClaim(t, pool, job, "winner", at(0, time.Second))
-	tx, err := pool.Begin(t.Context())
+	l.mustClaim(job, "winner", at(0, time.Second))
+	l.clock.Freeze(at(0, 2*time.Second))
+	tx, err := l.pool.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(t.Context())
-	_, err = singleton.ClaimTick(t.Context(), tx, job, &singleton.ClaimOpts{Holder: "loser", Now: at(0, 2*time.Second)})
+	_, err = singleton.ClaimTick(t.Context(), tx, job, &singleton.ClaimOpts{Holder: "loser"})
 	if !errors.Is(err, singleton.ErrNoTick) {
 		t.Fatalf("losing claim: %v", err)
 	}
@@ -543,5 +603,37 @@ func TestLosingClaimWritesNothing(t *testing.T) {
 	}
 	if xid != nil {
 		t.Fatalf("a losing claim assigned transaction id %d: it wrote", *xid)
+	}
+}
+
+// pgcoord_job_finish keeps a plain SQL caller's error text to its first 8192 bytes, cut at
+// a character boundary (FinishTick cuts it in Go first): a multibyte text of 8192
+// characters is not kept whole.
+func TestJobFinishSQLKeepsTheErrorTo8192Bytes(t *testing.T) {
+	t.Parallel()
+	l := newLedger(t, 0)
+	for _, c := range []struct {
+		name, text string
+		want       int // bytes kept
+	}{
+		{"ascii", strings.Repeat("a", 10000), 8192},
+		{"two-byte", strings.Repeat("é", 6000), 8192},
+		{"four-byte", "ab" + strings.Repeat("😀", 5000), 8190}, // 2 + 2047*4: a cut never splits a character
+		{"short", "disk full", 9},
+	} {
+		job := hourly("sql-finish-" + c.name)
+		run := l.mustClaim(job, "a", at(0, time.Minute))
+		var kept string
+		err := l.pool.QueryRow(t.Context(), `SELECT error FROM pgcoord_job_finish($1, $2, $3, $4)`,
+			run.Job, run.ScheduledFor, run.Token, c.text).Scan(&kept)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(kept) != c.want || !strings.HasPrefix(c.text, kept) {
+			t.Errorf("%s: kept %d bytes (a prefix: %v), want the first %d", c.name, len(kept), strings.HasPrefix(c.text, kept), c.want)
+		}
+		if s := status(t, l.pool, job.Name); s.LastError != kept {
+			t.Errorf("%s: the job's last error is %d bytes, the run's %d", c.name, len(s.LastError), len(kept))
+		}
 	}
 }

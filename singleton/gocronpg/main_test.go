@@ -50,7 +50,8 @@ func alignedStart(every, lead time.Duration) time.Time {
 }
 
 // tickOf returns the index of the tick of a job started at start with interval every that
-// a run at time at serves: the nearest one.
+// a run at time at serves: the nearest one. For a Locker's run, pass its slot
+// (Run.ScheduledFor), which starts half an interval before its tick.
 func tickOf(at, start time.Time, every time.Duration) int64 {
 	return int64((at.Sub(start) + every/2) / every)
 }
