@@ -27,7 +27,7 @@ import (
 // (immediate stop) and the standby is promoted. See docs/failover.md.
 
 // timeline2Floor is pgcoord_token_floor() on timeline 2, the first after a promotion.
-const timeline2Floor = int64(1) << 32
+const timeline2Floor = int64(1) << 44
 
 // hourlyJob is the singleton job the failover tests claim; its tick is the hour of the
 // database clock.
@@ -306,8 +306,12 @@ func TestFailoverSyncGrantsSurvive(t *testing.T) {
 		t.Fatalf("claiming the tick again after the failover: got %v, want ErrNoTick (the durable claim survived)", err)
 	}
 
-	// Once the grant expires, the next one has a higher token than every acknowledged one.
-	next, err := leases.TryAcquire(ctx, promoted, "report", time.Hour, &leases.AcquireOpts{Now: info.ExpiresAt})
+	// Once the grant ends (an operator expires it), the next one has a higher token than
+	// every acknowledged one.
+	if _, err := leases.Expire(ctx, promoted, "report", "failover-test"); err != nil {
+		t.Fatal(err)
+	}
+	next, err := leases.TryAcquire(ctx, promoted, "report", time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,21 +375,23 @@ func TestFailoverAsyncLostGrant(t *testing.T) {
 	pair.standby.promote()
 	promoted := pair.standby.pool("pgcoord-failover-promoted")
 
-	// The hazard: the promoted standby never saw those grants. Its counters are one behind
-	// the tokens worker-b holds, so counting on from them would issue those tokens again.
+	// The hazard: the promoted standby never saw those grants. Its rows still carry the
+	// older grants' tokens, below the ones worker-b holds, and the token sequence's own
+	// state is only as recent as the last of its WAL records the standby replayed: counting
+	// on from what the standby knows could issue worker-b's tokens again.
 	info, err := leases.Get(ctx, promoted, "report")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Held() || info.Token+1 != lostLease.Token {
-		t.Fatalf("the promoted standby's lease is %+v; want it free, its counter one below the lost token %d", info, lostLease.Token)
+	if info.Held() || info.Token != l.Token || info.Token >= lostLease.Token {
+		t.Fatalf("the promoted standby's lease is %+v; want it free, with worker-a's token %d below the lost token %d", info, l.Token, lostLease.Token)
 	}
 	var semToken int64
 	if err := promoted.QueryRow(ctx, `SELECT fence_token FROM pgcoord_semaphores WHERE key = 'tenant'`).Scan(&semToken); err != nil {
 		t.Fatal(err)
 	}
-	if semToken+1 != lostPermit.Token {
-		t.Fatalf("the promoted standby's semaphore counter is %d; want one below the lost permit's token %d", semToken, lostPermit.Token)
+	if semToken != p.Token || semToken >= lostPermit.Token {
+		t.Fatalf("the promoted standby's semaphore token is %d; want worker-a's %d, below the lost permit's token %d", semToken, p.Token, lostPermit.Token)
 	}
 	runs, err := singleton.ListRuns(ctx, promoted, hourlyJob.Name, nil)
 	if err != nil {
@@ -420,18 +426,22 @@ func TestFailoverAsyncLostGrant(t *testing.T) {
 		{"permit", lostPermit.Token, newPermit.Token},
 		{"run", lostRun.Token, newRun.Token},
 	} {
-		if c.got <= c.lost || c.got != timeline2Floor {
-			t.Errorf("%s: the promoted standby issued token %d after the lost %d; want the floor %d", c.what, c.got, c.lost, timeline2Floor)
+		if c.got <= c.lost || c.got <= timeline2Floor || c.got >= 2*timeline2Floor {
+			t.Errorf("%s: the promoted standby issued token %d after the lost %d; want one above the floor %d of timeline 2",
+				c.what, c.got, c.lost, timeline2Floor)
 		}
 	}
+	if !(newLease.Token < newPermit.Token && newPermit.Token < newRun.Token) {
+		t.Errorf("tokens issued in turn after the promotion: %d, %d, %d; want increasing", newLease.Token, newPermit.Token, newRun.Token)
+	}
 
-	// Counting goes on from the floor.
+	// Counting goes on above the floor.
 	if err := leases.Release(ctx, promoted, newLease, nil); err != nil {
 		t.Fatal(err)
 	}
 	again, err := leases.TryAcquire(ctx, promoted, "report", time.Hour, nil)
-	if err != nil || again.Token != newLease.Token+1 {
-		t.Fatalf("the grant after %d: token %d (%v), want %d", newLease.Token, again.Token, err, newLease.Token+1)
+	if err != nil || again.Token <= newRun.Token {
+		t.Fatalf("the grant after %d: token %d (%v), want a higher one", newRun.Token, again.Token, err)
 	}
 }
 

@@ -68,6 +68,17 @@ BEGIN
 	RETURN NEW;
 END $$;
 CREATE TRIGGER fault_register_logged AFTER UPDATE ON fault_register FOR EACH ROW EXECUTE FUNCTION fault_register_logged();
+-- Every committed grant of a register's lease: the fence refuses lower tokens from then on,
+-- so the checker must know the grants whose replies were lost.
+CREATE TABLE fault_grant_log (id bigserial PRIMARY KEY, name text NOT NULL, holder text NOT NULL, token bigint NOT NULL);
+CREATE FUNCTION fault_grant_logged() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.name LIKE 'reg-%%' AND (TG_OP = 'INSERT' OR OLD.fence_token IS DISTINCT FROM NEW.fence_token) THEN
+		INSERT INTO fault_grant_log (name, holder, token) VALUES (NEW.name, NEW.holder, NEW.fence_token);
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER fault_grant_logged AFTER INSERT OR UPDATE ON pgcoord_leases FOR EACH ROW EXECUTE FUNCTION fault_grant_logged();
 CREATE TABLE fault_effects (tick bigint NOT NULL, worker text NOT NULL, token bigint NOT NULL);
 CREATE TABLE fault_charges (key text NOT NULL, worker text NOT NULL); -- no UNIQUE: duplicates must show
 CREATE TABLE fault_applied (seq bigserial PRIMARY KEY, message_id bigint NOT NULL, key text NOT NULL, worker text NOT NULL);`
@@ -306,8 +317,9 @@ func (h *faultHarness) stopWorkers() {
 // check checks the history and the database against every invariant.
 func (h *faultHarness) check() {
 	hist := parseFaultHistory(h.t, h.lines)
-	h.t.Logf("history: %d register ops (%d ok, %d stale, %d unknown), %d grants, %d permits, %d ticks",
-		len(hist.ops), hist.count("ok"), hist.count("stale"), hist.count(""), len(hist.grants), len(hist.permits), hist.ticks)
+	h.t.Logf("history: %d register writes (%d ok, %d stale, %d unknown), %d grants, %d permits, %d ticks",
+		hist.count("ok")+hist.count("stale")+hist.count(""), hist.count("ok"), hist.count("stale"), hist.count(""),
+		len(hist.grants), len(hist.permits), hist.ticks)
 	var ledger string
 	if err := h.admin.QueryRow(h.ctx, `SELECT coalesce(string_agg(state || ' ' || n, ', '), 'empty') FROM
 			(SELECT state, count(*) AS n FROM pgcoord_job_runs GROUP BY state ORDER BY state) s`).Scan(&ledger); err != nil {
@@ -406,6 +418,7 @@ func (h *faultHarness) checkCharges() {
 // checkRegisters checks the registers' history for linearizability, with the test's own
 // final read of each register, and their committed tokens for monotonicity.
 func (h *faultHarness) checkRegisters(hist *faultHistory) {
+	h.resolveGrants(hist)
 	ops := hist.porcupineOps()
 	for i := range faultRegisters {
 		reg := fmt.Sprintf("reg-%d", i)
@@ -445,6 +458,53 @@ func (h *faultHarness) checkRegisters(hist *faultHistory) {
 	}
 	if err := rows.Err(); err != nil {
 		h.t.Fatal(err)
+	}
+}
+
+// resolveGrants gives each grant attempt whose reply was lost the token it committed, from
+// the database's log of grants, or drops it when it committed none: the attempt's holder
+// was granted, on that register, a token above the one of its latest answered attempt
+// before it. (If that grant was in fact made by a later attempt of the holder, placing it
+// at the lost attempt — which porcupine may linearize anywhere after its call — only adds
+// possible orders.)
+func (h *faultHarness) resolveGrants(hist *faultHistory) {
+	type holderReg struct{ holder, reg string }
+	logged := map[holderReg][]int64{}
+	rows, err := h.admin.Query(h.ctx, `SELECT holder, name, token FROM fault_grant_log ORDER BY token`)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k holderReg
+		var token int64
+		if err := rows.Scan(&k.holder, &k.reg, &token); err != nil {
+			h.t.Fatal(err)
+		}
+		logged[k] = append(logged[k], token)
+	}
+	if err := rows.Err(); err != nil {
+		h.t.Fatal(err)
+	}
+	answered := map[holderReg]int64{} // the token of the holder's latest answered grant
+	for _, id := range hist.order {
+		op := hist.ops[id]
+		if !op.grant {
+			continue
+		}
+		k := holderReg{op.worker, op.reg}
+		switch op.outcome {
+		case "granted":
+			answered[k] = op.token
+		case "":
+			op.outcome = "lost" // committed nothing, unless the log says otherwise
+			for _, token := range logged[k] {
+				if token > answered[k] {
+					op.outcome, op.token = "granted", token
+					break
+				}
+			}
+		}
 	}
 }
 
@@ -545,9 +605,10 @@ type faultOp struct {
 	worker     string
 	call, ret  int64 // ret 0: no reply (unknown outcome)
 	write      bool
+	grant      bool // an attempt to take the register's lease
 	reg        string
-	token, val int64  // written, or read
-	outcome    string // "ok", "stale", "read", or "" (unknown)
+	token, val int64  // written, read, or granted
+	outcome    string // "ok", "stale", "read", "granted", "held", "lost", or "" (unknown)
 }
 
 type faultGrant struct {
@@ -608,6 +669,25 @@ func parseFaultHistory(t *testing.T, lines []workerLine) *faultHistory {
 			} else {
 				op.outcome, op.token, op.val = "read", num(f[4]), num(f[5])
 			}
+		case f[0] == "acq" && len(f) == 5 && f[2] == "call":
+			hi.ops[f[1]] = &faultOp{worker: name, call: num(f[3]), grant: true, reg: f[4]}
+			hi.order = append(hi.order, f[1])
+			hi.end = max(hi.end, num(f[3]))
+			if _, ok := hi.clients[name]; !ok {
+				hi.clients[name] = len(hi.clients)
+			}
+		case f[0] == "acq" && len(f) == 5 && f[2] == "ret":
+			op := hi.ops[f[1]]
+			if op == nil {
+				t.Fatalf("a reply without a call: %q", l.line)
+			}
+			op.ret = num(f[3])
+			hi.end = max(hi.end, op.ret)
+			if f[4] == "held" {
+				op.outcome = "held"
+			} else {
+				op.outcome, op.token = "granted", num(f[4])
+			}
 		case f[0] == "trust":
 			hi.grants = append(hi.grants, faultGrant{worker: name, reg: f[1], token: num(f[2]), from: num(f[3]), until: num(f[4])})
 		case f[0] == "untrust":
@@ -630,21 +710,48 @@ func parseFaultHistory(t *testing.T, lines []workerLine) *faultHistory {
 	return hi
 }
 
-// porcupineOps returns the register operations for porcupine. A write without a reply may
-// or may not have happened: it stays open until the end of the history. A read without a
-// reply tells nothing and is left out.
+// porcupineOps returns the register writes and reads for porcupine. A write without a
+// reply may or may not have happened: it stays open until the end of the history. A read
+// without a reply tells nothing and is left out.
+//
+// The grants of the registers' leases matter too: the fence refuses a token lower than the
+// newest grant even before that grant's holder writes. Each write carries what the grants
+// say about it, in real time: it may be refused if a higher grant was called before the write
+// returned (it may have committed before the write's check), and it must be refused if a
+// higher grant returned before the write was called. Grants whose reply was lost count
+// with the token they committed (resolveGrants) and no return: they make a refusal
+// possible, never necessary.
 func (hi *faultHistory) porcupineOps() []porcupine.Operation {
+	grants := map[string][]*faultOp{}
+	for _, id := range hi.order {
+		if op := hi.ops[id]; op.grant && op.outcome == "granted" {
+			grants[op.reg] = append(grants[op.reg], op)
+		}
+	}
 	var ops []porcupine.Operation
 	for _, id := range hi.order {
 		op := hi.ops[id]
-		if op.ret == 0 && !op.write {
+		if op.grant || (op.ret == 0 && !op.write) {
 			continue
 		}
-		o := porcupine.Operation{ClientId: hi.clients[op.worker], Call: op.call, Return: op.ret,
-			Input: regInput{write: op.write, reg: op.reg, token: op.token, value: op.val}}
+		in := regInput{write: op.write, reg: op.reg, token: op.token, value: op.val}
+		ret := op.ret
+		if ret == 0 {
+			ret = math.MaxInt64
+		}
+		if op.write {
+			for _, g := range grants[op.reg] {
+				if g.token > op.token && g.call < ret {
+					in.refusable = true
+				}
+				if g.token > op.token && g.ret != 0 && g.ret < op.call {
+					in.mustRefuse = true
+				}
+			}
+		}
+		o := porcupine.Operation{ClientId: hi.clients[op.worker], Call: op.call, Return: ret, Input: in}
 		switch op.outcome {
 		case "":
-			o.Return = math.MaxInt64
 			o.Output = regOutput{}
 		case "read":
 			o.Output = regOutput{known: true, token: op.token, value: op.val}
@@ -657,13 +764,17 @@ func (hi *faultHistory) porcupineOps() []porcupine.Operation {
 }
 
 // The fenced register's sequential specification: a write is accepted if and only if its
-// token is not lower than the register's, and then sets both; a read returns both.
+// token is not lower than the register's and no higher grant of the register's lease came
+// before it (see porcupineOps), and then sets both; a read returns both.
 type (
 	regState struct{ token, value int64 }
 	regInput struct {
 		write        bool
 		reg          string
 		token, value int64
+		// What the lease's grants say: a higher grant may have come before the write's
+		// check (it may be refused), or surely did (it must be).
+		refusable, mustRefuse bool
 	}
 	regOutput struct {
 		known        bool // false: the write's outcome is unknown (no reply)
@@ -698,19 +809,21 @@ var registerModel = (&porcupine.NondeterministicModel{
 			}
 			return nil
 		}
-		accepted := in.token >= s.token
+		current := in.token >= s.token
 		next := regState{in.token, in.value}
 		switch {
-		case !out.known && accepted:
+		case !out.known && current && !in.mustRefuse:
 			return []any{s, next} // it may or may not have committed
 		case !out.known:
 			return []any{s}
-		case out.accepted != accepted:
-			return nil
-		case accepted:
+		case out.accepted && current && !in.mustRefuse:
 			return []any{next}
-		default:
+		case out.accepted:
+			return nil // a stale write was accepted
+		case !current || in.refusable:
 			return []any{s}
+		default:
+			return nil // a current write was refused
 		}
 	},
 }).ToModel()

@@ -31,12 +31,14 @@ import (
 //
 //	op <id> call <ns> write <register> <token> <value>   then   op <id> ret <ns> ok|stale
 //	op <id> call <ns> read <register>                    then   op <id> ret <ns> <token> <value>
+//	acq <id> call <ns> <register>                        then   acq <id> ret <ns> <token>|held
 //	trust <register> <token> <from ns> <until ns>        a grant, trusted from its reply until its deadline
 //	untrust <register> <token> <ns>                      ... or until its release
 //	permit <token> start <db ns> <expires db ns>         then   permit <token> end <db ns>
 //	tick <unix µs> <token> <attempt>                     a cron run that recorded its effect
 //
-// An op without "ret" had an unknown outcome (the process died, the connection was cut).
+// An op or acq without "ret" had an unknown outcome (the process died, the connection was
+// cut): a write or a grant may have committed.
 
 const faultRole = "fault"
 
@@ -110,11 +112,21 @@ func faultRegisterLoop(ctx context.Context, w *workerproc.Worker, name string, r
 			}
 			continue
 		}
+		// A grant matters to the fence even before its holder writes: the register then
+		// refuses every lower token.
 		var l leases.Lease
+		acq := opID()
+		w.Say("acq %s call %d %s", acq, time.Now().UnixNano(), reg)
 		err := withTimeout(ctx, func(ctx context.Context) (err error) {
 			l, err = leases.TryAcquire(ctx, w.Pool, reg, faultLeaseTTL, &leases.AcquireOpts{Holder: name})
 			return err
 		})
+		switch {
+		case err == nil:
+			w.Say("acq %s ret %d %d", acq, time.Now().UnixNano(), l.Token)
+		case errors.Is(err, leases.ErrHeld):
+			w.Say("acq %s ret %d held", acq, time.Now().UnixNano())
+		}
 		if err != nil {
 			sleepRand(ctx, rng, 20*time.Millisecond)
 			continue

@@ -206,7 +206,7 @@ func newGCPauseRig(t *testing.T) *gcpauseRig {
 	if _, err := pool.Exec(ctx, gcpauseSchema); err != nil {
 		t.Fatal(err)
 	}
-	if err := fenced.InstallGuard(ctx, pool, "payments", "fence_token"); err != nil {
+	if err := fenced.InstallGuard(ctx, pool, "payments", "fence_token", nil); err != nil {
 		t.Fatal(err)
 	}
 	return r

@@ -70,6 +70,10 @@ func TestMigrateRoundTripOnFreshServer(t *testing.T) {
 		if !strings.Contains(out, "schema "+wantSchema+":") {
 			t.Fatalf("status reports the wrong schema (want %s):\n%s", wantSchema, out)
 		}
+		// Retention runs on the fresh schema, and finds nothing to collect.
+		if out := step(cli.ExitOK, "gc"); !strings.Contains(out, "deleted 0 rows older than 30d") {
+			t.Fatalf("gc on a fresh schema printed:\n%s", out)
+		}
 	}
 	step2 := func(args ...string) int { code, _, _ := runCLI(t, srv.URL, args...); return code }
 	if code := step2("no-such-command"); code != cli.ExitUsage {

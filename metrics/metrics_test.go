@@ -113,30 +113,34 @@ func TestMetricsRecordedByTheDatabase(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := t.Context()
-	t0 := time.Now()
-	l, err := leases.TryAcquire(ctx, pool, "nightly", 40*time.Second, &leases.AcquireOpts{Now: t0})
+	clock := pgtest.NewClock(t, pool)
+	t0 := clock.Now()
+	clock.Freeze(t0)
+	l, err := leases.TryAcquire(ctx, pool, "nightly", 40*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Renewed with 5s of 40s left: a near miss.
-	if _, err := leases.Renew(ctx, pool, l, 40*time.Second, &leases.RenewOpts{Now: t0.Add(35 * time.Second)}); err != nil {
+	clock.Advance(35 * time.Second)
+	if _, err := leases.Renew(ctx, pool, l, 40*time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := leases.Expire(ctx, pool, "nightly", "test"); err != nil {
 		t.Fatal(err)
 	}
-	// tenant:2 admits one at a time: a second acquirer waits in line for 3 seconds (by
-	// injected database instants) until the first permit is released.
-	first, err := semaphore.TryAcquire(ctx, pool, "tenant:2", 1, time.Minute, &semaphore.AcquireOpts{Now: t0})
+	// tenant:2 admits one at a time: a second acquirer waits in line for 3 seconds (by the
+	// test's clock) until the first permit is released.
+	clock.Freeze(t0)
+	first, err := semaphore.TryAcquire(ctx, pool, "tenant:2", 1, time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A blocking Acquire's attempts, through the SQL API (which takes the instant).
+	// A blocking Acquire's attempts, through the SQL API, at t0 + at.
 	acquire := func(at time.Duration) int {
 		t.Helper()
+		clock.Freeze(t0.Add(at))
 		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pgcoord_semaphore_acquire('tenant:2', 'second', 1, '1 minute', '1 minute', $1)`,
-			t0.Add(at)).Scan(&n)
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pgcoord_semaphore_acquire('tenant:2', 'second', 1, '1 minute', '1 minute')`).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -102,6 +102,9 @@ Exit codes: 0 ok, 1 failure, 2 usage error, 3 a check ran and answered "no".`,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			a.started = true
+			if a.statementTimeout < 0 {
+				return usagef("--statement-timeout %v: want 0 (no timeout) or a positive duration", a.statementTimeout)
+			}
 			return nil
 		},
 	}
@@ -110,12 +113,12 @@ Exit codes: 0 ok, 1 failure, 2 usage error, 3 a check ran and answered "no".`,
 	pf.StringVar(&a.databaseURL, "database-url", "", "connection string (default $"+EnvDatabaseURL+", then libpq PG* variables)")
 	pf.StringVar(&a.schema, "schema", "", "schema pgcoord is installed in (default: the connection's search_path)")
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of a table (read commands)")
-	pf.DurationVar(&a.statementTimeout, "statement-timeout", 30*time.Second, "server-side timeout of each statement")
+	pf.DurationVar(&a.statementTimeout, "statement-timeout", 30*time.Second, "server-side timeout of each statement (0: none)")
 	root.AddCommand(a.versionCommand(), a.migrateCommand(), a.benchCommand(), a.leasesCommand(), a.fenceCommand(), a.dedupeCommand(), a.jobsCommand(), a.semaphoresCommand())
 	root.AddCommand(a.outboxCommand())
 	root.AddCommand(a.idempotencyCommand())
 	root.AddCommand(a.uiCommand(), a.metricsCommand(), a.auditCommand())
-	root.AddCommand(a.doctorCommand())
+	root.AddCommand(a.doctorCommand(), a.gcCommand())
 	return root
 }
 

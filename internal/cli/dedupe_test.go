@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgcoord/pgcoord/dedupe"
 	"github.com/pgcoord/pgcoord/internal/cli"
+	"github.com/pgcoord/pgcoord/internal/pgtest"
 )
 
 // dedupeClaims claims n keys "prefix-i" of scope "cli" in one transaction, with opts.
@@ -67,7 +68,9 @@ func decodeGC(t *testing.T, out string) gcResult {
 func TestDedupeGC(t *testing.T) {
 	t.Parallel()
 	d := newLeaseDB(t)
-	dedupeClaims(t, d.pool, "expired", 5, &dedupe.ClaimOpts{Retention: time.Hour, Now: time.Now().Add(-2 * time.Hour)})
+	pgtest.At(t, d.pool, time.Now().Add(-2*time.Hour), func() {
+		dedupeClaims(t, d.pool, "expired", 5, &dedupe.ClaimOpts{Retention: time.Hour})
+	})
 	dedupeClaims(t, d.pool, "live", 2, &dedupe.ClaimOpts{Retention: time.Hour})
 	dedupeClaims(t, d.pool, "forever", 1, nil)
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/internal/cli"
+	"github.com/pgcoord/pgcoord/internal/pgtest"
 )
 
 // idemKeys creates, in scope "api": "done" (completed, 201 with a JSON body), "old"
@@ -34,7 +35,8 @@ func idemKeys(t *testing.T, pool *pgxpool.Pool) *idempotency.Attempt {
 	if err := done.Complete(ctx, idempotency.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"order":7}`)}); err != nil {
 		t.Fatal(err)
 	}
-	old := begin("old", &idempotency.BeginOpts{Retention: 24 * time.Hour, Now: time.Now().Add(-48 * time.Hour)})
+	var old *idempotency.Attempt
+	pgtest.At(t, pool, time.Now().Add(-48*time.Hour), func() { old = begin("old", &idempotency.BeginOpts{Retention: 24 * time.Hour}) })
 	if err := old.Complete(ctx, idempotency.Response{Status: 200}); err != nil {
 		t.Fatal(err)
 	}

@@ -12,13 +12,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/cli"
+	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/singleton"
 )
 
 // claimTick claims the tick of job current at now (the database clock when zero).
 func claimTick(t *testing.T, pool *pgxpool.Pool, job singleton.Job, now time.Time) singleton.Run {
 	t.Helper()
-	run, err := singleton.ClaimTick(t.Context(), pool, job, &singleton.ClaimOpts{Holder: "worker-1", Now: now})
+	var run singleton.Run
+	var err error
+	pgtest.At(t, pool, now, func() {
+		run, err = singleton.ClaimTick(t.Context(), pool, job, &singleton.ClaimOpts{Holder: "worker-1"})
+	})
 	if err != nil {
 		t.Fatalf("claim %s at %v: %v", job.Name, now, err)
 	}
@@ -33,16 +38,10 @@ func finishTick(t *testing.T, pool *pgxpool.Pool, run singleton.Run, runErr erro
 	}
 }
 
-// finishTickAt records run's success as of at, through the SQL API: FinishTick has no
-// option to set the clock.
+// finishTickAt records run's success as of at.
 func finishTickAt(t *testing.T, pool *pgxpool.Pool, run singleton.Run, at time.Time) {
 	t.Helper()
-	var n int
-	err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pgcoord_job_finish($1, $2, $3, NULL, $4)`,
-		run.Job, run.ScheduledFor, run.Token, at).Scan(&n)
-	if err != nil || n != 1 {
-		t.Fatalf("finish %s at %v: %d rows, %v", run.Job, at, n, err)
-	}
+	pgtest.At(t, pool, at, func() { finishTick(t, pool, run, nil) })
 }
 
 var minutely = singleton.Job{Every: time.Minute, TTL: 10 * time.Second}
@@ -303,9 +302,14 @@ func TestJobsRuns(t *testing.T) {
 	d := newLeaseDB(t)
 	base := time.Now().Add(-time.Hour).Truncate(time.Minute)
 	j := job("report")
-	finishTick(t, d.pool, claimTick(t, d.pool, j, base.Add(5*time.Second)), nil)
-	finishTick(t, d.pool, claimTick(t, d.pool, j, base.Add(time.Minute+5*time.Second)), errors.New("boom"))
-	claimTick(t, d.pool, j, base.Add(2*time.Minute+5*time.Second))
+	first := claimTick(t, d.pool, j, base.Add(5*time.Second))
+	finishTick(t, d.pool, first, nil)
+	second := claimTick(t, d.pool, j, base.Add(time.Minute+5*time.Second))
+	finishTick(t, d.pool, second, errors.New("boom"))
+	third := claimTick(t, d.pool, j, base.Add(2*time.Minute+5*time.Second))
+	if !(first.Token < second.Token && second.Token < third.Token) {
+		t.Fatalf("run tokens %d, %d, %d: not increasing", first.Token, second.Token, third.Token)
+	}
 	setUpJobs(t, d.pool, "fresh") // another job's runs are not listed
 
 	code, out, errOut := d.run(t, "--json", "jobs", "runs", "report")
@@ -332,7 +336,7 @@ func TestJobsRuns(t *testing.T) {
 		state string
 		token int64
 		tick  time.Time
-	}{{"running", 3, base.Add(2 * time.Minute)}, {"failed", 2, base.Add(time.Minute)}, {"succeeded", 1, base}} {
+	}{{"running", third.Token, base.Add(2 * time.Minute)}, {"failed", second.Token, base.Add(time.Minute)}, {"succeeded", first.Token, base}} {
 		r := runs[i]
 		if r.Job != "report" || r.State != want.state || r.FenceToken != want.token || r.Attempt != 1 || r.Holder != "worker-1" ||
 			parseTime(t, r.ScheduledFor) != want.tick.UTC() {

@@ -100,10 +100,15 @@ func readFile(t *testing.T, path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// grant acquires name for holder through the API, failing the test on error.
+// grant acquires name for holder through the API, at now (the database clock when zero),
+// failing the test on error.
 func grant(t *testing.T, pool *pgxpool.Pool, name, holder string, ttl time.Duration, now time.Time) leases.Lease {
 	t.Helper()
-	l, err := leases.TryAcquire(context.Background(), pool, name, ttl, &leases.AcquireOpts{Holder: holder, Now: now})
+	var l leases.Lease
+	var err error
+	pgtest.At(t, pool, now, func() {
+		l, err = leases.TryAcquire(context.Background(), pool, name, ttl, &leases.AcquireOpts{Holder: holder})
+	})
 	if err != nil {
 		t.Fatalf("acquire %s: %v", name, err)
 	}
@@ -192,13 +197,13 @@ func TestLeasesListStates(t *testing.T) {
 	t.Parallel()
 	d := newLeaseDB(t)
 	ctx := context.Background()
-	grant(t, d.pool, "a-held", "worker-a", time.Minute, time.Time{})
-	grant(t, d.pool, "b-expired", "worker-b", time.Second, time.Now().Add(-time.Hour))
+	heldGrant := grant(t, d.pool, "a-held", "worker-a", time.Minute, time.Time{})
+	expiredGrant := grant(t, d.pool, "b-expired", "worker-b", time.Second, time.Now().Add(-time.Hour))
 	free := grant(t, d.pool, "c-free", "worker-c", time.Minute, time.Time{})
 	if err := leases.Release(ctx, d.pool, free, nil); err != nil {
 		t.Fatal(err)
 	}
-	grant(t, d.pool, "d-operator", "worker-d", time.Minute, time.Time{})
+	opGrant := grant(t, d.pool, "d-operator", "worker-d", time.Minute, time.Time{})
 	if _, err := leases.Expire(ctx, d.pool, "d-operator", "alice"); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +213,7 @@ func TestLeasesListStates(t *testing.T) {
 		t.Fatalf("list names %v", got)
 	}
 	held, expired, freed, op := all[0], all[1], all[2], all[3]
-	if held.State != "held" || held.Holder == nil || *held.Holder != "worker-a" || held.FenceToken != 1 ||
+	if held.State != "held" || held.Holder == nil || *held.Holder != "worker-a" || held.FenceToken != heldGrant.Token ||
 		held.TTLLeftMS <= 0 || held.TTLLeftMS > 60_000 || held.ExpiresAt == nil || held.ReleasedAt != nil || held.ExpiredBy != nil {
 		t.Errorf("held lease listed as %+v", held)
 	}
@@ -245,10 +250,10 @@ func TestLeasesListStates(t *testing.T) {
 		t.Fatalf("leases list printed:\n%s", out)
 	}
 	for i, want := range [][]string{
-		{"a-held", "held", "worker-a", "1"},
-		{"b-expired", "expired", "worker-b", "1", "-"},
-		{"c-free", "free", "-", "1", "-"},
-		{"d-operator", "free", "-", "1", "-"},
+		{"a-held", "held", "worker-a", strconv.FormatInt(heldGrant.Token, 10)},
+		{"b-expired", "expired", "worker-b", strconv.FormatInt(expiredGrant.Token, 10), "-"},
+		{"c-free", "free", "-", strconv.FormatInt(free.Token, 10), "-"},
+		{"d-operator", "free", "-", strconv.FormatInt(opGrant.Token, 10), "-"},
 	} {
 		if f := strings.Fields(lines[i+1]); len(f) != 9 || !slices.Equal(f[:len(want)], want) || f[6] != strconv.Itoa(os.Getpid()) {
 			t.Errorf("row %q, want it to start with %v and show pid %d", lines[i+1], want, os.Getpid())
@@ -464,28 +469,35 @@ func TestLeasesExpireNotHeld(t *testing.T) {
 func TestLeasesRunPassesTokenAndExitCode(t *testing.T) {
 	t.Parallel()
 	d := newLeaseDB(t)
-	// Three earlier grants, so the run's token is 4.
+	// Earlier grants: each run's token is higher than every one before.
+	var last int64
 	for range 3 {
 		l := grant(t, d.pool, "job", "someone", time.Minute, time.Time{})
 		if err := leases.Release(context.Background(), d.pool, l, nil); err != nil {
 			t.Fatal(err)
 		}
+		last = l.Token
 	}
 	script := `echo "$PGCOORD_LEASE_NAME $PGCOORD_LEASE_HOLDER $PGCOORD_FENCE_TOKEN"; exit "$1"`
-	for i, exit := range []int{0, 7} {
+	for _, exit := range []int{0, 7} {
 		code, out, errOut := d.run(t, "leases", "run", "--name", "job", "--ttl", "10s", "--holder", "runner",
 			"--", "sh", "-c", script, "sh", strconv.Itoa(exit))
-		wantToken := 4 + i
-		if code != exit || strings.TrimSpace(out) != "job runner "+strconv.Itoa(wantToken) {
-			t.Errorf("run exiting %d: pgcoord exit %d, stdout %q, stderr %q; want exit %d and \"job runner %d\"",
-				exit, code, out, errOut, exit, wantToken)
+		f := strings.Fields(out)
+		var token int64
+		if len(f) == 3 {
+			token, _ = strconv.ParseInt(f[2], 10, 64)
+		}
+		if code != exit || len(f) != 3 || f[0] != "job" || f[1] != "runner" || token <= last {
+			t.Errorf("run exiting %d: pgcoord exit %d, stdout %q, stderr %q; want exit %d and \"job runner <a token above %d>\"",
+				exit, code, out, errOut, exit, last)
 		}
 		if errOut != "" {
 			t.Errorf("run exiting %d wrote %q to stderr", exit, errOut)
 		}
-		if info := getInfo(t, d.pool, "job"); info.Holder != "" || info.Token != int64(wantToken) || info.Metadata["command"] != "sh" {
-			t.Errorf("after the run the lease is %+v; want it released, token %d, command sh", info, wantToken)
+		if info := getInfo(t, d.pool, "job"); info.Holder != "" || info.Token != token || info.Metadata["command"] != "sh" {
+			t.Errorf("after the run the lease is %+v; want it released, token %d, command sh", info, token)
 		}
+		last = token
 	}
 
 	// Without --holder each run gets a new identity; the flags before the command are
@@ -535,8 +547,8 @@ func TestLeasesRunWaitsForRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := await(t, res, 10*time.Second)
-	if r.code != 0 || strings.TrimSpace(r.out) != strconv.FormatInt(held.Token+1, 10) {
-		t.Fatalf("run after the release = %d, stdout %q, stderr %q; want token %d", r.code, r.out, r.errOut, held.Token+1)
+	if token, _ := strconv.ParseInt(strings.TrimSpace(r.out), 10, 64); r.code != 0 || token <= held.Token {
+		t.Fatalf("run after the release = %d, stdout %q, stderr %q; want a token above %d", r.code, r.out, r.errOut, held.Token)
 	}
 }
 
@@ -569,11 +581,12 @@ func TestLeasesRunWaitGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut := d.run(t, "leases", "run", "--name", "job", "--ttl", "10s", "--wait", "0", "--", "sh", "-c", `echo "$PGCOORD_FENCE_TOKEN"`)
-	if code != 0 || strings.TrimSpace(out) != strconv.FormatInt(held.Token+1, 10) {
-		t.Fatalf("run --wait 0 on a free lease = %d, stdout %q, stderr %q; want token %d", code, out, errOut, held.Token+1)
+	token, _ := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+	if code != 0 || token <= held.Token {
+		t.Fatalf("run --wait 0 on a free lease = %d, stdout %q, stderr %q; want a token above %d", code, out, errOut, held.Token)
 	}
-	if i := getInfo(t, d.pool, "job"); i.Holder != "" || i.Token != held.Token+1 {
-		t.Fatalf("after run --wait 0 the lease is %+v; want it released after one grant", i)
+	if i := getInfo(t, d.pool, "job"); i.Holder != "" || i.Token != token {
+		t.Fatalf("after run --wait 0 the lease is %+v; want it released after the grant with token %d", i, token)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/idempotency"
@@ -33,8 +35,8 @@ const (
 
 // Finding is the outcome of one check.
 type Finding struct {
-	// Check names the check: schema, notify, clock, transactions, replication, leases,
-	// semaphores, jobs, idempotency, outbox.
+	// Check names the check: schema, notify, clock, time, transactions, replication,
+	// leases, semaphores, jobs, idempotency, outbox, retention.
 	Check string `json:"check"`
 	// Status grades it.
 	Status Status `json:"status"`
@@ -87,6 +89,7 @@ type check struct {
 var checks = []check{
 	{"notify", checkNotify, false},
 	{"clock", checkClock, false},
+	{"time", checkTime, true},
 	{"transactions", checkTransactions, false},
 	{"replication", checkReplication, false},
 	{"leases", checkLeases, true},
@@ -94,6 +97,7 @@ var checks = []check{
 	{"jobs", checkJobs, true},
 	{"idempotency", checkIdempotency, true},
 	{"outbox", checkOutbox, true},
+	{"retention", checkRetention, true},
 }
 
 // Run runs every check against the schema pool's connections resolve to and returns the
@@ -203,6 +207,43 @@ func checkClock(ctx context.Context, pool *pgxpool.Pool, o Options) Finding {
 	return Finding{Status: Info, Summary: summary,
 		Explain: "pgcoord judges every expiry and schedule by the database clock, so this does not affect its " +
 			"guarantees; but one of the two clocks is probably not synchronized (NTP), and logs of the two disagree."}
+}
+
+// checkTime reports whether pgcoord reads the database's own clock: pgcoord_now() and
+// pgcoord_clock(), through which pgcoord's SQL reads every instant, must be now() and
+// clock_timestamp(). Only a test harness replaces them (internal/pgtest's Clock).
+func checkTime(ctx context.Context, pool *pgxpool.Pool, _ Options) Finding {
+	var now, clock string
+	err := pool.QueryRow(ctx, `
+		SELECT coalesce((SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure('pgcoord_now()')), ''),
+		       coalesce((SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure('pgcoord_clock()')), '')`).Scan(&now, &clock)
+	if err != nil {
+		return failed(err)
+	}
+	var bad []string
+	if !isBody(now, "now()") {
+		bad = append(bad, fmt.Sprintf("pgcoord_now() is %q, not SELECT now()", strings.TrimSpace(now)))
+	}
+	if !isBody(clock, "clock_timestamp()") {
+		bad = append(bad, fmt.Sprintf("pgcoord_clock() is %q, not SELECT clock_timestamp()", strings.TrimSpace(clock)))
+	}
+	if len(bad) == 0 {
+		return Finding{Status: OK, Summary: "pgcoord reads the database's clock (pgcoord_now, pgcoord_clock)"}
+	}
+	return Finding{Status: Attention,
+		Summary: "time is not the database's: " + strings.Join(bad, "; "),
+		Explain: "pgcoord judges every expiry, TTL and schedule through these two functions. Replaced, they let " +
+			"leases, permits and job runs be granted while held, outlive their TTL or never expire. Only a test " +
+			"harness should replace them. Restore them: CREATE OR REPLACE FUNCTION pgcoord_now() ... AS $$ SELECT now() $$ " +
+			"and pgcoord_clock() ... AS $$ SELECT clock_timestamp() $$, exactly as pgcoord migrate sql prints them."}
+}
+
+// isBody reports whether a LANGUAGE sql function's source is SELECT fn, ignoring case,
+// spaces, a trailing semicolon and a pg_catalog qualification.
+func isBody(src, fn string) bool {
+	s := strings.ToLower(strings.Join(strings.Fields(src), " "))
+	s = strings.TrimSpace(strings.TrimSuffix(s, ";"))
+	return s == "select "+fn || s == "select pg_catalog."+fn
 }
 
 // checkTransactions reports transactions open longer than o.LongTransaction.
@@ -433,6 +474,49 @@ func checkOutbox(ctx context.Context, pool *pgxpool.Pool, o Options) Finding {
 			"An old pending message means no relay runs for its topic, the relays cannot keep up, or its key waits " +
 			"behind a failing message (pgcoord outbox list shows its attempts and last error)."}
 }
+
+// retentionTimeout bounds the count of the retention check.
+const retentionTimeout = 3 * time.Second
+
+// checkRetention counts the rows `pgcoord gc` would collect at its default retention, and
+// suggests running it when they are many.
+func checkRetention(ctx context.Context, pool *pgxpool.Pool, _ Options) Finding {
+	var res pgcoord.GCResult
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", retentionTimeout.Milliseconds())); err != nil {
+			return err
+		}
+		var err error
+		res, err = pgcoord.GC(ctx, tx, &pgcoord.GCOpts{DryRun: true})
+		return err
+	})
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil:
+		return Finding{Status: Info, Summary: fmt.Sprintf("counting the rows pgcoord gc would collect took longer than %v", retentionTimeout),
+			Explain: "The tables are large. pgcoord gc --dry-run counts them; run pgcoord gc regularly (a daily cron job)."}
+	case err != nil:
+		return failed(err)
+	}
+	retention := fmt.Sprintf("%dd", pgcoord.DefaultGCRetention/(24*time.Hour))
+	var many []string
+	for _, k := range res.Kinds {
+		if k.Removed >= manyCollectible {
+			many = append(many, fmt.Sprintf("%s %d", k.Kind, k.Removed))
+		}
+	}
+	if len(many) == 0 {
+		return Finding{Status: OK, Summary: fmt.Sprintf("%d row(s) for pgcoord gc to collect (retention %s)", res.Total(), retention)}
+	}
+	return Finding{Status: Info,
+		Summary: fmt.Sprintf("%d row(s) for pgcoord gc to collect (retention %s): %s", res.Total(), retention, strings.Join(many, ", ")),
+		Explain: "Free leases, idle fence registers, expired permits, old job runs, expired dedupe claims and " +
+			"idempotency keys, delivered messages and inbox records accumulate until collected: run pgcoord gc " +
+			"regularly (a daily cron job; --dry-run counts first). Collection never lets a stale fence token through."}
+}
+
+// manyCollectible is the count of one kind from which the retention check suggests gc.
+const manyCollectible = 10000
 
 func list(items []string) string {
 	if len(items) > 5 {

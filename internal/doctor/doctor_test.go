@@ -54,7 +54,7 @@ func TestHealthySchema(t *testing.T) {
 			t.Errorf("%s needs attention in a fresh schema: %s", f.Check, f.Summary)
 		}
 	}
-	if got, want := strings.Join(checks, ","), "schema,notify,clock,transactions,replication,leases,semaphores,jobs,idempotency,outbox"; got != want {
+	if got, want := strings.Join(checks, ","), "schema,notify,clock,time,transactions,replication,leases,semaphores,jobs,idempotency,outbox,retention"; got != want {
 		t.Errorf("checks %s, want %s", got, want)
 	}
 	if doctor.NeedsAttention(fs) != pooler {
@@ -81,7 +81,7 @@ func TestSchemaNotInstalledOrBehind(t *testing.T) {
 		if name == "behind" && !strings.Contains(s.Summary, "pending") {
 			t.Errorf("behind: %q does not say migrations are pending", s.Summary)
 		}
-		for _, c := range []string{"leases", "semaphores", "jobs", "idempotency", "outbox"} {
+		for _, c := range []string{"time", "leases", "semaphores", "jobs", "idempotency", "outbox", "retention"} {
 			if f, ok := byCheck[c]; ok {
 				t.Errorf("%s: check %s ran against a schema that is not current: %+v", name, c, f)
 			}
@@ -126,17 +126,19 @@ func TestLeakedPermitAndOverdueJob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	hourAgo := time.Now().Add(-time.Hour)
+	clock := pgtest.NewClock(t, pool)
+	clock.Run(-time.Hour)
 	// A permit granted an hour ago for a second, never released: a leaked slot.
-	if _, err := semaphore.TryAcquire(ctx, pool, "tenant-leaky", 2, time.Second, &semaphore.AcquireOpts{Now: hourAgo}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := semaphore.TryAcquire(ctx, pool, "tenant-fine", 2, time.Hour, nil); err != nil {
+	if _, err := semaphore.TryAcquire(ctx, pool, "tenant-leaky", 2, time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A job whose only tick was claimed an hour ago and never finished: overdue.
 	job := singleton.Job{Name: "hourly-export", Every: time.Minute, TTL: time.Second}
-	if _, err := singleton.ClaimTick(ctx, pool, job, &singleton.ClaimOpts{Now: hourAgo}); err != nil {
+	if _, err := singleton.ClaimTick(ctx, pool, job, nil); err != nil {
+		t.Fatal(err)
+	}
+	clock.Run(0)
+	if _, err := semaphore.TryAcquire(ctx, pool, "tenant-fine", 2, time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
 	fs, err := doctor.Run(ctx, pool, doctor.Options{})
@@ -166,17 +168,20 @@ func TestLeaseNearMiss(t *testing.T) {
 	if f := byCheck["leases"]; f.Status != doctor.OK {
 		t.Fatalf("no lease: %+v", f)
 	}
-	now := time.Now()
-	for name, at := range map[string]time.Time{"close-call": now.Add(-2 * time.Minute), "long-ago": now.Add(-2 * time.Hour)} {
-		l, err := leases.TryAcquire(ctx, pool, name, time.Minute, &leases.AcquireOpts{Now: at.Add(-55 * time.Second)})
+	clock := pgtest.NewClock(t, pool)
+	for name, ago := range map[string]time.Duration{"close-call": 2 * time.Minute, "long-ago": 2 * time.Hour} {
+		clock.Freeze(time.Now().Add(-ago - 55*time.Second))
+		l, err := leases.TryAcquire(ctx, pool, name, time.Minute, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Renewed with 5s of its 60s left.
-		if _, err := leases.Renew(ctx, pool, l, time.Minute, &leases.RenewOpts{Now: at}); err != nil {
+		clock.Advance(55 * time.Second)
+		if _, err := leases.Renew(ctx, pool, l, time.Minute, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
+	clock.Run(0)
 	byCheck = findings(t, ctx, func() ([]doctor.Finding, error) { return doctor.Run(ctx, pool, doctor.Options{}) })
 	f := byCheck["leases"]
 	if f.Status != doctor.Attention || !strings.Contains(f.Summary, "close-call (latest 2m") ||
@@ -256,5 +261,71 @@ func TestOutboxDeadAndLagging(t *testing.T) {
 	if f.Status != doctor.Attention || !strings.Contains(f.Summary, "orders (1 dead)") ||
 		!strings.Contains(f.Summary, "fresh (oldest pending") || f.Explain == "" {
 		t.Errorf("a dead message and a lagging topic: %+v", f)
+	}
+}
+
+// A schema whose pgcoord_now() or pgcoord_clock() is not the database's own clock (a test
+// harness moved it) needs attention: "time is not the database's".
+func TestTimeNotTheDatabases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	clock := pgtest.NewClock(t, pool)
+	check := func() doctor.Finding {
+		t.Helper()
+		return findings(t, ctx, func() ([]doctor.Finding, error) { return doctor.Run(ctx, pool, doctor.Options{}) })["time"]
+	}
+	if f := check(); f.Status != doctor.OK {
+		t.Fatalf("a fresh schema: %+v", f)
+	}
+	for name, move := range map[string]func(){
+		"moved":  func() { clock.Run(time.Hour) },
+		"frozen": func() { clock.Freeze(time.Now()) },
+	} {
+		move()
+		f := check()
+		if f.Status != doctor.Attention || !strings.Contains(f.Summary, "time is not the database's") ||
+			!strings.Contains(f.Summary, "pgcoord_now()") || !strings.Contains(f.Summary, "pgcoord_clock()") || f.Explain == "" {
+			t.Errorf("%s clock: %+v", name, f)
+		}
+	}
+	// Only one of the two replaced.
+	clock.Run(0)
+	if _, err := pool.Exec(ctx, `CREATE OR REPLACE FUNCTION pgcoord_clock() RETURNS timestamptz LANGUAGE sql VOLATILE
+		AS $$ SELECT clock_timestamp() - interval '1 day' $$`); err != nil {
+		t.Fatal(err)
+	}
+	if f := check(); f.Status != doctor.Attention || strings.Contains(f.Summary, "pgcoord_now()") || !strings.Contains(f.Summary, "pgcoord_clock()") {
+		t.Errorf("pgcoord_clock() replaced: %+v", f)
+	}
+	clock.Run(0)
+	if f := check(); f.Status != doctor.OK {
+		t.Errorf("the clock put back: %+v", f)
+	}
+}
+
+// The retention check counts what pgcoord gc would collect, and suggests it when a kind has
+// many rows.
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	clock := pgtest.NewClock(t, pool)
+	clock.Run(-40 * 24 * time.Hour)
+	if _, err := pool.Exec(ctx, `SELECT count(*) FROM generate_series(1, 10000) i,
+		LATERAL pgcoord_lease_acquire('order:' || i, 'w', '1 minute')`); err != nil {
+		t.Fatal(err)
+	}
+	clock.Run(0)
+	f := findings(t, ctx, func() ([]doctor.Finding, error) { return doctor.Run(ctx, pool, doctor.Options{}) })["retention"]
+	if f.Status != doctor.Info || !strings.Contains(f.Summary, "leases 10000") || !strings.Contains(f.Explain, "pgcoord gc") {
+		t.Errorf("10000 leases expired 40 days ago: %+v", f)
+	}
+	if _, err := pgcoord.GC(ctx, pool, nil); err != nil {
+		t.Fatal(err)
+	}
+	f = findings(t, ctx, func() ([]doctor.Finding, error) { return doctor.Run(ctx, pool, doctor.Options{}) })["retention"]
+	if f.Status != doctor.OK || !strings.Contains(f.Summary, "0 row(s)") {
+		t.Errorf("after gc: %+v", f)
 	}
 }

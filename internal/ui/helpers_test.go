@@ -123,7 +123,11 @@ func contains(t *testing.T, what, body string, want ...string) {
 
 func holdLease(t *testing.T, pool *pgxpool.Pool, name, holder string, ttl time.Duration, now time.Time, meta map[string]string) leases.Lease {
 	t.Helper()
-	l, err := leases.TryAcquire(t.Context(), pool, name, ttl, &leases.AcquireOpts{Holder: holder, Now: now, Metadata: meta})
+	var l leases.Lease
+	var err error
+	pgtest.At(t, pool, now, func() {
+		l, err = leases.TryAcquire(t.Context(), pool, name, ttl, &leases.AcquireOpts{Holder: holder, Metadata: meta})
+	})
 	if err != nil {
 		t.Fatalf("acquire %s: %v", name, err)
 	}
@@ -141,7 +145,11 @@ func leaseInfo(t *testing.T, pool *pgxpool.Pool, name string) leases.Info {
 
 func permit(t *testing.T, pool *pgxpool.Pool, key, holder string, limit int, ttl time.Duration, now time.Time) {
 	t.Helper()
-	if _, err := semaphore.TryAcquire(t.Context(), pool, key, limit, ttl, &semaphore.AcquireOpts{Holder: holder, Now: now}); err != nil {
+	var err error
+	pgtest.At(t, pool, now, func() {
+		_, err = semaphore.TryAcquire(t.Context(), pool, key, limit, ttl, &semaphore.AcquireOpts{Holder: holder})
+	})
+	if err != nil {
 		t.Fatalf("acquire %s for %s: %v", key, holder, err)
 	}
 }
@@ -150,7 +158,9 @@ func permit(t *testing.T, pool *pgxpool.Pool, key, holder string, limit int, ttl
 // finish is false).
 func tick(t *testing.T, pool *pgxpool.Pool, job singleton.Job, at time.Time, finish bool, runErr error) {
 	t.Helper()
-	run, err := singleton.ClaimTick(t.Context(), pool, job, &singleton.ClaimOpts{Now: at})
+	var run singleton.Run
+	var err error
+	pgtest.At(t, pool, at, func() { run, err = singleton.ClaimTick(t.Context(), pool, job, nil) })
 	if err != nil {
 		t.Fatalf("claim %s at %v: %v", job.Name, at, err)
 	}

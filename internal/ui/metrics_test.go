@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -24,7 +25,7 @@ func TestUIMetrics(t *testing.T) {
 	now := dbNow(t, d.pool)
 	holdLease(t, d.pool, "held", "w1", time.Minute, time.Time{}, nil)
 	holdLease(t, d.pool, "dead", "w2", time.Second, now.Add(-time.Hour), nil)
-	holdLease(t, d.pool, "forced", "w3", time.Minute, time.Time{}, nil)
+	forced := holdLease(t, d.pool, "forced", "w3", time.Minute, time.Time{}, nil)
 	if _, err := leases.Expire(t.Context(), d.pool, "forced", "alice"); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestUIMetrics(t *testing.T) {
 		`pgcoord_job_overdue{job="fresh"}`:                 "0",
 		`pgcoord_job_failing{job="fresh"}`:                 "0",
 		`pgcoord_job_missed_ticks{job="stuck"}`:            "60",
-		`pgcoord_lease_fence_token{name="forced"}`:         "1",
+		`pgcoord_lease_fence_token{name="forced"}`:         fmt.Sprint(forced.Token),
 	} {
 		if got := metricSample(t, text, series); got != want {
 			t.Errorf("%s = %s, want %s", series, got, want)

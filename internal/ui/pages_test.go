@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/internal/ui"
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/semaphore"
@@ -70,9 +71,11 @@ func TestUILeasesPage(t *testing.T) {
 	holdLease(t, d.pool, "order:43", "worker-b", time.Second, now.Add(-time.Hour), nil)
 	// order:44's holder renewed with 10s of its 60s grant left (a near miss), 30s ago.
 	late := holdLease(t, d.pool, "order:44", "worker-c", time.Minute, now.Add(-80*time.Second), nil)
-	if _, err := leases.Renew(t.Context(), d.pool, late, time.Minute, &leases.RenewOpts{Now: now.Add(-30 * time.Second)}); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.At(t, d.pool, now.Add(-30*time.Second), func() {
+		if _, err := leases.Renew(t.Context(), d.pool, late, time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
 	holdLease(t, d.pool, "order:45", "worker-d", time.Minute, time.Time{}, nil)
 	if _, err := leases.Expire(t.Context(), d.pool, "order:45", "alice"); err != nil {
 		t.Fatal(err)
@@ -144,10 +147,11 @@ func TestUISemaphoresPage(t *testing.T) {
 	// Its 6 s wait is in the bucket [2^12.5, 2^13) ms, shown as its middle 2^12.75 ms.
 	now := dbNow(t, d.pool)
 	permit(t, d.pool, "tenant:slow", "slow-1", 1, 2*time.Second, now.Add(-10*time.Second))
-	if _, err := d.pool.Exec(t.Context(), `SELECT pgcoord_semaphore_acquire('tenant:slow', 'slow-2', 1, interval '1 hour', interval '1 hour', $1)`,
-		now.Add(-10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.At(t, d.pool, now.Add(-10*time.Second), func() {
+		if _, err := d.pool.Exec(t.Context(), `SELECT pgcoord_semaphore_acquire('tenant:slow', 'slow-2', 1, interval '1 hour', interval '1 hour')`); err != nil {
+			t.Fatal(err)
+		}
+	})
 	permit(t, d.pool, "tenant:slow", "slow-2", 1, time.Hour, now.Add(-4*time.Second))
 	contains(t, "semaphores page with recorded waits", d.page(t, "/semaphores"),
 		`<span title="2 admissions in the last 5 to 10 minutes">0s / 6.9s</span>`)
