@@ -338,7 +338,7 @@ func TestSQLAPIDocSignatures(t *testing.T) {
 		 WHERE p.pronamespace = current_schema()::regnamespace
 		   AND (p.proname LIKE 'pgcoord\_lease\_%' OR p.proname LIKE 'pgcoord\_fence\_%' OR p.proname LIKE 'pgcoord\_semaphore\_%'
 		        OR p.proname IN ('pgcoord_channel', 'pgcoord_gc'))
-		   AND p.proname <> 'pgcoord_semaphore_admit' AND p.proname NOT LIKE '%\_args'
+		   AND p.proname NOT IN ('pgcoord_semaphore_admit', 'pgcoord_fence_record') AND p.proname NOT LIKE '%\_args'
 		 ORDER BY 1`)
 	if err != nil {
 		t.Fatal(err)

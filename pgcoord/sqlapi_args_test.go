@@ -463,6 +463,7 @@ var sqlExempt = map[string]string{
 	"pgcoord_refuse":                "raises the argument errors this test checks",
 	"pgcoord_refuse_name":           "raises the argument errors this test checks",
 	"pgcoord_name_ok":               "the name check itself (a predicate)",
+	"pgcoord_ttl_ok":                "the TTL check itself (a predicate)",
 	"pgcoord_grant_prepare":         "the synchronous_commit check and standby refusal of the granting functions, whose sync_commit cases cover it",
 	"pgcoord_lease_args":            "argument checks of the lease functions",
 	"pgcoord_lease_grant_args":      "argument checks of the lease functions",
