@@ -32,13 +32,15 @@ import (
 
 const (
 	cronRole  = "cron.weekly"
-	cronEvery = 1200 * time.Millisecond
-	// cronTTL is the lease of a running tick: with the claim delay and the takeover's own
-	// work it must fit in the slot, since a tick is taken over only during its slot. It
-	// must also outlast the stalls of a loaded machine (the workers run under -race beside
-	// other tests): a live runner whose heartbeats are late by more than 2/3 of it is
-	// taken over like a dead one.
-	cronTTL   = 800 * time.Millisecond
+	cronEvery = 2400 * time.Millisecond
+	// cronTTL is the lease of a running tick: with the claim delay, the time the victim
+	// takes to send half its emails and be killed, and the takeover's own work, it must
+	// fit in the slot, since a tick is taken over only during its slot. It must also
+	// outlast the stalls of a loaded machine (the workers run under -race beside other
+	// tests, and in CI beside two CPU-bound processes): a live runner whose heartbeats are
+	// late by more than 2/3 of it is taken over like a dead one. With a 1.2 s slot and a
+	// 0.8 s lease the takeover had about 0.1 s to claim, and a loaded machine missed it.
+	cronTTL   = 1200 * time.Millisecond
 	cronUsers = 20
 	// cronStep bounds every single wait: a line from a worker, an exit.
 	cronStep = 20 * time.Second
