@@ -44,6 +44,12 @@ const (
 	cronUsers = 20
 	// cronStep bounds every single wait: a line from a worker, an exit.
 	cronStep = 20 * time.Second
+	// cronMaxMissed is how many ticks of the window may run nowhere. Schedule claims each
+	// tick during its slot only, so a machine loaded enough to stall every replica (and the
+	// database) for a whole slot loses that tick — a failure `pgcoord jobs check` reports,
+	// not one a lock can prevent. The test still fails for a tick run twice, a partial run,
+	// a stalled tick not taken over, or more misses than a loaded machine explains.
+	cronMaxMissed = 2
 )
 
 func init() { workerRoles[cronRole] = cronWorker }
@@ -195,18 +201,33 @@ func TestCronThreeReplicasSendEachWeeklyEmailOnce(t *testing.T) {
 		lines       = mergeLines(workers)
 		deadline    = time.After(last.Sub(slot) + 2*cronStep)
 	)
-	done := func() bool {
+	// missed lists the ticks of the window no replica ran (yet).
+	missed := func() []time.Time {
+		var m []time.Time
 		for tick := first; !tick.After(last); tick = tick.Add(cronEvery) {
 			if len(ran[tick.UnixMicro()]) == 0 {
-				return false
+				m = append(m, tick)
 			}
 		}
-		return victim != nil
+		return m
+	}
+	// done: the stalled tick was taken over, and every tick ran or its slot is over.
+	done := func() bool {
+		if victim == nil || len(ran[stallAt.UnixMicro()]) == 0 {
+			return false
+		}
+		if len(missed()) == 0 {
+			return true
+		}
+		now, _, err := dbSlot(ctx, pool)
+		return err == nil && !now.Before(last.Add(2*cronEvery))
 	}
 	for !done() {
 		var l workerLine
 		select {
 		case l = <-lines:
+		case <-time.After(cronEvery):
+			continue // look at the clock again
 		case <-deadline:
 			t.Fatalf("the window's ticks did not all run in time; ran: %v", ran)
 		}
@@ -277,16 +298,22 @@ func TestCronThreeReplicasSendEachWeeklyEmailOnce(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(ledger) != ticks {
-		t.Fatalf("%d ticks in the ledger for the window, want %d: %+v", len(ledger), ticks, ledger)
+	missing := missed()
+	if len(missing) > cronMaxMissed {
+		t.Fatalf("%d ticks of the window ran nowhere (%v), more than a loaded machine explains (%d)", len(missing), missing, cronMaxMissed)
+	}
+	if len(missing) > 0 {
+		t.Logf("ticks that ran nowhere, every replica being stalled past their slot: %v", missing)
+	}
+	if len(ledger) != ticks-len(missing) {
+		t.Fatalf("%d ticks in the ledger for the window, want %d: %+v", len(ledger), ticks-len(missing), ledger)
 	}
 	perWorker := map[string]int{}
 	var takeover runRow
 	for i, r := range ledger {
-		want := first.Add(time.Duration(i) * cronEvery)
 		perWorker[r.holder]++
-		if !r.tick.Equal(want) || r.state != "succeeded" {
-			t.Errorf("ledger row %d: tick %v %s; want tick %v succeeded", i, r.tick, r.state, want)
+		if r.tick.Before(first) || r.tick.After(last) || r.tick.Sub(first)%cronEvery != 0 || r.state != "succeeded" {
+			t.Errorf("ledger row %d: tick %v %s; want a tick of the window, succeeded", i, r.tick, r.state)
 		}
 		wantAttempt := 1
 		if r.tick.Equal(stallAt) {
@@ -308,18 +335,23 @@ func TestCronThreeReplicasSendEachWeeklyEmailOnce(t *testing.T) {
 	// Each user got each campaign's email exactly once (the UNIQUE constraint allows at
 	// most one row; every user has one); the stalled tick's emails came half from the
 	// killed replica, half from the one that took over.
-	var campaigns, emails, missing int
+	skip := make([]int64, 0, len(missing))
+	for _, m := range missing {
+		skip = append(skip, m.UnixMicro())
+	}
+	var campaigns, emails, unsent int
 	err = pool.QueryRow(ctx, `SELECT count(DISTINCT campaign_id), count(*),
 			(SELECT count(*) FROM generate_series($1::bigint, $2::bigint, $3::bigint) c, generate_series(1, $4) u
-			  WHERE NOT EXISTS (SELECT 1 FROM email_sends e WHERE e.campaign_id = c AND e.user_id = u))
+			  WHERE c <> ALL ($5::bigint[])
+			    AND NOT EXISTS (SELECT 1 FROM email_sends e WHERE e.campaign_id = c AND e.user_id = u))
 		FROM email_sends WHERE campaign_id BETWEEN $1 AND $2`,
-		first.UnixMicro(), last.UnixMicro(), cronEvery.Microseconds(), cronUsers).Scan(&campaigns, &emails, &missing)
+		first.UnixMicro(), last.UnixMicro(), cronEvery.Microseconds(), cronUsers, skip).Scan(&campaigns, &emails, &unsent)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if campaigns != ticks || emails != ticks*cronUsers || missing != 0 {
-		t.Errorf("%d campaigns, %d emails, %d (user, campaign) pairs without an email; want %d, %d, 0",
-			campaigns, emails, missing, ticks, ticks*cronUsers)
+	if want := ticks - len(missing); campaigns != want || emails != want*cronUsers || unsent != 0 {
+		t.Errorf("%d campaigns, %d emails, %d (user, campaign) pairs of a tick that ran without an email; want %d, %d, 0",
+			campaigns, emails, unsent, want, want*cronUsers)
 	}
 	var byVictim, byTakeover int
 	err = pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE worker = $2 AND token = $3), count(*) FILTER (WHERE worker = $4 AND token = $5)
