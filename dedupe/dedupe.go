@@ -10,11 +10,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/batch"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
+
+// check makes this package's argument errors ("dedupe: cause").
+var check = base.Check("dedupe")
 
 // MaxKeyLen is the longest claim key, in bytes. A scope is a name: at most
 // pgcoord.MaxNameLen bytes.
@@ -69,15 +73,15 @@ func Claim(ctx context.Context, tx pgx.Tx, scope, key string, opts *ClaimOpts) (
 	if err := validate(scope, key); err != nil {
 		return false, err
 	}
-	if err := pgcoord.CheckDB(tx); err != nil {
-		return false, fmt.Errorf("%w: dedupe: nil transaction", pgcoord.ErrInvalidArgument)
+	if err := check.DB(tx); err != nil {
+		return false, check.Invalid("nil transaction")
 	}
 	var o ClaimOpts
 	if opts != nil {
 		o = *opts
 	}
 	if o.Retention < 0 || o.Retention > MaxRetention || (o.Retention > 0 && o.Retention < time.Microsecond) {
-		return false, fmt.Errorf("%w: dedupe: retention %v is neither 0 (forever) nor within %v..%v", pgcoord.ErrInvalidArgument, o.Retention, time.Microsecond, MaxRetention)
+		return false, check.Invalid("retention %v is neither 0 (forever) nor within %v..%v", o.Retention, time.Microsecond, MaxRetention)
 	}
 	arg := dbsqlc.DedupeClaimParams{Scope: scope, Key: key}
 	if o.Retention > 0 {
@@ -85,33 +89,33 @@ func Claim(ctx context.Context, tx pgx.Tx, scope, key string, opts *ClaimOpts) (
 	}
 	n, err := queries.DedupeClaim(ctx, tx, arg)
 	if err != nil {
-		return false, fmt.Errorf("dedupe: claim %s/%s: %w", scope, key, pgcoord.TranslateError(err))
+		return false, fmt.Errorf("dedupe: claim %s/%s: %w", scope, key, base.TranslateError(err))
 	}
 	return n == 1, nil
 }
 
 // validate checks a claim's scope and key.
 func validate(scope, key string) error {
-	if err := pgcoord.ValidateName("dedupe scope", scope); err != nil {
+	if err := check.Name("dedupe scope", scope); err != nil {
 		return err
 	}
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: dedupe key is empty", pgcoord.ErrInvalidName)
+		return check.InvalidName("dedupe key is empty")
 	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: dedupe key is %d bytes, more than the maximum of %d", pgcoord.ErrInvalidName, len(key), MaxKeyLen)
+		return check.InvalidName("dedupe key is %d bytes, more than the maximum of %d", len(key), MaxKeyLen)
 	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: dedupe key is not valid UTF-8", pgcoord.ErrInvalidName)
+		return check.InvalidName("dedupe key is not valid UTF-8")
 	}
 	for i := 0; i < len(key); i++ {
 		if key[i] == 0 {
-			return fmt.Errorf("%w: dedupe key contains a NUL byte", pgcoord.ErrInvalidName)
+			return check.InvalidName("dedupe key contains a NUL byte")
 		}
 	}
 	return nil
 }
 
-// Bounds of GCOpts.Batch.
+// Defaults and bounds of GCOpts.
 const (
 	DefaultGCBatch = 1000
 	MaxGCBatch     = 100000
@@ -119,15 +123,14 @@ const (
 
 // GCOpts are the options of GC. A nil *GCOpts means the defaults.
 type GCOpts struct {
-	// Batch is how many expired claims one DELETE removes at most. Default
-	// DefaultGCBatch (1000); at most MaxGCBatch.
+	// Batch is how many claims one statement deletes at most. Default DefaultGCBatch
+	// (1000); at most MaxGCBatch.
 	Batch int
-	// Progress, if set, is called after each batch with the number of claims deleted so
-	// far (or, with DryRun, once with the count).
-	Progress func(deleted int64)
-	// DryRun deletes nothing: GC returns how many claims have expired, which a GC would
-	// delete now.
+	// DryRun deletes nothing: GC returns how many claims it would delete now.
 	DryRun bool
+	// Progress, if set, is called after each batch with the number deleted so far (with
+	// DryRun, once with the count).
+	Progress func(deleted int64)
 }
 
 // GC deletes expired claims (those whose Retention has passed, by the database clock) and
@@ -143,7 +146,7 @@ type GCOpts struct {
 // A nil db, or a Batch outside 1..MaxGCBatch, returns an error wrapping
 // pgcoord.ErrInvalidArgument before any SQL runs.
 func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err error) {
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return 0, err
 	}
 	var o GCOpts
@@ -154,13 +157,13 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 		o.Batch = DefaultGCBatch
 	}
 	if o.Batch < 1 || o.Batch > MaxGCBatch {
-		return 0, fmt.Errorf("%w: dedupe: GC batch %d is outside 1..%d", pgcoord.ErrInvalidArgument, o.Batch, MaxGCBatch)
+		return 0, check.Invalid("GC batch %d is outside 1..%d", o.Batch, MaxGCBatch)
 	}
 	deleted, err = batch.Delete(ctx, o.Batch, o.DryRun, o.Progress,
 		func(ctx context.Context) (int64, error) { return queries.DedupeCountExpired(ctx, db) },
 		func(ctx context.Context) (int64, error) { return queries.DedupeGC(ctx, db, int32(o.Batch)) })
 	if err != nil {
-		return deleted, fmt.Errorf("dedupe: GC: %w", pgcoord.TranslateError(err))
+		return deleted, fmt.Errorf("dedupe: GC: %w", base.TranslateError(err))
 	}
 	return deleted, nil
 }
@@ -193,16 +196,16 @@ func IsUniqueViolation(err error) bool {
 // returned wrapped, the *pgconn.PgError reachable with errors.As.
 // On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func InsertOnce(ctx context.Context, db pgcoord.DBTX, sql string, args ...any) (inserted bool, err error) {
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return false, err
 	}
 	if sql == "" {
-		return false, fmt.Errorf("%w: dedupe: InsertOnce: empty SQL", pgcoord.ErrInvalidArgument)
+		return false, check.Invalid("InsertOnce: empty SQL")
 	}
 	tag, err := db.Exec(ctx, sql, args...)
 	if err != nil {
 		if !IsUniqueViolation(err) {
-			return false, fmt.Errorf("dedupe: insert once: %w", pgcoord.TranslateError(err))
+			return false, fmt.Errorf("dedupe: insert once: %w", base.TranslateError(err))
 		}
 		if inFailedTx(db) {
 			return false, fmt.Errorf("%w (use INSERT ... ON CONFLICT DO NOTHING inside transactions): %w", ErrTxAborted, err)
@@ -210,7 +213,7 @@ func InsertOnce(ctx context.Context, db pgcoord.DBTX, sql string, args ...any) (
 		return false, nil
 	}
 	if !tag.Insert() {
-		return false, fmt.Errorf("%w: dedupe: InsertOnce ran a %s statement; it is for INSERTs", pgcoord.ErrInvalidArgument, commandName(tag))
+		return false, check.Invalid("InsertOnce ran a %s statement; it is for INSERTs", commandName(tag))
 	}
 	return tag.RowsAffected() > 0, nil
 }

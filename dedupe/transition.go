@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -72,12 +73,12 @@ func Transition(ctx context.Context, db pgcoord.DBTX, t TransitionSpec) (bool, e
 	if err != nil {
 		return false, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return false, err
 	}
 	tag, err := db.Exec(ctx, sql, t.To, t.ID, t.From)
 	if err != nil {
-		return false, fmt.Errorf("dedupe: transition %s %v %s -> %s: %w", t.Table, t.ID, t.From, t.To, pgcoord.TranslateError(err))
+		return false, fmt.Errorf("dedupe: transition %s %v %s -> %s: %w", t.Table, t.ID, t.From, t.To, base.TranslateError(err))
 	}
 	switch n := tag.RowsAffected(); {
 	case n == 0:
@@ -93,7 +94,7 @@ func (t TransitionSpec) sql() (string, error) {
 	var table pgx.Identifier
 	parts := strings.Split(t.Table, ".")
 	if len(parts) > 2 {
-		return "", fmt.Errorf("%w: dedupe: transition: table %q: want table or schema.table", pgcoord.ErrInvalidArgument, t.Table)
+		return "", check.Invalid("transition: table %q: want table or schema.table", t.Table)
 	}
 	for _, p := range parts {
 		if err := checkIdentifier("table", p); err != nil {
@@ -109,15 +110,15 @@ func (t TransitionSpec) sql() (string, error) {
 	}
 	switch {
 	case t.IDColumn == t.StateColumn:
-		return "", fmt.Errorf("%w: dedupe: transition: the id column and the state column are both %q", pgcoord.ErrInvalidArgument, t.IDColumn)
+		return "", check.Invalid("transition: the id column and the state column are both %q", t.IDColumn)
 	case t.ID == nil:
-		return "", fmt.Errorf("%w: dedupe: transition: nil id (NULL matches no row)", pgcoord.ErrInvalidArgument)
+		return "", check.Invalid("transition: nil id (NULL matches no row)")
 	case t.From == t.To:
-		return "", fmt.Errorf("%w: dedupe: transition: from and to are both %q", pgcoord.ErrInvalidArgument, t.From)
+		return "", check.Invalid("transition: from and to are both %q", t.From)
 	}
 	for _, s := range []string{t.From, t.To} {
 		if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
-			return "", fmt.Errorf("%w: dedupe: transition: state %q is not valid UTF-8 without NUL bytes", pgcoord.ErrInvalidArgument, s)
+			return "", check.Invalid("transition: state %q is not valid UTF-8 without NUL bytes", s)
 		}
 	}
 	state := pgx.Identifier{t.StateColumn}.Sanitize()
@@ -129,11 +130,11 @@ func (t TransitionSpec) sql() (string, error) {
 func checkIdentifier(what, s string) error {
 	switch {
 	case s == "":
-		return fmt.Errorf("%w: dedupe: transition: empty %s name", pgcoord.ErrInvalidArgument, what)
+		return check.Invalid("transition: empty %s name", what)
 	case len(s) > maxIdentifierLen:
-		return fmt.Errorf("%w: dedupe: transition: %s name %q is longer than %d bytes", pgcoord.ErrInvalidArgument, what, s, maxIdentifierLen)
+		return check.Invalid("transition: %s name %q is longer than %d bytes", what, s, maxIdentifierLen)
 	case !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0:
-		return fmt.Errorf("%w: dedupe: transition: %s name %q is not valid UTF-8 without NUL bytes", pgcoord.ErrInvalidArgument, what, s)
+		return check.Invalid("transition: %s name %q is not valid UTF-8 without NUL bytes", what, s)
 	}
 	return nil
 }

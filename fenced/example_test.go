@@ -180,3 +180,50 @@ func ExampleCheckLease() {
 	// while held: <nil>
 	// after release, lost: true
 }
+
+// Write sends the fence check and the write together, in one round trip: the statement
+// runs only if the token is not stale.
+func ExampleWrite() {
+	ctx := context.Background()
+	pool := pgtest.ExamplePool()
+	if _, err := pool.Exec(ctx, `CREATE TABLE reports (day date PRIMARY KEY, body text)`); err != nil {
+		panic(err)
+	}
+
+	// publish writes the day's report under a lease's token.
+	publish := func(lease leases.Lease, body string) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := fenced.Write(ctx, tx, "report:2024-06-01", lease.Token,
+				`INSERT INTO reports VALUES ('2024-06-01', $1)
+				 ON CONFLICT (day) DO UPDATE SET body = excluded.body`, body)
+			return err // fenced.ErrStale: nothing was written; the transaction rolls back
+		})
+	}
+
+	// A takes the lease and pauses; the lease passes to B, who publishes.
+	a, err := leases.TryAcquire(ctx, pool, "report:2024-06-01", time.Minute, nil)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := leases.Expire(ctx, pool, "report:2024-06-01", "example"); err != nil {
+		panic(err)
+	}
+	b, err := leases.TryAcquire(ctx, pool, "report:2024-06-01", time.Minute, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer leases.Release(ctx, pool, b, nil)
+	fmt.Println("B:", publish(b, "from B"))
+
+	// A wakes up and publishes its older report: refused, B's stays.
+	fmt.Println("A stale:", errors.Is(publish(a, "from A"), fenced.ErrStale))
+	var body string
+	if err := pool.QueryRow(ctx, `SELECT body FROM reports`).Scan(&body); err != nil {
+		panic(err)
+	}
+	fmt.Println(body)
+	// Output:
+	// B: <nil>
+	// A stale: true
+	// from B
+}

@@ -8,40 +8,23 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
+// check makes this package's argument errors ("fenced: cause").
+var check = base.Check("fenced")
+
 // ErrStale means a write carried a fence token lower than one the data has already seen: a
 // newer holder wrote first. The caller's transaction must roll back.
 var ErrStale = errors.New("fenced: stale fence token")
-
-// Metrics counts the writes this process's calls refused. The database cannot keep this
-// count: a refused write's transaction rolls back, taking anything it recorded with it.
-// Read the fields with Load.
-type Metrics struct {
-	// Stale counts ErrStale returned by Check, Write and Exec (the guard trigger's
-	// refusals included).
-	Stale atomic.Int64
-	// LeaseLost counts CheckLease calls that found the grant no longer current.
-	LeaseLost atomic.Int64
-}
-
-// DefaultMetrics is where every call of this package counts its refusals.
-var DefaultMetrics = &Metrics{}
-
-// stale counts a refusal and returns ErrStale with the detail given.
-func stale(format string, args ...any) error {
-	DefaultMetrics.Stale.Add(1)
-	return fmt.Errorf("%w: "+format, append([]any{ErrStale}, args...)...)
-}
 
 // GuardSQLState is the SQLSTATE the guard trigger and pgcoord_fence_assert raise for a
 // stale write. Calls of this package turn it into ErrStale; the *pgconn.PgError stays
@@ -72,7 +55,7 @@ func Check(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
 	if err := validate(resource, token); err != nil {
 		return err
 	}
-	if err := pgcoord.CheckDB(tx); err != nil {
+	if err := check.DB(tx); err != nil {
 		return err
 	}
 	_, err := queries.FenceCheck(ctx, tx, dbsqlc.FenceCheckParams{Resource: resource, FenceToken: token})
@@ -80,7 +63,7 @@ func Check(ctx context.Context, tx pgx.Tx, resource string, token int64) error {
 		return stale("%q token %d", resource, token)
 	}
 	if err != nil {
-		return fmt.Errorf("fenced: check %q: %w", resource, pgcoord.TranslateError(err))
+		return fmt.Errorf("fenced: check %q: %w", resource, base.TranslateError(err))
 	}
 	return nil
 }
@@ -96,7 +79,7 @@ func Write(ctx context.Context, tx pgx.Tx, resource string, token int64, sql str
 	if err := validate(resource, token); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	if err := pgcoord.CheckDB(tx); err != nil {
+	if err := check.DB(tx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	var b pgx.Batch
@@ -109,7 +92,7 @@ func Write(ctx context.Context, tx pgx.Tx, resource string, token int64, sql str
 		if IsStale(err) {
 			return pgconn.CommandTag{}, stale("%q token %d", resource, token)
 		}
-		return pgconn.CommandTag{}, fmt.Errorf("fenced: check %q: %w", resource, pgcoord.TranslateError(err))
+		return pgconn.CommandTag{}, fmt.Errorf("fenced: check %q: %w", resource, base.TranslateError(err))
 	}
 	tag, err := br.Exec()
 	if cerr := br.Close(); err == nil {
@@ -124,11 +107,11 @@ func Write(ctx context.Context, tx pgx.Tx, resource string, token int64, sql str
 // validate refuses a bad resource name (pgcoord.ErrInvalidName) or a token pgcoord never
 // issues (pgcoord.ErrInvalidArgument) before any SQL runs.
 func validate(resource string, token int64) error {
-	if err := pgcoord.ValidateName("resource", resource); err != nil {
+	if err := check.Name("resource", resource); err != nil {
 		return err
 	}
 	if token < 1 {
-		return fmt.Errorf("%w: fenced: fence token %d is not positive", pgcoord.ErrInvalidArgument, token)
+		return check.Invalid("fence token %d is not positive", token)
 	}
 	return nil
 }
@@ -148,7 +131,7 @@ const fenceAssertSQL = `SELECT 1 FROM pgcoord_fence_assert($1, $2)`
 // of the guard trigger (InstallGuard) is returned as ErrStale too.
 // On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func Exec(ctx context.Context, db pgcoord.DBTX, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	tag, err := db.Exec(ctx, sql, args...)
@@ -168,7 +151,7 @@ func translate(err error) error {
 	if errors.As(err, &pgErr) && pgErr.Code == GuardSQLState {
 		return stale("%w", err)
 	}
-	return fmt.Errorf("fenced: %w", pgcoord.TranslateError(err))
+	return fmt.Errorf("fenced: %w", base.TranslateError(err))
 }
 
 // IsStale reports whether err is ErrStale or the guard trigger's violation, for errors
@@ -188,25 +171,25 @@ func IsStale(err error) bool {
 // round trip. A Lease with a bad name or holder, or a token below 1, is refused before any
 // SQL runs. On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func CheckLease(ctx context.Context, tx pgx.Tx, l leases.Lease) error {
-	if err := pgcoord.ValidateName("lease", l.Name); err != nil {
+	if err := check.Name("lease", l.Name); err != nil {
 		return err
 	}
-	if err := pgcoord.ValidateName("holder", l.Holder); err != nil {
+	if err := check.Name("holder", l.Holder); err != nil {
 		return err
 	}
 	if l.Token < 1 {
-		return fmt.Errorf("%w: fenced: fence token %d is not positive", pgcoord.ErrInvalidArgument, l.Token)
+		return check.Invalid("fence token %d is not positive", l.Token)
 	}
-	if err := pgcoord.CheckDB(tx); err != nil {
+	if err := check.DB(tx); err != nil {
 		return err
 	}
 	_, err := queries.CheckLease(ctx, tx, dbsqlc.CheckLeaseParams{Name: l.Name, Holder: l.Holder, FenceToken: l.Token})
 	if errors.Is(err, pgx.ErrNoRows) {
-		DefaultMetrics.LeaseLost.Add(1)
+		refusals.leaseLost.Add(1)
 		return fmt.Errorf("%w: %q token %d is not current", leases.ErrLost, l.Name, l.Token)
 	}
 	if err != nil {
-		return fmt.Errorf("fenced: check lease %q: %w", l.Name, pgcoord.TranslateError(err))
+		return fmt.Errorf("fenced: check lease %q: %w", l.Name, base.TranslateError(err))
 	}
 	return nil
 }
@@ -262,13 +245,13 @@ func InstallGuard(ctx context.Context, db pgcoord.DBTX, table, column string, op
 		o = *opts
 	}
 	if o.ResourceColumn == "" && o.ResourcePrefix != "" {
-		return fmt.Errorf("%w: fenced: a resource prefix needs a resource column", pgcoord.ErrInvalidArgument)
+		return check.Invalid("a resource prefix needs a resource column")
 	}
 	if o.ResourceColumn != "" && !columnIdent.MatchString(o.ResourceColumn) {
-		return fmt.Errorf("%w: fenced: %q is not a column name", pgcoord.ErrInvalidArgument, o.ResourceColumn)
+		return check.Invalid("%q is not a column name", o.ResourceColumn)
 	}
 	if len(o.ResourcePrefix) >= pgcoord.MaxNameLen || strings.ContainsRune(o.ResourcePrefix, 0) || !utf8.ValidString(o.ResourcePrefix) {
-		return fmt.Errorf("%w: fenced: resource prefix %q must be valid UTF-8 without NUL, shorter than %d bytes", pgcoord.ErrInvalidArgument, o.ResourcePrefix, pgcoord.MaxNameLen)
+		return check.Invalid("resource prefix %q must be valid UTF-8 without NUL, shorter than %d bytes", o.ResourcePrefix, pgcoord.MaxNameLen)
 	}
 	tbl, trigger, err := resolveGuard(ctx, db, table, column)
 	if err != nil {
@@ -281,7 +264,7 @@ func InstallGuard(ctx context.Context, db pgcoord.DBTX, table, column string, op
 	switch dataType {
 	case "bigint", "integer", "smallint":
 	default:
-		return fmt.Errorf("%w: fenced: column %s.%s is %s; a fence column must be bigint, integer or smallint", pgcoord.ErrInvalidArgument, tbl, column, dataType)
+		return check.Invalid("column %s.%s is %s; a fence column must be bigint, integer or smallint", tbl, column, dataType)
 	}
 	events, args := "UPDATE", quoteLiteral(column)
 	if o.ResourceColumn != "" {
@@ -295,7 +278,7 @@ func InstallGuard(ctx context.Context, db pgcoord.DBTX, table, column string, op
 		FOR EACH ROW EXECUTE FUNCTION pgcoord_fence_guard(%s)`,
 		pgx.Identifier{trigger}.Sanitize(), events, tbl, args))
 	if err != nil {
-		return fmt.Errorf("fenced: install guard on %s: %w", tbl, pgcoord.TranslateError(err))
+		return fmt.Errorf("fenced: install guard on %s: %w", tbl, base.TranslateError(err))
 	}
 	return nil
 }
@@ -308,10 +291,10 @@ func columnType(ctx context.Context, db pgcoord.DBTX, table, column string) (str
 		WHERE a.attrelid = $1::regclass AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped`,
 		table, column).Scan(&dataType)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("%w: fenced: table %s has no column %q", pgcoord.ErrInvalidArgument, table, column)
+		return "", check.Invalid("table %s has no column %q", table, column)
 	}
 	if err != nil {
-		return "", fmt.Errorf("fenced: install guard on %s: %w", table, pgcoord.TranslateError(err))
+		return "", fmt.Errorf("fenced: install guard on %s: %w", table, base.TranslateError(err))
 	}
 	return *dataType, nil
 }
@@ -325,7 +308,7 @@ func RemoveGuard(ctx context.Context, db pgcoord.DBTX, table, column string) err
 		return err
 	}
 	if _, err := db.Exec(ctx, fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", pgx.Identifier{trigger}.Sanitize(), tbl)); err != nil {
-		return fmt.Errorf("fenced: remove guard from %s: %w", tbl, pgcoord.TranslateError(err))
+		return fmt.Errorf("fenced: remove guard from %s: %w", tbl, base.TranslateError(err))
 	}
 	return nil
 }
@@ -335,23 +318,23 @@ func RemoveGuard(ctx context.Context, db pgcoord.DBTX, table, column string) err
 func resolveGuard(ctx context.Context, db pgcoord.DBTX, table, column string) (string, string, error) {
 	parts := strings.Split(table, ".")
 	if len(parts) > 2 {
-		return "", "", fmt.Errorf("%w: fenced: %q is not a table name (letters, digits, _; optionally schema.table)", pgcoord.ErrInvalidArgument, table)
+		return "", "", check.Invalid("%q is not a table name (letters, digits, _; optionally schema.table)", table)
 	}
 	for _, p := range parts {
 		if !tableIdent.MatchString(p) {
-			return "", "", fmt.Errorf("%w: fenced: %q is not a table name (letters, digits, _; optionally schema.table)", pgcoord.ErrInvalidArgument, table)
+			return "", "", check.Invalid("%q is not a table name (letters, digits, _; optionally schema.table)", table)
 		}
 	}
 	if !columnIdent.MatchString(column) {
-		return "", "", fmt.Errorf("%w: fenced: %q is not a column name", pgcoord.ErrInvalidArgument, column)
+		return "", "", check.Invalid("%q is not a column name", column)
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return "", "", err
 	}
 	var resolved *string
 	err := db.QueryRow(ctx, `SELECT c.oid::regclass::text FROM pg_class c WHERE c.oid = to_regclass($1) AND c.relkind IN ('r', 'p')`, table).Scan(&resolved)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", "", fmt.Errorf("%w: fenced: no table %s", pgcoord.ErrInvalidArgument, table)
+		return "", "", check.Invalid("no table %s", table)
 	}
 	if err != nil {
 		return "", "", fmt.Errorf("fenced: resolve table %s: %w", table, err)

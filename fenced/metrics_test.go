@@ -12,8 +12,8 @@ import (
 	"github.com/pgcoord/pgcoord/leases"
 )
 
-// Every refusal of this package's calls is counted in DefaultMetrics, once, and nothing
-// else is. Not parallel: the counters are the process's, and the package's parallel tests
+// Every refusal of this package's calls is counted in Refusals, once, and nothing else
+// is. Not parallel: the counters are the process's, and the package's parallel tests
 // refuse writes too (they run after this one).
 func TestRefusalsAreCounted(t *testing.T) {
 	pool := pgtest.Pool(t)
@@ -21,8 +21,7 @@ func TestRefusalsAreCounted(t *testing.T) {
 	if err := fenced.InstallGuard(t.Context(), pool, "payments", "fence_token", nil); err != nil {
 		t.Fatal(err)
 	}
-	m := fenced.DefaultMetrics
-	stale0, lost0 := m.Stale.Load(), m.LeaseLost.Load()
+	before := fenced.Refusals()
 	inTx := func(fn func(tx pgx.Tx) error) error { return pgx.BeginFunc(t.Context(), pool, fn) }
 	refusals := []struct {
 		name string
@@ -45,14 +44,14 @@ func TestRefusalsAreCounted(t *testing.T) {
 	if err := inTx(func(tx pgx.Tx) error { return fenced.Check(t.Context(), tx, "orders/42", 5) }); err != nil {
 		t.Fatal(err)
 	}
-	if m.Stale.Load() != stale0 {
+	if fenced.Refusals().Stale != before.Stale {
 		t.Fatal("an accepted Check was counted as a refusal")
 	}
 	for i, r := range refusals {
 		if err := inTx(r.run); !errors.Is(err, fenced.ErrStale) {
 			t.Fatalf("%s: %v, want ErrStale", r.name, err)
 		}
-		if got := m.Stale.Load() - stale0; got != int64(i+1) {
+		if got := fenced.Refusals().Stale - before.Stale; got != int64(i+1) {
 			t.Fatalf("after %s: %d refusals counted, want %d", r.name, got, i+1)
 		}
 	}
@@ -70,7 +69,7 @@ func TestRefusalsAreCounted(t *testing.T) {
 	if err := inTx(func(tx pgx.Tx) error { return fenced.CheckLease(t.Context(), tx, l) }); !errors.Is(err, leases.ErrLost) {
 		t.Fatalf("CheckLease after a forced expiry: %v, want ErrLost", err)
 	}
-	if got := m.LeaseLost.Load() - lost0; got != 1 {
+	if got := fenced.Refusals().LeaseLost - before.LeaseLost; got != 1 {
 		t.Fatalf("lease refusals counted %d, want 1", got)
 	}
 }

@@ -8,13 +8,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/batch"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
-// Bounds of GCOpts.Batch.
+// check makes this package's argument errors ("idempotency: cause").
+var check = base.Check("idempotency")
+
+// Defaults and bounds of GCOpts.
 const (
 	DefaultGCBatch = 1000
 	MaxGCBatch     = 100000
@@ -22,17 +26,17 @@ const (
 
 // GCOpts are the options of GC. A nil *GCOpts means the defaults.
 type GCOpts struct {
-	// Batch is how many expired keys one statement deletes at most. Default
-	// DefaultGCBatch; at most MaxGCBatch.
-	Batch int
 	// Tombstone is how long the tombstone of a deleted key refuses the key. Default
 	// DefaultTombstone (30 days); at most MaxRetention.
 	Tombstone time.Duration
-	// Progress, if set, is called after each batch with the number of keys deleted so far
-	// (with DryRun, once with the count).
-	Progress func(deleted int64)
-	// DryRun deletes nothing: GC returns how many keys have expired.
+	// Batch is how many keys one statement deletes at most. Default DefaultGCBatch
+	// (1000); at most MaxGCBatch.
+	Batch int
+	// DryRun deletes nothing: GC returns how many keys it would delete now.
 	DryRun bool
+	// Progress, if set, is called after each batch with the number deleted so far (with
+	// DryRun, once with the count).
+	Progress func(deleted int64)
 }
 
 // GC deletes the keys whose retention has passed, by the database clock, and returns how
@@ -46,7 +50,7 @@ type GCOpts struct {
 // A nil db or an option out of range returns an error wrapping pgcoord.ErrInvalidArgument
 // before any SQL runs.
 func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err error) {
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return 0, err
 	}
 	var o GCOpts
@@ -60,10 +64,10 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 		o.Tombstone = DefaultTombstone
 	}
 	if o.Batch < 1 || o.Batch > MaxGCBatch {
-		return 0, fmt.Errorf("%w: idempotency: GC batch %d is outside 1..%d", pgcoord.ErrInvalidArgument, o.Batch, MaxGCBatch)
+		return 0, check.Invalid("GC batch %d is outside 1..%d", o.Batch, MaxGCBatch)
 	}
 	if o.Tombstone < 0 || o.Tombstone > MaxRetention {
-		return 0, fmt.Errorf("%w: idempotency: tombstone %v is outside 0..%v", pgcoord.ErrInvalidArgument, o.Tombstone, MaxRetention)
+		return 0, check.Invalid("tombstone %v is outside 0..%v", o.Tombstone, MaxRetention)
 	}
 	deleted, err = batch.Delete(ctx, o.Batch, o.DryRun, o.Progress,
 		func(ctx context.Context) (int64, error) { return queries.IdempotencyCountExpired(ctx, db) },
@@ -72,7 +76,7 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 				Batch: int32(o.Batch), Tombstone: dbarg.Interval(o.Tombstone)})
 		})
 	if err != nil {
-		return deleted, fmt.Errorf("idempotency: GC: %w", pgcoord.TranslateError(err))
+		return deleted, fmt.Errorf("idempotency: GC: %w", base.TranslateError(err))
 	}
 	return deleted, nil
 }
@@ -113,6 +117,9 @@ type ListOpts struct {
 	Limit int
 	// InFlight lists only keys in flight; Stuck only those nobody holds (KeyInfo.Stuck).
 	InFlight, Stuck bool
+	// ScopePrefix, if set, lists only the keys whose scope starts with it, character for
+	// character ('%' and '_' are plain characters). At most 255 bytes, as a scope.
+	ScopePrefix string
 }
 
 // List returns keys in (scope, key) order, without their stored responses (KeyInfo.Response
@@ -121,19 +128,24 @@ type ListOpts struct {
 // documentation. An option out of range returns an error wrapping
 // pgcoord.ErrInvalidArgument before any SQL runs.
 func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]KeyInfo, error) {
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return nil, err
 	}
 	var o ListOpts
 	if opts != nil {
 		o = *opts
 	}
-	limit, err := pgcoord.ListLimit(o.Limit)
+	limit, err := check.ListLimit(o.Limit)
 	if err != nil {
 		return nil, err
 	}
+	if o.ScopePrefix != "" {
+		if err := check.Name("prefix of an idempotency scope", o.ScopePrefix); err != nil {
+			return nil, err
+		}
+	}
 	rows, err := queries.IdempotencyList(ctx, db, dbsqlc.IdempotencyListParams{
-		AfterScope: o.AfterScope, AfterKey: o.AfterKey, InFlightOnly: o.InFlight, StuckOnly: o.Stuck, MaxRows: limit})
+		AfterScope: o.AfterScope, AfterKey: o.AfterKey, ScopePrefix: o.ScopePrefix, InFlightOnly: o.InFlight, StuckOnly: o.Stuck, MaxRows: limit})
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: list: %w", err)
 	}
@@ -153,13 +165,13 @@ func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]KeyInfo, erro
 // ErrNotFound. A bad scope or key returns an error wrapping pgcoord.ErrInvalidName before
 // any SQL runs.
 func Get(ctx context.Context, db pgcoord.DBTX, scope, key string) (KeyInfo, error) {
-	if err := pgcoord.ValidateName("idempotency scope", scope); err != nil {
+	if err := check.Name("idempotency scope", scope); err != nil {
 		return KeyInfo{}, err
 	}
 	if err := ValidateKey(key); err != nil {
 		return KeyInfo{}, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return KeyInfo{}, err
 	}
 	r, err := queries.IdempotencyGet(ctx, db, dbsqlc.IdempotencyGetParams{Scope: scope, Key: key})

@@ -30,7 +30,12 @@ func ExampleMiddleware() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"order":%d}`, id)
 	})
-	mw, err := idempotency.Middleware(pool, &idempotency.Config{Atomic: true})
+	mw, err := idempotency.Middleware(pool, &idempotency.Config{
+		Atomic: true,
+		// Keys are unique per scope: scope them by the authenticated client, so two
+		// clients that pick the same key never share a response.
+		Scope: func(r *http.Request) (string, error) { return "account:" + r.Header.Get("Account"), nil },
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -40,6 +45,7 @@ func ExampleMiddleware() {
 	post := func(key, body string) {
 		req, _ := http.NewRequest("POST", srv.URL+"/orders", strings.NewReader(body))
 		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Account", "acme") // what your authentication establishes
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			panic(err)

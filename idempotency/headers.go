@@ -1,13 +1,10 @@
 package idempotency
 
 import (
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
 // checkHeaders refuses response headers the store cannot keep, before any SQL runs: a
@@ -17,12 +14,12 @@ import (
 func checkHeaders(h http.Header) error {
 	for name, values := range h {
 		if strings.IndexByte(name, 0) >= 0 || slices.ContainsFunc(values, func(v string) bool { return strings.IndexByte(v, 0) >= 0 }) {
-			return fmt.Errorf("%w: idempotency: response header %q has a NUL byte, which the store cannot keep", pgcoord.ErrInvalidArgument, name)
+			return check.Invalid("response header %q has a NUL byte, which the store cannot keep", name)
 		}
 	}
 	if n := headersTextLen(h); n > MaxStoredHeaderBytes {
-		return fmt.Errorf("%w: %w: idempotency: the stored response headers take %d bytes, more than the maximum of %d",
-			ErrTooLarge, pgcoord.ErrInvalidArgument, n, MaxStoredHeaderBytes)
+		return check.Invalid("%w: the stored response headers take %d bytes, more than the maximum of %d",
+			ErrTooLarge, n, MaxStoredHeaderBytes)
 	}
 	return nil
 }

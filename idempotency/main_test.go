@@ -18,6 +18,13 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// testScope is the scope of every key in tests whose Config sets none: their clients are
+// one principal.
+const testScope = "http"
+
+// oneScope puts every request in testScope.
+func oneScope(*http.Request) (string, error) { return testScope, nil }
+
 // reply is an HTTP response as a test sees it.
 type reply struct {
 	status int
@@ -28,6 +35,14 @@ type reply struct {
 // serve starts a loopback HTTP server running h behind the middleware with cfg.
 func serve(t *testing.T, pool *pgxpool.Pool, cfg *idempotency.Config, h http.HandlerFunc) *httptest.Server {
 	t.Helper()
+	if cfg == nil {
+		cfg = &idempotency.Config{}
+	}
+	if cfg.Scope == nil {
+		c := *cfg
+		c.Scope = oneScope
+		cfg = &c
+	}
 	mw, err := idempotency.Middleware(pool, cfg)
 	if err != nil {
 		t.Fatal(err)

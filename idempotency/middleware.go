@@ -23,7 +23,6 @@ import (
 const (
 	DefaultHeader          = "Idempotency-Key"
 	DefaultReplayHeader    = "Idempotent-Replayed"
-	DefaultScope           = "http"
 	DefaultMaxRequestBytes = 1 << 20
 )
 
@@ -40,10 +39,11 @@ type Config struct {
 	// KeyOptional lets requests without a key pass through, unprotected. By default a
 	// request of Methods without a key is refused with MissingKeyStatus.
 	KeyOptional bool
-	// Scope returns the scope of a request's key: keys are unique per scope, so scope them
-	// by what authenticates the client (user or account id) — otherwise two clients that
-	// pick the same key would share it. An error refuses the request with 500, logged.
-	// Default: every request in DefaultScope ("http").
+	// Scope returns the scope of a request's key: keys are unique per scope. Required:
+	// scope keys by what authenticates the client (user or account id), or two clients that
+	// send the same key and body would get one stored response — the first client's. An API
+	// without authentication, whose clients are all one principal, returns a constant. An
+	// error refuses the request with 500, logged.
 	Scope func(r *http.Request) (string, error)
 	// FingerprintHeaders names request headers that belong to the fingerprint besides the
 	// method, path and body (say "Content-Type", or a tenant header).
@@ -78,11 +78,15 @@ type Config struct {
 	MissingKeyStatus, InvalidKeyStatus, MismatchStatus, InFlightStatus, ExpiredStatus, TooLargeStatus int
 	// Logger logs store failures (answered 500). Default slog.Default().
 	Logger *slog.Logger
+	// Tracer, if set, traces each request's Begin (BeginOpts.Tracer). Default nil: not
+	// traced.
+	Tracer pgcoord.Tracer
 }
 
 // Middleware returns net/http middleware that makes the wrapped handler idempotent with
 // keys stored in pool (see the package documentation for the semantics). It returns an
-// error wrapping pgcoord.ErrInvalidArgument for a nil pool or a Config field out of range.
+// error wrapping pgcoord.ErrInvalidArgument for a nil pool, a nil cfg or Config.Scope, or
+// a Config field out of range.
 //
 // The handler's response is buffered (a streaming handler gets no benefit from Flush) and
 // sent only after it is stored, so a client never sees a response that a retry could not
@@ -95,7 +99,7 @@ func Middleware(pool *pgxpool.Pool, cfg *Config) (func(http.Handler) http.Handle
 		return nil, err
 	}
 	if pool == nil {
-		return nil, fmt.Errorf("%w: idempotency: nil pool", pgcoord.ErrInvalidArgument)
+		return nil, check.Invalid("nil pool")
 	}
 	return func(next http.Handler) http.Handler {
 		return &middleware{pool: pool, c: c, next: next}
@@ -119,7 +123,7 @@ func (cfg *Config) withDefaults() (Config, error) {
 		c.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
 	if c.Scope == nil {
-		c.Scope = func(*http.Request) (string, error) { return DefaultScope, nil }
+		return c, check.Invalid("Config.Scope is required: scope keys by what authenticates the client (user or account id), so that two clients never share a stored response")
 	}
 	if c.StoreHeaders == nil {
 		c.StoreHeaders = []string{"Content-Type", "Location"}
@@ -145,20 +149,20 @@ func (cfg *Config) withDefaults() (Config, error) {
 	}
 	for _, s := range []int{c.MissingKeyStatus, c.InvalidKeyStatus, c.MismatchStatus, c.InFlightStatus, c.ExpiredStatus, c.TooLargeStatus} {
 		if s < 400 || s > 599 {
-			return c, fmt.Errorf("%w: idempotency: status %d is not an error status (400 to 599)", pgcoord.ErrInvalidArgument, s)
+			return c, check.Invalid("status %d is not an error status (400 to 599)", s)
 		}
 	}
 	if _, err := c.beginOpts().withDefaults(); err != nil {
 		return c, err
 	}
 	if c.MaxRequestBytes < 0 {
-		return c, fmt.Errorf("%w: idempotency: negative MaxRequestBytes", pgcoord.ErrInvalidArgument)
+		return c, check.Invalid("negative MaxRequestBytes")
 	}
 	return c, nil
 }
 
 func (c *Config) beginOpts() *BeginOpts {
-	return &BeginOpts{Retention: c.Retention, Wait: c.Wait, Atomic: c.Atomic, MaxResponseBytes: c.MaxResponseBytes}
+	return &BeginOpts{Retention: c.Retention, Wait: c.Wait, Atomic: c.Atomic, MaxResponseBytes: c.MaxResponseBytes, Tracer: c.Tracer}
 }
 
 type middleware struct {
@@ -188,7 +192,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	scope, err := m.c.Scope(r)
 	if err == nil {
-		err = pgcoord.ValidateName("idempotency scope", scope)
+		err = check.Name("idempotency scope", scope)
 	}
 	if err != nil {
 		m.fail(w, r, "scope", err)

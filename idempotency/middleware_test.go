@@ -157,7 +157,7 @@ func TestMiddlewareInFlight(t *testing.T) {
 	}
 	// The waiting server shares the store: its request waits for the first.
 	second := pgtest.Go(func() (reply, error) { return send(t, "POST", waiting.URL, "k", "{}"), nil })
-	awaitWaiter(t, pool, idempotency.DefaultScope, "k", second.Returned)
+	awaitWaiter(t, pool, testScope, "k", second.Returned)
 	close(release)
 	got1, _ := first.Wait(t)
 	got2, _ := second.Wait(t)
@@ -321,7 +321,7 @@ func TestMiddlewareConfig(t *testing.T) {
 	if r := sendAs("alice", "same", `{"x":1}`); r.status != http.StatusBadRequest {
 		t.Errorf("mismatch = %d, want the configured 400", r.status)
 	}
-	if _, err := idempotency.Middleware(pool, &idempotency.Config{InFlightStatus: 200}); err == nil {
+	if _, err := idempotency.Middleware(pool, &idempotency.Config{Scope: oneScope, InFlightStatus: 200}); err == nil {
 		t.Error("Middleware accepted a 200 as the in-flight status")
 	}
 	if _, err := idempotency.Middleware(nil, nil); err == nil {

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
@@ -245,10 +248,10 @@ func TestBeginRejectsBadInputBeforeSQL(t *testing.T) {
 			t.Errorf("GC %+v: %v", o, err)
 		}
 	}
-	if _, err := idempotency.Middleware(pool, &idempotency.Config{MaxResponseBytes: idempotency.MaxStoredBodyBytes + 1}); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+	if _, err := idempotency.Middleware(pool, &idempotency.Config{Scope: oneScope, MaxResponseBytes: idempotency.MaxStoredBodyBytes + 1}); !errors.Is(err, pgcoord.ErrInvalidArgument) {
 		t.Errorf("Middleware with MaxResponseBytes over the store's bound: %v", err)
 	}
-	if _, err := idempotency.Middleware(pool, &idempotency.Config{MaxResponseBytes: idempotency.MaxStoredBodyBytes}); err != nil {
+	if _, err := idempotency.Middleware(pool, &idempotency.Config{Scope: oneScope, MaxResponseBytes: idempotency.MaxStoredBodyBytes}); err != nil {
 		t.Errorf("Middleware with MaxResponseBytes at the store's bound: %v", err)
 	}
 }
@@ -335,39 +338,58 @@ func TestBeginWait(t *testing.T) {
 }
 
 // The attempt's Tx is a real pgx transaction: savepoints work, and only the writes that
-// stand when Complete commits are kept.
+// stand when Complete commits are kept. Later Atomic attempts on the same connection (whose
+// BEGIN rides with the claim) get the same: their own transaction, not the previous one's.
 func TestAtomicTxSavepoints(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := pgtest.Pool(t)
-	exec(t, pool, `CREATE TABLE notes (note text)`)
-	a, err := idempotency.Begin(ctx, pool, "tx", "k", fp, &idempotency.BeginOpts{Atomic: true})
+	cfg := pgtest.Pool(t).Config()
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx := a.Tx()
-	nested, err := tx.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec(t, nested, `INSERT INTO notes VALUES ('undone')`)
-	if err := nested.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	exec(t, tx, `INSERT INTO notes VALUES ('kept')`)
-	if err := tx.Rollback(ctx); err == nil {
-		t.Fatal("the attempt's Tx rolled back on the handler's say")
-	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM notes`); n != 0 {
-		t.Fatalf("%d notes visible before Complete", n)
-	}
-	if err := a.Complete(ctx, idempotency.Response{Status: 200}); err != nil {
-		t.Fatal(err)
-	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM notes WHERE note = 'kept'`); n != 1 || queryInt(t, pool, `SELECT count(*) FROM notes`) != 1 {
-		t.Fatal("want exactly the note written outside the rolled-back savepoint")
-	}
-	if a.Tx() != nil {
-		t.Error("Tx after Complete is not nil")
+	t.Cleanup(pool.Close)
+	exec(t, pool, `CREATE TABLE notes (attempt int, note text)`)
+	for i, complete := range []bool{true, false, true} {
+		a, err := idempotency.Begin(ctx, pool, "tx", fmt.Sprint("k", i), fp, &idempotency.BeginOpts{Atomic: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx := a.Tx()
+		nested, err := tx.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec(t, nested, `INSERT INTO notes VALUES ($1, 'undone')`, i)
+		if err := nested.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		exec(t, tx, `INSERT INTO notes VALUES ($1, 'kept')`, i)
+		if err := tx.Rollback(ctx); err == nil {
+			t.Fatal("the attempt's Tx rolled back on the handler's say")
+		}
+		if err := tx.Commit(ctx); err == nil {
+			t.Fatal("the attempt's Tx committed on the handler's say")
+		}
+		if !complete {
+			a.Close(ctx)
+		} else if err := a.Complete(ctx, idempotency.Response{Status: 200}); err != nil {
+			t.Fatal(err)
+		}
+		if a.Tx() != nil {
+			t.Errorf("attempt %d: Tx after it ended is not nil", i)
+		}
+		var notes []string
+		if err := pool.QueryRow(ctx, `SELECT coalesce(array_agg(attempt || ':' || note ORDER BY attempt), '{}') FROM notes`).Scan(&notes); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"0:kept"}
+		if i == 2 {
+			want = append(want, "2:kept")
+		}
+		if !slices.Equal(notes, want) {
+			t.Fatalf("after attempt %d (completed: %v) the notes are %q, want %q", i, complete, notes, want)
+		}
 	}
 }

@@ -37,6 +37,9 @@ import (
 
 const idemRole = "idempotency.server"
 
+// idemScope is the scope of the workers' keys: the clients are one principal.
+const idemScope = "http"
+
 func init() { workerRoles[idemRole] = idempotencyServer }
 
 const idemSchema = `
@@ -92,7 +95,8 @@ func idempotencyServer(ctx context.Context, w *workerproc.Worker) error {
 		rw.WriteHeader(http.StatusCreated)
 		_ = json.NewEncoder(rw).Encode(result)
 	}
-	mw, err := idempotency.Middleware(pool, &idempotency.Config{Atomic: mode == "atomic"})
+	mw, err := idempotency.Middleware(pool, &idempotency.Config{Atomic: mode == "atomic",
+		Scope: func(*http.Request) (string, error) { return idemScope, nil }})
 	if err != nil {
 		return err
 	}
@@ -135,14 +139,7 @@ func TestIdempotencyKeyRecoveredAfterSIGKILL(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			pool := pgtest.Pool(t)
-			var schema string
-			if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := pool.Exec(ctx, idemSchema); err != nil {
-				t.Fatal(err)
-			}
+			pool, schema := workerDB(t, idemSchema)
 			start := func(name, hang string) (*workerproc.Proc, string) {
 				p, err := startWorker(t, name, idemRole, pgtest.URL(t), schema, map[string]string{"MODE": mode, "HANG": hang})
 				if err != nil {
@@ -209,7 +206,7 @@ func TestIdempotencyKeyRecoveredAfterSIGKILL(t *testing.T) {
 					t.Errorf("retry answered %v; want charge %s resumed by attempt 2", got, want)
 				}
 				err = pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE provider_key <> $1) FROM idem_charges`,
-					idempotency.DerivedKey(idempotency.DefaultScope, key, "charge")).Scan(&effects, &others)
+					idempotency.DerivedKey(idemScope, key, "charge")).Scan(&effects, &others)
 			case "atomic":
 				// The killed attempt's order rolled back; the retry's committed.
 				if got["pid"] != float64(second.Pid()) {

@@ -59,7 +59,7 @@ func TestMigrateRoundTripOnFreshServer(t *testing.T) {
 		}
 		step(cli.ExitOK, "migrate", "up")
 		step(cli.ExitOK, "migrate", "status", "--check")
-		step(cli.ExitOK, "migrate", "down", "--all")
+		step(cli.ExitOK, "migrate", "down", "--all", "--yes")
 		step(cli.ExitCheck, "migrate", "status", "--check")
 		step(cli.ExitOK, "migrate", "up")
 		out := step(cli.ExitOK, "migrate", "status", "--check")

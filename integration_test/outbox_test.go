@@ -177,15 +177,8 @@ func outboxRelay(ctx context.Context, w *workerproc.Worker) error {
 func TestOutboxWithRealProcessesKillsAndPauses(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := pgtest.Pool(t)
+	pool, schema := workerDB(t, obSchema)
 	url := pgtest.URL(t)
-	var schema string
-	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, obSchema); err != nil {
-		t.Fatal(err)
-	}
 	// The poison message heads its key, with two messages behind it.
 	var poisonKey []int64
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

@@ -176,14 +176,7 @@ type semStrandKill struct {
 func TestSemaphoreWorkersKilledAtEveryPointStrandNoJob(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := pgtest.Pool(t)
-	var schema string
-	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, semStrandSchema); err != nil {
-		t.Fatal(err)
-	}
+	pool, schema := workerDB(t, semStrandSchema)
 	var tenants []string
 	for i := range semStrandTenants {
 		tenant := fmt.Sprintf("tenant-%d", i)

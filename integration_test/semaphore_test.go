@@ -3,8 +3,6 @@
 package integration_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -15,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
@@ -65,8 +62,6 @@ const (
 
 var semKeys = []string{"tenant-a", "tenant-b"}
 
-func init() { workerRoles[semRole] = semaphoreWorker }
-
 // semSchema is the test's own tables and the audit trigger, in the test's schema.
 const semSchema = `
 CREATE TABLE sem_history (
@@ -111,160 +106,6 @@ $$;
 CREATE TRIGGER sem_audit AFTER INSERT OR UPDATE OR DELETE ON pgcoord_semaphore_permits
 	FOR EACH ROW EXECUTE FUNCTION sem_audit();
 `
-
-// semaphoreWorker loops taking, holding and releasing permits of semKeys until told "quit"
-// on stdin (or stdin closes). Parameters: NAME (its name; its holders are NAME/1, NAME/2,
-// ...), SEED.
-//
-// It says:
-//   - "ready" once it runs;
-//   - "acquired <key> <token>" when a permit and its record committed;
-//   - "released <key> <token>" when the release and its record committed;
-//   - "lost <key> <token>" when a renewal or release found the permit gone;
-//   - "bye" when it stops after "quit", holding nothing.
-func semaphoreWorker(ctx context.Context, w *workerproc.Worker) error {
-	name := w.Param("NAME")
-	seed, err := strconv.ParseUint(w.Param("SEED"), 10, 64)
-	if err != nil {
-		return err
-	}
-	rng := rand.New(rand.NewPCG(seed, 7))
-	quit := make(chan struct{})
-	go func() {
-		defer close(quit)
-		for {
-			if cmd, err := w.Next(); err != nil || cmd == "quit" {
-				return
-			}
-		}
-	}()
-	w.Say("ready")
-	for n := 1; ; n++ {
-		select {
-		case <-quit:
-			w.Say("bye")
-			return nil
-		default:
-		}
-		holder := fmt.Sprintf("%s/%d", name, n)
-		p, ok, err := semTake(ctx, w.Pool, holder, rng)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			continue
-		}
-		w.Say("acquired %s %d", p.Key, p.Token)
-		if err := semHold(ctx, w, p, time.Duration(rng.Int64N(int64(2*semTTL))), quit); err != nil {
-			return err
-		}
-	}
-}
-
-// semTake takes a permit of one of semKeys and records it, or reports that it got none
-// this time.
-func semTake(ctx context.Context, pool *pgxpool.Pool, holder string, rng *rand.Rand) (semaphore.Permit, bool, error) {
-	opts := &semaphore.AcquireOpts{Holder: holder, PollInterval: 100 * time.Millisecond}
-	order := rng.Perm(len(semKeys))
-	for _, i := range order {
-		var p semaphore.Permit
-		granted := false
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			var err error
-			p, err = semaphore.TryAcquire(ctx, tx, semKeys[i], semLimit, semTTL, opts)
-			if errors.Is(err, semaphore.ErrFull) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			granted = true
-			return semRecord(ctx, tx, p)
-		})
-		if err != nil || granted {
-			return p, granted, err
-		}
-	}
-	// Both full: wait in line for one, at most a TTL, then look at both again.
-	actx, cancel := context.WithTimeout(ctx, semTTL)
-	defer cancel()
-	p, err := semaphore.Acquire(actx, pool, semKeys[order[0]], semLimit, semTTL, opts)
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		return p, false, nil
-	}
-	if err != nil {
-		return p, false, err
-	}
-	// Record it with a renewal, which also proves it is still held.
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		r, err := semaphore.Renew(ctx, tx, p, semTTL, nil)
-		if err != nil {
-			return err
-		}
-		p = r
-		return semRecord(ctx, tx, p)
-	})
-	if errors.Is(err, semaphore.ErrLost) {
-		return p, false, nil
-	}
-	return p, err == nil, err
-}
-
-func semRecord(ctx context.Context, tx pgx.Tx, p semaphore.Permit) error {
-	worker, _, _ := strings.Cut(p.Holder, "/")
-	_, err := tx.Exec(ctx, `INSERT INTO sem_history (key, token, holder, worker, started_at, expires_at)
-		VALUES ($1, $2, $3, $4, clock_timestamp(), $5)`, p.Key, p.Token, p.Holder, worker, p.ExpiresAt)
-	return err
-}
-
-// semHold works for d, renewing every third of the TTL, then releases. Each renewal and the
-// release commit with their record.
-func semHold(ctx context.Context, w *workerproc.Worker, p semaphore.Permit, d time.Duration, quit <-chan struct{}) error {
-	done := time.After(d)
-	tick := time.NewTicker(semTTL / 3)
-	defer tick.Stop()
-	for {
-		select {
-		case <-done:
-		case <-quit:
-		case <-tick.C:
-			err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-				r, err := semaphore.Renew(ctx, tx, p, semTTL, nil)
-				if err != nil {
-					return err
-				}
-				p = r
-				_, err = tx.Exec(ctx, `UPDATE sem_history SET expires_at = $3 WHERE key = $1 AND token = $2`, p.Key, p.Token, p.ExpiresAt)
-				return err
-			})
-			if errors.Is(err, semaphore.ErrLost) {
-				w.Say("lost %s %d", p.Key, p.Token)
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			continue
-		}
-		break
-	}
-	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-		if err := semaphore.Release(ctx, tx, p); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `UPDATE sem_history SET ended_at = clock_timestamp() WHERE key = $1 AND token = $2`, p.Key, p.Token)
-		return err
-	})
-	switch {
-	case errors.Is(err, semaphore.ErrLost):
-		w.Say("lost %s %d", p.Key, p.Token)
-		return nil
-	case err != nil:
-		return err
-	}
-	w.Say("released %s %d", p.Key, p.Token)
-	return nil
-}
 
 // semRig is the test's view of the worker processes.
 type semRig struct {
@@ -330,35 +171,11 @@ func (r *semRig) victim(rng *rand.Rand) string {
 	return names[rng.IntN(len(names))]
 }
 
-// auditRow is one permit's life as the database recorded it.
-type auditRow struct {
-	key, holder           string
-	token                 int64
-	inserted, expires     time.Time
-	deleted               *time.Time
-	reclaimed             bool // deleted as expired, by an admission attempt
-	worker                string
-	recorded, releasedRec bool // in the worker's history; released there
-}
-
-func (a auditRow) end() time.Time {
-	if a.deleted != nil && a.deleted.Before(a.expires) {
-		return *a.deleted
-	}
-	return a.expires
-}
-
 func TestSemaphoreWithRealProcessesAndKills(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := pgtest.Pool(t)
-	r := &semRig{t: t, pool: pool, url: pgtest.URL(t), procs: map[string]*workerproc.Proc{}, holding: map[string]string{}, killed: map[string]bool{}}
-	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&r.schema); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, semSchema); err != nil {
-		t.Fatal(err)
-	}
+	pool, schema := workerDB(t, semSchema)
+	r := &semRig{t: t, pool: pool, url: pgtest.URL(t), schema: schema, procs: map[string]*workerproc.Proc{}, holding: map[string]string{}, killed: map[string]bool{}}
 	for range semWorkers {
 		r.start()
 	}
@@ -443,116 +260,4 @@ func TestSemaphoreWithRealProcessesAndKills(t *testing.T) {
 	}
 
 	checkSemaphoreHistory(t, r, quitAt, kills)
-}
-
-func checkSemaphoreHistory(t *testing.T, r *semRig, quitAt time.Time, kills int) {
-	t.Helper()
-	ctx := t.Context()
-	rows, err := r.pool.Query(ctx, `
-		SELECT a.key, a.holder, a.token, a.inserted_at, a.expires_at, a.deleted_at, coalesce(a.reclaimed, false),
-		       coalesce(h.worker, ''), h.key IS NOT NULL, h.ended_at IS NOT NULL,
-		       h.key IS NULL OR (h.holder = a.holder AND h.started_at >= a.inserted_at)
-		  FROM sem_audit a LEFT JOIN sem_history h USING (key, token)
-		 ORDER BY a.key, a.token`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var audit []auditRow
-	for rows.Next() {
-		var a auditRow
-		var consistent bool
-		if err := rows.Scan(&a.key, &a.holder, &a.token, &a.inserted, &a.expires, &a.deleted, &a.reclaimed, &a.worker, &a.recorded, &a.releasedRec, &consistent); err != nil {
-			t.Fatal(err)
-		}
-		if !consistent {
-			t.Errorf("%s token %d: the worker's record disagrees with the audit (holder %s)", a.key, a.token, a.holder)
-		}
-		audit = append(audit, a)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	var orphans int
-	if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM sem_history h WHERE NOT EXISTS (SELECT FROM sem_audit a WHERE a.key = h.key AND a.token = h.token)`).Scan(&orphans); err != nil {
-		t.Fatal(err)
-	}
-	if orphans > 0 {
-		t.Errorf("%d permits in the workers' history were never granted", orphans)
-	}
-
-	byKey := map[string][]auditRow{}
-	for _, a := range audit {
-		byKey[a.key] = append(byKey[a.key], a)
-	}
-	var deadPermits, promptlyChecked int
-	var worstLag time.Duration
-	for _, k := range semKeys {
-		as := byKey[k]
-		// Tokens increase in admission order.
-		for i := 1; i < len(as); i++ {
-			if as[i].inserted.Before(as[i-1].inserted) {
-				t.Errorf("%s: token %d admitted at %v, before token %d at %v", k, as[i].token, as[i].inserted, as[i-1].token, as[i-1].inserted)
-			}
-		}
-		// At most semLimit live at any instant.
-		type event struct {
-			at    time.Time
-			delta int
-		}
-		var evs []event
-		for _, a := range as {
-			evs = append(evs, event{a.inserted, +1}, event{a.end(), -1})
-		}
-		slices.SortFunc(evs, func(x, y event) int {
-			if c := x.at.Compare(y.at); c != 0 {
-				return c
-			}
-			return x.delta - y.delta
-		})
-		live, most := 0, 0
-		for _, e := range evs {
-			live += e.delta
-			if live > semLimit {
-				t.Errorf("%s: %d permits live at %v, limit %d", k, live, e.at, semLimit)
-			}
-			most = max(most, live)
-		}
-		if most < semLimit {
-			t.Errorf("%s: never reached its limit: the run did not contend", k)
-		}
-		// Every permit of a killed worker that it had not released came back after its
-		// TTL: deleted after its expiry, as expired, by another worker's admission attempt.
-		for _, a := range as {
-			worker, _, _ := strings.Cut(a.holder, "/")
-			if !r.killed[worker] || a.releasedRec {
-				continue
-			}
-			deadPermits++
-			if a.deleted != nil && !a.reclaimed {
-				t.Errorf("%s token %d of killed worker %s was deleted while live, though it never released it", k, a.token, worker)
-				continue
-			}
-			if a.deleted == nil {
-				t.Errorf("%s token %d of killed worker %s was never reclaimed", k, a.token, worker)
-				continue
-			}
-			if a.deleted.Before(a.expires) {
-				t.Errorf("%s token %d of killed worker %s was reclaimed at %v, before it expired at %v", k, a.token, worker, *a.deleted, a.expires)
-			}
-			if a.expires.Before(quitAt.Add(-semReclaimBound)) {
-				promptlyChecked++
-				lag := a.deleted.Sub(a.expires)
-				worstLag = max(worstLag, lag)
-				if lag > semReclaimBound {
-					t.Errorf("%s token %d of killed worker %s: its slot came back %v after it expired, more than %v", k, a.token, worker, lag, semReclaimBound)
-				}
-			}
-		}
-		t.Logf("%s: %d permits, at most %d live at once", k, len(as), most)
-	}
-	t.Logf("%d kills; %d permits that killed workers never released, all reclaimed after their expiry (%d while workers ran, the slowest %v after expiry)",
-		kills, deadPermits, promptlyChecked, worstLag)
-	if deadPermits < 3 {
-		t.Errorf("only %d permits of killed workers: the test proves little about reclaim", deadPermits)
-	}
 }

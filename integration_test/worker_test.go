@@ -5,6 +5,8 @@ package integration_test
 import (
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/internal/workerproc"
 )
@@ -35,4 +37,20 @@ func startWorker(t testing.TB, name, role, url, schema string, params map[string
 		}
 	})
 	return p, nil
+}
+
+// workerDB returns a pool on a fresh test schema, pgcoord migrated, and the schema's name
+// for startWorker, after creating in it what the test's workers use (ddl: their tables and
+// triggers).
+func workerDB(t *testing.T, ddl string) (*pgxpool.Pool, string) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	var schema string
+	if err := pool.QueryRow(t.Context(), "SELECT current_schema()").Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), ddl); err != nil {
+		t.Fatal(err)
+	}
+	return pool, schema
 }

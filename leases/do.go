@@ -10,10 +10,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgcoord/pgcoord/pgcoord"
+	"github.com/pgcoord/pgcoord/internal/tracing"
 )
 
-// Metrics counts what keep-alive loops (Do) saw. Read the fields with Load.
+// Metrics counts what keep-alive loops (Do, Elector) saw. Its zero value is ready to use:
+// create one with &Metrics{}, pass it to the loops it should count (DoOpts.Metrics,
+// ElectorConfig.Metrics: a loop without one is not counted), and read the fields with Load
+// or export them with package metrics (metrics.Opts.Leases).
 type Metrics struct {
 	// Renewals counts successful renewals.
 	Renewals atomic.Int64
@@ -29,9 +32,6 @@ type Metrics struct {
 	Lost atomic.Int64
 }
 
-// DefaultMetrics is where Do counts when DoOpts.Metrics is nil.
-var DefaultMetrics = &Metrics{}
-
 // DoOpts are the options of Do. A nil *DoOpts means the defaults.
 type DoOpts struct {
 	// AcquireOpts are used to acquire the lease, as by Acquire.
@@ -41,7 +41,7 @@ type DoOpts struct {
 	// Logger receives warnings about failed renewals, near misses and lost leases.
 	// Default slog.Default().
 	Logger *slog.Logger
-	// Metrics receives the counts. Default DefaultMetrics.
+	// Metrics, if set, receives the counts (see Metrics). Default nil: not counted.
 	Metrics *Metrics
 }
 
@@ -62,13 +62,13 @@ type DoOpts struct {
 //     from its own cancellation;
 //   - otherwise fn's error, if fn failed;
 //   - otherwise the error of acquiring or releasing, or nil.
-func Do(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Duration, fn func(ctx context.Context, lease Lease) error, opts *DoOpts) error {
+func Do(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Duration, fn func(ctx context.Context, lease Lease) error, opts *DoOpts) (err error) {
 	var o DoOpts
 	if opts != nil {
 		o = *opts
 	}
 	if fn == nil {
-		return fmt.Errorf("%w: leases: nil function", pgcoord.ErrInvalidArgument)
+		return check.Invalid("nil function")
 	}
 	if err := validate(name, ttl); err != nil {
 		return err
@@ -77,21 +77,33 @@ func Do(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Duration,
 		o.RenewEvery = ttl / 3
 	}
 	if o.RenewEvery <= 0 || o.RenewEvery >= ttl {
-		return fmt.Errorf("%w: leases: renew interval %v must be between 0 and the TTL %v", pgcoord.ErrInvalidArgument, o.RenewEvery, ttl)
+		return check.Invalid("renew interval %v must be between 0 and the TTL %v", o.RenewEvery, ttl)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	if o.Metrics == nil {
-		o.Metrics = DefaultMetrics
+		o.Metrics = &Metrics{} // counts nobody reads
+	}
+	var span tracing.Span
+	if o.Tracer != nil {
+		ctx, span = tracing.Start(ctx, o.Tracer, tracing.LeaseDo, tracing.Str(tracing.AttrLease, name))
+		defer func() { span.End(err) }()
 	}
 	lease, err := Acquire(ctx, pool, name, ttl, &o.AcquireOpts)
 	if err != nil {
 		return err
 	}
+	if span.On() {
+		span.Set(tracing.Str(tracing.AttrHolder, lease.Holder), tracing.Int(tracing.AttrToken, lease.Token))
+	}
 
 	fnCtx, cancel := context.WithCancelCause(ctx)
-	k := keeper{pool: pool, ttl: ttl, opts: &o, cancel: cancel, stop: make(chan struct{}), done: make(chan Lease)}
+	k := keeper{pool: pool, ttl: ttl, opts: &o, cancel: cancel, stop: make(chan struct{}), done: make(chan Lease),
+		spanCtx: context.Background()}
+	if span.On() {
+		k.span, k.spanCtx = span, context.WithoutCancel(ctx)
+	}
 	go k.run(lease)
 	fnErr := fn(fnCtx, lease)
 	close(k.stop)
@@ -107,6 +119,7 @@ func Do(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Duration,
 	case errors.Is(relErr, ErrLost):
 		o.Metrics.Lost.Add(1)
 		lost = fmt.Errorf("%w: %q was no longer held when fn returned", ErrLost, name)
+		k.traceLoss(current, lost)
 	case fnErr != nil:
 		return fnErr
 	default:
@@ -133,6 +146,10 @@ type keeper struct {
 	cancel context.CancelCauseFunc
 	stop   chan struct{}
 	done   chan Lease // receives the last grant when run returns
+	// span is Do's span, and spanCtx a context carrying it (without cancellation) for the
+	// renewals' spans: zero without a Tracer.
+	span    tracing.Span
+	spanCtx context.Context
 }
 
 func (k *keeper) run(l Lease) {
@@ -147,16 +164,16 @@ func (k *keeper) run(l Lease) {
 		case <-k.stop:
 			return
 		case <-trust.C:
-			k.lose(log, fmt.Errorf("%w: %q: trust deadline passed without a successful renewal", ErrLost, l.Name))
+			k.lose(log, l, fmt.Errorf("%w: %q: trust deadline passed without a successful renewal", ErrLost, l.Name))
 			return
 		case <-renew.C:
 		}
-		rctx, cancel := context.WithDeadline(context.Background(), l.TrustUntil)
-		next, err := Renew(rctx, k.pool, l, k.ttl, &RenewOpts{AsyncCommit: true, SafetyMargin: k.opts.SafetyMargin})
+		rctx, cancel := context.WithDeadline(k.spanCtx, l.TrustUntil)
+		next, err := Renew(rctx, k.pool, l, k.ttl, &RenewOpts{AsyncCommit: true, SafetyMargin: k.opts.SafetyMargin, Tracer: k.opts.Tracer})
 		cancel()
 		switch {
 		case errors.Is(err, ErrLost):
-			k.lose(log, err)
+			k.lose(log, l, err)
 			return
 		case err != nil:
 			k.opts.Metrics.RenewErrors.Add(1)
@@ -175,8 +192,16 @@ func (k *keeper) run(l Lease) {
 	}
 }
 
-func (k *keeper) lose(log *slog.Logger, cause error) {
+func (k *keeper) lose(log *slog.Logger, l Lease, cause error) {
 	k.opts.Metrics.Lost.Add(1)
+	k.traceLoss(l, cause)
 	log.Warn("pgcoord: lease lost; cancelling its function", "err", cause)
 	k.cancel(cause)
+}
+
+// traceLoss records the loss of the grant l on Do's span, if traced.
+func (k *keeper) traceLoss(l Lease, cause error) {
+	if k.span.On() {
+		k.span.Event(tracing.EventLeaseLost, tracing.Int(tracing.AttrToken, l.Token), tracing.Str(tracing.AttrCause, cause.Error()))
+	}
 }

@@ -67,9 +67,10 @@
 //     look at its context.
 //   - A holder that crashes without releasing blocks the name until its grant expires.
 //     Keep TTLs short and renew (Do does).
-//   - Behind a transaction-mode pooler (PgBouncer), notifications do not arrive: set
-//     AcquireOpts.NoListen, and Acquire polls (every PollInterval, and at the expiry of
-//     the current grant).
+//   - Behind a transaction-mode pooler (PgBouncer), notifications do not arrive: the
+//     pool's first wait finds the pooler (the server's process id is not the one the
+//     connection was given) and Acquire polls, every PollInterval and at the expiry of
+//     the current grant, without LISTENing through the pooler.
 //   - The first waiter of a pool takes one connection out of the pool for the shared
 //     LISTEN, and the pool no longer counts it against MaxConns: the server sees one
 //     connection more than MaxConns while anyone waits. It is closed a few seconds after

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/listen"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -31,7 +32,7 @@ type ElectorConfig struct {
 	// Default DefaultElectorTTL.
 	TTL time.Duration
 	// Holder identifies this candidate: the lease's holder while it leads, and what other
-	// candidates' OnNewLeader receive. Default: pgcoord.NewHolderID(), fixed for the Elector's life.
+	// candidates' OnNewLeader receive. Default: a new "host/pid/random" identity, fixed for the Elector's life.
 	// Two Electors with the same Holder are one candidate to pgcoord and share leadership:
 	// never give two processes the same Holder.
 	Holder string
@@ -56,9 +57,9 @@ type ElectorConfig struct {
 	// max(Cooldown, PollInterval), doubling with each consecutive error up to 30s.
 	// Default PollInterval; a negative value means no wait.
 	Cooldown time.Duration
-	// NoListen makes campaigning poll only, without LISTEN: for connections through a
-	// transaction-mode pooler, where notifications are not delivered. Failover after a
-	// resignation then takes up to PollInterval instead of a few milliseconds.
+	// NoListen makes campaigning poll only, without LISTEN, as it does on its own behind a
+	// transaction-mode pooler (see AcquireOpts.NoListen). Failover after a resignation
+	// then takes up to PollInterval instead of a few milliseconds.
 	NoListen bool
 	// SyncCommit is the synchronous_commit level of each grant of leadership, as
 	// AcquireOpts.SyncCommit: set it (e.g. "on") so that a leader elected before a
@@ -91,9 +92,12 @@ type ElectorConfig struct {
 	// Logger receives the elector's events: elected, lost, resigned, errors. Default
 	// slog.Default().
 	Logger *slog.Logger
-	// Metrics receives the counts of the keep-alive loop (see Do). Default
-	// DefaultMetrics.
+	// Metrics, if set, receives the counts of the keep-alive loop (see Do). Default nil:
+	// not counted.
 	Metrics *Metrics
+	// Tracer, if set, traces each term as Do does (DoOpts.Tracer). Default nil: not
+	// traced.
+	Tracer pgcoord.Tracer
 }
 
 // Elector runs a leader election on a lease: among all Electors campaigning for one name,
@@ -140,10 +144,10 @@ type term struct {
 // pool's one shared LISTEN connection (see Acquire).
 func NewElector(pool *pgxpool.Pool, cfg *ElectorConfig) (*Elector, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: leases: nil pool", pgcoord.ErrInvalidArgument)
+		return nil, check.Invalid("nil pool")
 	}
 	if cfg == nil {
-		return nil, fmt.Errorf("%w: leases: nil elector config", pgcoord.ErrInvalidArgument)
+		return nil, check.Invalid("nil elector config")
 	}
 	c := *cfg
 	if c.TTL == 0 {
@@ -153,30 +157,30 @@ func NewElector(pool *pgxpool.Pool, cfg *ElectorConfig) (*Elector, error) {
 		return nil, err
 	}
 	if c.Holder == "" {
-		c.Holder = pgcoord.NewHolderID()
-	} else if err := pgcoord.ValidateName("holder", c.Holder); err != nil {
+		c.Holder = base.NewHolderID()
+	} else if err := check.Name("holder", c.Holder); err != nil {
 		return nil, err
 	}
-	if err := pgcoord.CheckSyncCommit(c.SyncCommit); err != nil {
-		return nil, fmt.Errorf("leases: %w", err)
+	if err := check.SyncCommit(c.SyncCommit); err != nil {
+		return nil, err
 	}
 	if c.SafetyMargin == 0 {
 		c.SafetyMargin = c.TTL / 10
 	}
 	if c.SafetyMargin < 0 || c.SafetyMargin >= c.TTL {
-		return nil, fmt.Errorf("%w: leases: safety margin %v must be between 0 and the TTL %v", pgcoord.ErrInvalidArgument, c.SafetyMargin, c.TTL)
+		return nil, check.Invalid("safety margin %v must be between 0 and the TTL %v", c.SafetyMargin, c.TTL)
 	}
 	if c.RenewEvery == 0 {
 		c.RenewEvery = c.TTL / 3
 	}
 	if c.RenewEvery <= 0 || c.RenewEvery >= c.TTL-c.SafetyMargin {
-		return nil, fmt.Errorf("%w: leases: renew interval %v must be between 0 and TTL − safety margin (%v)", pgcoord.ErrInvalidArgument, c.RenewEvery, c.TTL-c.SafetyMargin)
+		return nil, check.Invalid("renew interval %v must be between 0 and TTL − safety margin (%v)", c.RenewEvery, c.TTL-c.SafetyMargin)
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = time.Second
 	}
 	if c.PollInterval < 0 {
-		return nil, fmt.Errorf("%w: leases: negative poll interval %v", pgcoord.ErrInvalidArgument, c.PollInterval)
+		return nil, check.Invalid("negative poll interval %v", c.PollInterval)
 	}
 	if c.Cooldown == 0 {
 		c.Cooldown = c.PollInterval
@@ -227,6 +231,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		AcquireOpts: AcquireOpts{
 			Holder: e.cfg.Holder, Metadata: e.cfg.Metadata, SafetyMargin: e.cfg.SafetyMargin,
 			PollInterval: e.cfg.PollInterval, NoListen: e.cfg.NoListen, SyncCommit: e.cfg.SyncCommit,
+			Tracer: e.cfg.Tracer,
 		},
 		RenewEvery: e.cfg.RenewEvery,
 		Logger:     e.cfg.Logger,
@@ -297,147 +302,6 @@ func (e *Elector) lead(fnCtx context.Context, l Lease) {
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		e.log.Info("pgcoord: stopped leading", "token", l.Token, "cause", cause)
 	}
-}
-
-// IsLeader reports whether this candidate leads now: it holds a grant of the lease, that
-// grant has not been found lost, and its trust deadline has not passed by the local
-// monotonic clock. It turns false as soon as the term's context is cancelled (before
-// OnStartedLeading returns), or when OnStartedLeading returns.
-//
-// The trust deadline is the grant's Lease.TrustUntil, moved forward each time the leader
-// reads its lease back (at least every RenewEvery) and finds it renewed, computed like a
-// renewal's: never later than the database's expiry minus SafetyMargin. When renewals
-// fail, IsLeader therefore turns false at that deadline, possibly a little before the
-// keep-alive gives up the term; should a renewal get through in that gap, IsLeader
-// reports true again.
-//
-// It is a local judgement: a leader paused right after IsLeader returned true may act
-// after it was deposed, so fence its writes with the lease's token.
-func (e *Elector) IsLeader() bool {
-	_, ok := e.Leader()
-	return ok
-}
-
-// Leader returns the grant this candidate leads with, and true, when IsLeader would
-// report true; otherwise a zero Lease and false. The grant's ExpiresAt and TrustUntil
-// reflect the latest renewal the leader has observed; its Token is the one to fence writes
-// with.
-func (e *Elector) Leader() (Lease, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	t := e.term
-	if t == nil || t.ctx.Err() != nil || !t.lease.Trusted() {
-		return Lease{}, false
-	}
-	return t.lease, true
-}
-
-// ObservedLeader returns the holder this candidate last saw leading (itself included), or
-// "" if it has seen none yet. It may be stale by up to PollInterval.
-func (e *Elector) ObservedLeader() string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.seenHolder
-}
-
-// report records that holder leads with token and calls OnNewLeader if the leader changed.
-// Observations older than the last reported one (lower token) are dropped.
-func (e *Elector) report(holder string, token int64) {
-	e.cbMu.Lock()
-	defer e.cbMu.Unlock()
-	e.mu.Lock()
-	if token < e.seenToken {
-		e.mu.Unlock()
-		return
-	}
-	e.seenToken = token
-	changed := holder != e.seenHolder
-	e.seenHolder = holder
-	e.mu.Unlock()
-	if changed && e.cfg.OnNewLeader != nil {
-		e.cfg.OnNewLeader(holder)
-	}
-}
-
-// poke makes the observer read the lease now.
-func (e *Elector) poke() {
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
-}
-
-// observe reads the lease every PollInterval while following, and at least every
-// RenewEvery while leading, until ctx ends.
-func (e *Elector) observe(ctx context.Context) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	failures := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		case <-e.wake:
-			timer.Stop()
-		}
-		if err := e.poll(ctx); err != nil && ctx.Err() == nil {
-			failures++
-			if failures == 1 || failures%10 == 0 {
-				e.log.Warn("pgcoord: reading the leader lease failed", "err", err, "failures", failures)
-			}
-		} else {
-			failures = 0
-		}
-		every := e.cfg.PollInterval
-		e.mu.Lock()
-		if e.term != nil {
-			every = min(every, e.cfg.RenewEvery)
-		}
-		e.mu.Unlock()
-		timer.Reset(listen.Jitter(every))
-	}
-}
-
-// poll reads the lease once: it reports the leader it finds, and while leading refreshes
-// the term's trust deadline from the expiry the database reports, or ends the term if the
-// grant is no longer current.
-func (e *Elector) poll(ctx context.Context) error {
-	e.mu.Lock()
-	t := e.term
-	e.mu.Unlock()
-	rctx, cancel := context.WithTimeout(ctx, max(e.cfg.PollInterval, e.cfg.RenewEvery))
-	defer cancel()
-	start := time.Now()
-	info, err := Get(rctx, e.pool, e.cfg.Name)
-	if errors.Is(err, ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if info.Held() {
-		e.report(info.Holder, info.Token)
-	}
-	if t == nil {
-		return nil
-	}
-	// t was current before the read started, so the read sees t's grant or a later state.
-	if info.Held() && info.Token == t.lease.Token && info.Holder == t.lease.Holder {
-		// The same computation as for a renewal's reply: the grant lasts at least the
-		// remaining TTL the database reports, counted from before the request was sent.
-		trust := start.Add(info.ExpiresAt.Sub(info.DBNow) - e.cfg.SafetyMargin)
-		e.mu.Lock()
-		if trust.After(t.lease.TrustUntil) {
-			t.lease.TrustUntil = trust
-			t.lease.ExpiresAt = info.ExpiresAt
-		}
-		e.mu.Unlock()
-		return nil
-	}
-	t.cancel(fmt.Errorf("%w: %q token %d is no longer current (the lease has token %d, holder %q)",
-		ErrLost, e.cfg.Name, t.lease.Token, info.Token, info.Holder))
-	return nil
 }
 
 // sleepCtx waits d or until ctx ends, and reports whether ctx is still live.

@@ -42,3 +42,49 @@ func ExampleElector() {
 	// Run returned <nil>
 	// IsLeader: false
 }
+
+// Two replicas campaign for one role; when the leader shuts down, it resigns and the
+// other takes over at once, with a higher fence token.
+func ExampleNewElector() {
+	pool := pgtest.ExamplePool()
+
+	type term struct {
+		replica string
+		token   int64
+	}
+	terms := make(chan term)
+	candidate := func(replica string) *leases.Elector {
+		e, err := leases.NewElector(pool, &leases.ElectorConfig{
+			Name: "billing-leader",
+			OnStartedLeading: func(ctx context.Context, lease leases.Lease) {
+				terms <- term{replica, lease.Token}
+				<-ctx.Done() // lead until shutdown or until leadership is lost
+			},
+			Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			panic(err)
+		}
+		return e
+	}
+	run := func(e *leases.Elector) (shutdown func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- e.Run(ctx) }()
+		return func() { cancel(); <-done }
+	}
+
+	a, b := candidate("a"), candidate("b")
+	stopA := run(a)
+	fmt.Println("leader:", <-terms)
+	stopB := run(b) // b waits: a leads
+	fmt.Println("b leads:", b.IsLeader())
+
+	stopA() // a shuts down, releasing the lease
+	fmt.Println("leader:", <-terms)
+	stopB()
+	// Output:
+	// leader: {a 1}
+	// b leads: false
+	// leader: {b 2}
+}

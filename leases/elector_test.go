@@ -4,250 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
-
-// electorTerm is one term of leadership as the leader's callbacks saw it.
-type electorTerm struct {
-	holder     string
-	token      int64
-	start, end time.Time // local clock: OnStartedLeading entered; its context ended or it quit
-	cause      error     // context.Cause of the term's context when it ended (nil if it quit)
-}
-
-// electorCandidate is one Elector of a test, run in a goroutine, with everything its
-// callbacks saw.
-type electorCandidate struct {
-	*leases.Elector
-	t    *testing.T
-	quit chan struct{} // a value makes the current OnStartedLeading return early
-
-	mu       sync.Mutex
-	terms    []electorTerm
-	leaders  []string // OnNewLeader calls
-	stopped  int      // OnStoppedLeading calls
-	cancel   context.CancelFunc
-	runErr   chan error
-	inFlight bool
-}
-
-// newElectorCandidate creates an Elector on pool for name, with cfg's settings and the
-// candidate's recording callbacks, and starts it.
-func newElectorCandidate(t *testing.T, pool *pgxpool.Pool, cfg leases.ElectorConfig) *electorCandidate {
-	t.Helper()
-	c := &electorCandidate{t: t, quit: make(chan struct{}, 1)}
-	cfg.OnStartedLeading = func(ctx context.Context, l leases.Lease) {
-		i := c.startTerm(l)
-		select {
-		case <-ctx.Done():
-			c.endTerm(i, context.Cause(ctx))
-		case <-c.quit:
-			c.endTerm(i, nil)
-		}
-	}
-	cfg.OnStoppedLeading = func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.stopped++
-	}
-	cfg.OnNewLeader = func(holder string) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.leaders = append(c.leaders, holder)
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = &leases.Metrics{}
-	}
-	cfg.Logger = testLogger(t)
-	e, err := leases.NewElector(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Elector = e
-	c.start()
-	t.Cleanup(func() { c.stop() })
-	return c
-}
-
-func (c *electorCandidate) startTerm(l leases.Lease) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if l.Holder != c.Holder() {
-		c.t.Errorf("%s leads with a grant held by %s", c.Holder(), l.Holder)
-	}
-	c.terms = append(c.terms, electorTerm{holder: l.Holder, token: l.Token, start: time.Now()})
-	return len(c.terms) - 1
-}
-
-func (c *electorCandidate) endTerm(i int, cause error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.terms[i].end, c.terms[i].cause = time.Now(), cause
-}
-
-// start runs the Elector in a goroutine.
-func (c *electorCandidate) start() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	runCtx, cancel := context.WithCancel(context.Background())
-	c.cancel, c.runErr, c.inFlight = cancel, make(chan error, 1), true
-	go func() { c.runErr <- c.Run(runCtx) }()
-}
-
-// stop cancels Run and waits for it to return, bounded.
-func (c *electorCandidate) stop() {
-	c.mu.Lock()
-	if !c.inFlight {
-		c.mu.Unlock()
-		return
-	}
-	c.inFlight = false
-	cancel, runErr := c.cancel, c.runErr
-	c.mu.Unlock()
-	cancel()
-	select {
-	case err := <-runErr:
-		if err != nil {
-			c.t.Errorf("%s: Run returned %v after its context ended, want nil", c.Holder(), err)
-		}
-	case <-time.After(15 * time.Second):
-		c.t.Errorf("%s: Run did not return within 15s of its context ending", c.Holder())
-	}
-}
-
-func (c *electorCandidate) snapshot() (terms []electorTerm, leaders []string, stopped int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.terms), slices.Clone(c.leaders), c.stopped
-}
-
-// testLogger logs to t (shown with -v or when t fails).
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(b)))
-	return len(b), nil
-}
-
-// electorWait polls cond every millisecond until it holds, or fails t after d.
-func electorWait(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return time.Since(start)
-}
-
-// leaderOf returns the candidate that reports IsLeader, or nil.
-func leaderOf(cs []*electorCandidate) *electorCandidate {
-	for _, c := range cs {
-		if c.IsLeader() {
-			return c
-		}
-	}
-	return nil
-}
-
-// leaderSampler checks, as fast as it can until stopped, that no two candidates report
-// IsLeader at once. A sweep over all candidates counts as a snapshot only if it took less
-// than snapshotMax: a handoff (fn returns, release, notification, acquire) takes two
-// database round trips, far more, so two leaders in one snapshot are two leaders at once.
-type leaderSampler struct {
-	stop      chan struct{}
-	done      chan struct{}
-	snapshots int
-	withOne   int
-	conflicts []string
-}
-
-const snapshotMax = 200 * time.Microsecond
-
-func sampleLeaders(cs []*electorCandidate) *leaderSampler {
-	s := &leaderSampler{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		for {
-			select {
-			case <-s.stop:
-				return
-			default:
-			}
-			begin := time.Now()
-			var leaders []string
-			for _, c := range cs {
-				if c.IsLeader() {
-					leaders = append(leaders, c.Holder())
-				}
-			}
-			if time.Since(begin) > snapshotMax {
-				continue
-			}
-			s.snapshots++
-			if len(leaders) == 1 {
-				s.withOne++
-			}
-			if len(leaders) > 1 && len(s.conflicts) < 10 {
-				s.conflicts = append(s.conflicts, fmt.Sprint(leaders))
-			}
-			time.Sleep(100 * time.Microsecond) // leave the CPUs to the candidates
-		}
-	}()
-	return s
-}
-
-func (s *leaderSampler) finish() {
-	close(s.stop)
-	<-s.done
-}
-
-// checkTerms asserts that the terms of all candidates, ordered by token, have strictly
-// increasing tokens and do not overlap in time: each term started after the previous one
-// ended.
-func checkTerms(t *testing.T, cs []*electorCandidate) []electorTerm {
-	t.Helper()
-	var all []electorTerm
-	for _, c := range cs {
-		terms, _, _ := c.snapshot()
-		all = append(all, terms...)
-	}
-	slices.SortFunc(all, func(a, b electorTerm) int { return int(a.token - b.token) })
-	for i, term := range all {
-		if term.end.IsZero() && i != len(all)-1 {
-			t.Errorf("term %d (token %d, %s) never ended but a later term exists", i, term.token, term.holder)
-		}
-		if i == 0 {
-			continue
-		}
-		prev := all[i-1]
-		if term.token <= prev.token {
-			t.Errorf("tokens do not strictly increase: %d after %d", term.token, prev.token)
-		}
-		if !term.start.After(prev.end) {
-			t.Errorf("term with token %d (%s) started %v before the term with token %d (%s) ended",
-				term.token, term.holder, prev.end.Sub(term.start), prev.token, prev.holder)
-		}
-	}
-	return all
-}
 
 // Several candidates, leadership moving between them by resignation (Run cancelled) and
 // by the leader's function returning: never two leaders at once, by IsLeader and by the
@@ -438,11 +202,13 @@ func TestElectorLosesLeadershipOnExpire(t *testing.T) {
 func TestElectorStopsTrustingAtTheTrustDeadline(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
+	// A TTL with room for a slow round trip: with 900ms, a loaded machine (-race beside CPU
+	// hogs) has seen the first grant's reply come after its trust deadline.
 	c := newElectorCandidate(t, pool, leases.ElectorConfig{
-		Name: "stalled", TTL: 900 * time.Millisecond, SafetyMargin: 300 * time.Millisecond,
+		Name: "stalled", TTL: 3 * time.Second, SafetyMargin: time.Second,
 		PollInterval: 50 * time.Millisecond, Cooldown: time.Minute,
 	})
-	electorWait(t, 10*time.Second, "leader", c.IsLeader)
+	electorWait(t, 2*pgtest.WaitLimit, "leader", c.IsLeader)
 	blocker, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -452,7 +218,7 @@ func TestElectorStopsTrustingAtTheTrustDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	l, _ := c.Leader()
-	electorWait(t, 10*time.Second, "IsLeader false with renewals blocked", func() bool { return !c.IsLeader() })
+	electorWait(t, 2*pgtest.WaitLimit, "IsLeader false with renewals blocked", func() bool { return !c.IsLeader() })
 	var stillGranted bool
 	var token int64
 	if err := blocker.QueryRow(ctx, `SELECT expires_at > clock_timestamp(), fence_token FROM pgcoord_leases WHERE name = 'stalled'`).
@@ -467,14 +233,14 @@ func TestElectorStopsTrustingAtTheTrustDeadline(t *testing.T) {
 	}
 	// The keeper's own deadline ends the term (it may come a little after IsLeader's, which
 	// is refreshed by reads of the lease), with renewals still blocked.
-	electorWait(t, 10*time.Second, "the term ends", func() bool {
+	electorWait(t, 2*pgtest.WaitLimit, "the term ends", func() bool {
 		terms, _, _ := c.snapshot()
 		return !terms[0].end.IsZero()
 	})
 	if err := blocker.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	electorWait(t, 10*time.Second, "OnStoppedLeading", func() bool {
+	electorWait(t, 2*pgtest.WaitLimit, "OnStoppedLeading", func() bool {
 		_, _, stopped := c.snapshot()
 		return stopped == 1
 	})
@@ -515,22 +281,31 @@ func TestElectorResignsWhenTheLeaderFunctionReturns(t *testing.T) {
 func TestElectorWithoutFunctionAndRunTwice(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	e, err := leases.NewElector(pool, &leases.ElectorConfig{Name: "bare", TTL: 600 * time.Millisecond, Metrics: &leases.Metrics{}, Logger: testLogger(t)})
+	// A 2 s TTL: a busy machine (CI runs the suite beside CPU hogs) may delay a renewal by
+	// a few hundred milliseconds, which a shorter TTL would not survive.
+	e, err := leases.NewElector(pool, &leases.ElectorConfig{Name: "bare", TTL: 2 * time.Second, Metrics: &leases.Metrics{}, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- e.Run(runCtx) }()
+	t.Cleanup(func() { // Run stops, and logs no more, before the test ends
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+	})
 	electorWait(t, 10*time.Second, "leader", e.IsLeader)
 	if err := e.Run(ctx); !errors.Is(err, leases.ErrElectorRunning) {
 		t.Fatalf("second Run = %v, want ErrElectorRunning", err)
 	}
 	first, _ := e.Leader()
 	// Leadership outlives several TTLs: the lease is renewed and the trust deadline moves.
-	electorWait(t, 10*time.Second, "the same grant trusted 3 TTLs later", func() bool {
+	electorWait(t, 30*time.Second, "the same grant trusted 2 TTLs later", func() bool {
 		l, ok := e.Leader()
-		return ok && l.Token == first.Token && l.TrustUntil.After(first.TrustUntil.Add(1800*time.Millisecond))
+		return ok && l.Token == first.Token && l.TrustUntil.After(first.TrustUntil.Add(4*time.Second))
 	})
 	if info, err := leases.Get(ctx, pool, "bare"); err != nil || info.Token != first.Token || info.Holder != e.Holder() || !info.Held() {
 		t.Fatalf("the lease is %+v (%v), want still held with the first grant", info, err)
@@ -538,6 +313,7 @@ func TestElectorWithoutFunctionAndRunTwice(t *testing.T) {
 	cancel()
 	select {
 	case err := <-done:
+		done <- err // for the cleanup
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -70,3 +70,61 @@ func ExampleDo() {
 	// done: <nil>
 	// held after Do: false
 }
+
+// A holder whose work may outlast the TTL renews well before expiry (Do does it for you).
+// A renewal keeps the grant's token; once the grant is gone, it returns ErrLost.
+func ExampleRenew() {
+	ctx := context.Background()
+	pool := pgtest.ExamplePool()
+
+	lease, err := leases.TryAcquire(ctx, pool, "reindex", 30*time.Second, nil)
+	if err != nil {
+		panic(err)
+	}
+	renewed, err := leases.Renew(ctx, pool, lease, time.Minute, nil) // a minute from now
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("same token:", renewed.Token == lease.Token, "expires later:", renewed.ExpiresAt.After(lease.ExpiresAt))
+
+	// An operator expires the lease (`pgcoord leases expire reindex`): the holder learns
+	// at its next renewal, and must stop.
+	if _, err := leases.Expire(ctx, pool, "reindex", "operator"); err != nil {
+		panic(err)
+	}
+	_, err = leases.Renew(ctx, pool, renewed, 30*time.Second, nil)
+	fmt.Println("lost:", errors.Is(err, leases.ErrLost))
+	// Output:
+	// same token: true expires later: true
+	// lost: true
+}
+
+// Release frees the lease at once for the next holder. It acts on one grant only:
+// releasing twice, or after the lease changed hands, changes nothing.
+func ExampleRelease() {
+	ctx := context.Background()
+	pool := pgtest.ExamplePool()
+
+	first, err := leases.TryAcquire(ctx, pool, "order:42", 30*time.Second, nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("released:", leases.Release(ctx, pool, first, nil))
+
+	next, err := leases.TryAcquire(ctx, pool, "order:42", 30*time.Second, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer leases.Release(ctx, pool, next, nil)
+	fmt.Println("next holder's token is higher:", next.Token > first.Token)
+
+	// A late second release of the first grant cannot free the next holder's lease.
+	fmt.Println("released again, lost:", errors.Is(leases.Release(ctx, pool, first, nil), leases.ErrLost))
+	info, _ := leases.Get(ctx, pool, "order:42")
+	fmt.Println("still held:", info.Held())
+	// Output:
+	// released: <nil>
+	// next holder's token is higher: true
+	// released again, lost: true
+	// still held: true
+}

@@ -67,10 +67,10 @@ func infoFrom(r dbsqlc.GetLeaseRow) Info {
 
 // Get returns the state of the lease name, or ErrNotFound if it was never granted.
 func Get(ctx context.Context, db pgcoord.DBTX, name string) (Info, error) {
-	if err := pgcoord.ValidateName("lease", name); err != nil {
+	if err := check.Name("lease", name); err != nil {
 		return Info{}, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return Info{}, err
 	}
 	row, err := queries.GetLease(ctx, db, name)
@@ -95,6 +95,9 @@ type ListOpts struct {
 	// Limit caps the number of leases returned. Default DefaultListLimit; at most
 	// MaxListLimit.
 	Limit int
+	// Prefix, if set, lists only the leases whose name starts with it, character for
+	// character ('%' and '_' are plain characters). At most 255 bytes, as a name.
+	Prefix string
 }
 
 // DefaultListLimit and MaxListLimit bound one page of List (pgcoord's, for every package).
@@ -105,7 +108,7 @@ const (
 
 // List returns leases in name order, one page at a time (see ListOpts.After), never nil.
 func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]Info, error) {
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return nil, err
 	}
 	var o ListOpts
@@ -113,14 +116,19 @@ func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]Info, error) 
 		o = *opts
 	}
 	if o.Held && o.Expired {
-		return nil, fmt.Errorf("%w: leases: list: Held and Expired are mutually exclusive", pgcoord.ErrInvalidArgument)
+		return nil, check.Invalid("list: Held and Expired are mutually exclusive")
 	}
-	limit, err := pgcoord.ListLimit(o.Limit)
+	limit, err := check.ListLimit(o.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("leases: %w", err)
 	}
+	if o.Prefix != "" {
+		if err := check.Name("prefix of a lease", o.Prefix); err != nil {
+			return nil, err
+		}
+	}
 	rows, err := queries.ListLeases(ctx, db, dbsqlc.ListLeasesParams{
-		After: o.After, HeldOnly: o.Held, ExpiredOnly: o.Expired, MaxRows: limit,
+		After: o.After, Prefix: o.Prefix, HeldOnly: o.Held, ExpiredOnly: o.Expired, MaxRows: limit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("leases: list: %w", err)
@@ -140,10 +148,10 @@ func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]Info, error) 
 // holder (released, or already expired by an operator). A grant that expired by time but
 // was not taken since still has its holder: Expire frees it and records who did.
 func Expire(ctx context.Context, db pgcoord.DBTX, name, by string) (Info, error) {
-	if err := pgcoord.ValidateName("lease", name); err != nil {
+	if err := check.Name("lease", name); err != nil {
 		return Info{}, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return Info{}, err
 	}
 	if by == "" {

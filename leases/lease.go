@@ -12,9 +12,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/internal/listen"
+	"github.com/pgcoord/pgcoord/internal/tracing"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -39,6 +41,10 @@ const MaxTTL = 24 * time.Hour
 
 // MinTTL is the shortest lease pgcoord grants.
 const MinTTL = time.Millisecond
+
+// MaxMetadataBytes bounds a grant's metadata (host, pid, app and AcquireOpts.Metadata) as
+// JSON text; the database refuses metadata whose stored form exceeds 8192 bytes too.
+const MaxMetadataBytes = 8192
 
 // Lease is one grant of a named lease to one holder. It is a plain value: pass it to Renew,
 // Release and fenced.CheckLease, and send Token with every write the lease protects.
@@ -75,7 +81,8 @@ type AcquireOpts struct {
 	// make acquisition re-entrant: a holder that calls again while it holds the lease gets
 	// its existing grant back, with the same token, instead of ErrHeld.
 	Holder string
-	// Metadata is stored with the grant for operators, on top of host, pid and app.
+	// Metadata is stored with the grant for operators, on top of host, pid and app: at most
+	// MaxMetadataBytes as JSON, else an error wrapping pgcoord.ErrInvalidArgument.
 	Metadata map[string]string
 	// SafetyMargin is subtracted from the TTL to give the local trust deadline. Default:
 	// a tenth of the TTL. It must be less than the TTL.
@@ -84,8 +91,9 @@ type AcquireOpts struct {
 	// arrives (behind a transaction-mode pooler, or when a holder dies without releasing).
 	// Default 1s, with ±20% jitter.
 	PollInterval time.Duration
-	// NoListen makes Acquire poll only, without LISTEN: for connections through a
-	// transaction-mode pooler, where notifications are not delivered.
+	// NoListen makes Acquire poll only, without LISTEN. Behind a transaction-mode pooler,
+	// where notifications are not delivered, the pool's first wait finds the pooler and
+	// polls without it; NoListen only saves that one check.
 	NoListen bool
 	// SyncCommit is the synchronous_commit level of the grant's commit: "on" (wait until
 	// the synchronous standbys have flushed it), "remote_write" or "remote_apply". It lets a
@@ -94,6 +102,9 @@ type AcquireOpts struct {
 	// transaction, the level applies to that whole transaction's commit. Default "": the
 	// server's setting. Other values return an error wrapping pgcoord.ErrInvalidArgument.
 	SyncCommit string
+	// Tracer, if set, traces the call (see pgcoord.Tracer): Acquire, TryAcquire, and Do's
+	// acquisition, renewals and loss. Default nil: not traced.
+	Tracer pgcoord.Tracer
 }
 
 func (o *AcquireOpts) withDefaults(ttl time.Duration) (AcquireOpts, error) {
@@ -101,25 +112,28 @@ func (o *AcquireOpts) withDefaults(ttl time.Duration) (AcquireOpts, error) {
 	if o != nil {
 		v = *o
 	}
-	if err := pgcoord.CheckSyncCommit(v.SyncCommit); err != nil {
-		return v, fmt.Errorf("leases: %w", err)
+	if err := check.SyncCommit(v.SyncCommit); err != nil {
+		return v, err
 	}
 	if v.Holder == "" {
-		v.Holder = pgcoord.NewHolderID()
-	} else if err := pgcoord.ValidateName("holder", v.Holder); err != nil {
+		v.Holder = base.NewHolderID()
+	} else if err := check.Name("holder", v.Holder); err != nil {
 		return v, err
+	}
+	if n := len(encodeMetadata(v.Metadata).json); n > MaxMetadataBytes {
+		return v, check.Invalid("metadata is %d bytes of JSON, more than the maximum of %d", n, MaxMetadataBytes)
 	}
 	if v.SafetyMargin == 0 {
 		v.SafetyMargin = ttl / 10
 	}
 	if v.SafetyMargin < 0 || v.SafetyMargin >= ttl {
-		return v, fmt.Errorf("%w: leases: safety margin %v must be between 0 and the TTL %v", pgcoord.ErrInvalidArgument, v.SafetyMargin, ttl)
+		return v, check.Invalid("safety margin %v must be between 0 and the TTL %v", v.SafetyMargin, ttl)
 	}
 	if v.PollInterval == 0 {
 		v.PollInterval = time.Second
 	}
 	if v.PollInterval < 0 {
-		return v, fmt.Errorf("%w: leases: negative poll interval %v", pgcoord.ErrInvalidArgument, v.PollInterval)
+		return v, check.Invalid("negative poll interval %v", v.PollInterval)
 	}
 	return v, nil
 }
@@ -130,11 +144,11 @@ var (
 )
 
 func validate(name string, ttl time.Duration) error {
-	if err := pgcoord.ValidateName("lease", name); err != nil {
+	if err := check.Name("lease", name); err != nil {
 		return err
 	}
 	if ttl < MinTTL || ttl > MaxTTL {
-		return fmt.Errorf("%w: leases: TTL %v is outside %v..%v", pgcoord.ErrInvalidArgument, ttl, MinTTL, MaxTTL)
+		return check.Invalid("TTL %v is outside %v..%v", ttl, MinTTL, MaxTTL)
 	}
 	return nil
 }
@@ -142,14 +156,14 @@ func validate(name string, ttl time.Duration) error {
 // validateGrant refuses a Lease that names no grant pgcoord could have made: a bad name or
 // holder (pgcoord.ErrInvalidName), a token below 1 (pgcoord.ErrInvalidArgument).
 func validateGrant(l Lease) error {
-	if err := pgcoord.ValidateName("lease", l.Name); err != nil {
+	if err := check.Name("lease", l.Name); err != nil {
 		return err
 	}
-	if err := pgcoord.ValidateName("holder", l.Holder); err != nil {
+	if err := check.Name("holder", l.Holder); err != nil {
 		return err
 	}
 	if l.Token < 1 {
-		return fmt.Errorf("%w: leases: fence token %d is not positive", pgcoord.ErrInvalidArgument, l.Token)
+		return check.Invalid("fence token %d is not positive", l.Token)
 	}
 	return nil
 }
@@ -165,14 +179,24 @@ func TryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Dura
 	if err := validate(name, ttl); err != nil {
 		return Lease{}, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return Lease{}, err
 	}
 	o, err := opts.withDefaults(ttl)
 	if err != nil {
 		return Lease{}, err
 	}
-	return tryAcquire(ctx, db, name, ttl, o)
+	if o.Tracer == nil {
+		return tryAcquire(ctx, db, name, ttl, o)
+	}
+	ctx, span := tracing.Start(ctx, o.Tracer, tracing.LeaseTryAcquire,
+		tracing.Str(tracing.AttrLease, name), tracing.Str(tracing.AttrHolder, o.Holder))
+	l, err := tryAcquire(ctx, db, name, ttl, o)
+	if err == nil {
+		span.Set(tracing.Int(tracing.AttrToken, l.Token))
+	}
+	span.End(err)
+	return l, err
 }
 
 func tryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Duration, o AcquireOpts) (Lease, error) {
@@ -190,7 +214,7 @@ func tryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Dura
 		case attempt == 0 && listen.Ambiguous(ctx, err):
 			continue // the grant may have committed: ask again as the same holder
 		default:
-			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, pgcoord.TranslateError(err))
+			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, base.TranslateError(err))
 		}
 	}
 }
@@ -205,6 +229,8 @@ type RenewOpts struct {
 	AsyncCommit bool
 	// SafetyMargin as in AcquireOpts. Default: a tenth of the TTL.
 	SafetyMargin time.Duration
+	// Tracer, if set, traces the renewal (see pgcoord.Tracer). Default nil: not traced.
+	Tracer pgcoord.Tracer
 }
 
 // Renew extends the grant l to ttl from now (by the database clock), in one round trip,
@@ -213,14 +239,14 @@ type RenewOpts struct {
 // if nobody took it since: a holder that let its lease expire must acquire it again. A
 // Lease with a bad name or holder, or a token below 1 — no grant at all — is refused before
 // any SQL runs (pgcoord.ErrInvalidName, pgcoord.ErrInvalidArgument).
-func Renew(ctx context.Context, db pgcoord.DBTX, l Lease, ttl time.Duration, opts *RenewOpts) (Lease, error) {
+func Renew(ctx context.Context, db pgcoord.DBTX, l Lease, ttl time.Duration, opts *RenewOpts) (_ Lease, err error) {
 	if err := validate(l.Name, ttl); err != nil {
 		return Lease{}, err
 	}
 	if err := validateGrant(l); err != nil {
 		return Lease{}, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return Lease{}, err
 	}
 	var o RenewOpts
@@ -231,7 +257,13 @@ func Renew(ctx context.Context, db pgcoord.DBTX, l Lease, ttl time.Duration, opt
 		o.SafetyMargin = ttl / 10
 	}
 	if o.SafetyMargin < 0 || o.SafetyMargin >= ttl {
-		return Lease{}, fmt.Errorf("%w: leases: safety margin %v must be between 0 and the TTL %v", pgcoord.ErrInvalidArgument, o.SafetyMargin, ttl)
+		return Lease{}, check.Invalid("safety margin %v must be between 0 and the TTL %v", o.SafetyMargin, ttl)
+	}
+	if o.Tracer != nil {
+		var span tracing.Span
+		ctx, span = tracing.Start(ctx, o.Tracer, tracing.LeaseRenew, tracing.Str(tracing.AttrLease, l.Name),
+			tracing.Str(tracing.AttrHolder, l.Holder), tracing.Int(tracing.AttrToken, l.Token))
+		defer func() { span.End(err) }()
 	}
 	start := time.Now()
 	row, err := queries.RenewLease(ctx, db, dbsqlc.RenewLeaseParams{
@@ -242,7 +274,7 @@ func Renew(ctx context.Context, db pgcoord.DBTX, l Lease, ttl time.Duration, opt
 		return Lease{}, fmt.Errorf("%w: %q token %d", ErrLost, l.Name, l.Token)
 	}
 	if err != nil {
-		return Lease{}, fmt.Errorf("leases: renew %q: %w", l.Name, pgcoord.TranslateError(err))
+		return Lease{}, fmt.Errorf("leases: renew %q: %w", l.Name, base.TranslateError(err))
 	}
 	return leaseFrom(dbsqlc.AcquireLeaseRow(row), l.Metadata, start, o.SafetyMargin), nil
 }
@@ -259,12 +291,12 @@ func Release(ctx context.Context, db pgcoord.DBTX, l Lease, opts *ReleaseOpts) e
 	if err := validateGrant(l); err != nil {
 		return err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return err
 	}
 	n, err := queries.ReleaseLease(ctx, db, dbsqlc.ReleaseLeaseParams{Name: l.Name, Holder: l.Holder, FenceToken: l.Token})
 	if err != nil {
-		return fmt.Errorf("leases: release %q: %w", l.Name, pgcoord.TranslateError(err))
+		return fmt.Errorf("leases: release %q: %w", l.Name, base.TranslateError(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: %q token %d was not current at release", ErrLost, l.Name, l.Token)

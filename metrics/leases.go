@@ -25,7 +25,7 @@ var (
 	leaseForcedExpiriesDesc = prometheus.NewDesc("pgcoord_lease_forced_expiries_total",
 		"Grants of the lease an operator forced to expire (leases.Expire).", []string{"name"}, nil)
 
-	// Measured in this process by leases.Do (Opts.Leases).
+	// Measured in this process by leases.Do and Electors (Opts.Leases).
 	leaseClientRenewalsDesc = prometheus.NewDesc("pgcoord_lease_client_renewals_total",
 		"Successful keep-alive renewals in this process (leases.Do).", nil, nil)
 	leaseClientRenewErrorsDesc = prometheus.NewDesc("pgcoord_lease_client_renew_errors_total",
@@ -82,9 +82,10 @@ func collectLeases(ctx context.Context, db pgcoord.DBTX, o *Opts) ([]prometheus.
 			counter(leaseClientNearMissesDesc, float64(m.NearMisses.Load())),
 			counter(leaseClientLostDesc, float64(m.Lost.Load())))
 	}
-	if m := o.Fenced; m != nil {
-		ms = append(ms, counter(fenceClientRejectionsDesc, float64(m.Stale.Load()), "stale_token"),
-			counter(fenceClientRejectionsDesc, float64(m.LeaseLost.Load()), "lease_lost"))
+	if o.Fenced != nil {
+		r := o.Fenced()
+		ms = append(ms, counter(fenceClientRejectionsDesc, float64(r.Stale), "stale_token"),
+			counter(fenceClientRejectionsDesc, float64(r.LeaseLost), "lease_lost"))
 	}
 	return ms, len(all) == o.MaxRows, nil
 }

@@ -3,13 +3,21 @@
 // semaphore.List, singleton.ListJobs, outbox.Stats, idempotency.List), with one bounded
 // query per source per scrape. `pgcoord metrics --listen` serves it alone; `pgcoord ui`
 // serves it at /metrics beside the dashboard. An application registers it with its own
-// registry to export, beside the database's state, what its own calls measured:
+// registry to export, beside the database's state, what its own calls measured: it
+// creates the counters, names them in Opts and passes them to the calls they should
+// count, a call given none being counted nowhere (package fenced's calls take no options:
+// their refusals are counted for the whole process, and read by fenced.Refusals):
 //
+//	leaseMetrics, semMetrics := &leases.Metrics{}, semaphore.NewMetrics()
 //	c, err := metrics.New(pool, &metrics.Opts{
-//		Leases: leases.DefaultMetrics, Semaphores: semaphore.DefaultMetrics, Fenced: fenced.DefaultMetrics,
+//		Leases: leaseMetrics, Semaphores: semMetrics, Fenced: fenced.Refusals,
 //	})
 //	...
 //	prometheus.MustRegister(c)
+//	...
+//	err = leases.Do(ctx, pool, "nightly", time.Minute, run, &leases.DoOpts{Metrics: leaseMetrics})
+//	...
+//	permit, err := semaphore.Acquire(ctx, pool, key, 4, time.Minute, &semaphore.AcquireOpts{Metrics: semMetrics})
 //
 // Each primitive is a source registered by its own file (leases.go, semaphores.go,
 // jobs.go, outbox.go, idempotency.go): adding one is one more file with a register call
@@ -32,16 +40,16 @@
 //   - What only the calling process can measure — keep-alive renewals and their errors
 //     (leases.Metrics), admission latency including refused TryAcquire calls
 //     (semaphore.Metrics), refused fenced writes, whose transactions roll back
-//     (fenced.Metrics) — is exported, under pgcoord_*_client_* names, only when Opts names
+//     (fenced.Refusals) — is exported, under pgcoord_*_client_* names, only when Opts names
 //     it, i.e. by a collector running in the process that measured it; `pgcoord metrics`
-//     and `pgcoord ui` show none of it.
+//     and `pgcoord ui` show none of it. A leases or semaphore call counts only into the
+//     Metrics its options name.
 //   - A per-name metric (one series per lease, key, job or topic) is bounded by
 //     Opts.MaxRows; with many thousands of tenants, lower it or scrape the counts only.
 package metrics
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -50,10 +58,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pgcoord/pgcoord/fenced"
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
 )
+
+// check makes this package's argument errors ("metrics: cause").
+var check = base.Check("metrics")
 
 // Defaults of Opts.
 const (
@@ -72,13 +84,16 @@ type Opts struct {
 	MaxStaleness time.Duration
 	// Timeout bounds one scrape's queries. Default DefaultTimeout.
 	Timeout time.Duration
-	// Leases, if set, are keep-alive counts measured in this process (leases.Do) to export
-	// beside the database's state.
+	// Leases, if set, are keep-alive counts measured in this process to export beside the
+	// database's state: the Metrics given to leases.Do (DoOpts.Metrics) or to Electors
+	// (ElectorConfig.Metrics).
 	Leases *leases.Metrics
-	// Semaphores, if set, are admission counts and waits measured in this process.
+	// Semaphores, if set, are admission counts and waits measured in this process: the
+	// Metrics given to semaphore's calls (AcquireOpts.Metrics, NextOpts.Metrics).
 	Semaphores *semaphore.Metrics
-	// Fenced, if set, are the refused writes of this process (fenced.DefaultMetrics).
-	Fenced *fenced.Metrics
+	// Fenced, if set, reads the writes this process's fenced calls refused: pass
+	// fenced.Refusals.
+	Fenced func() fenced.RefusalCounts
 	// Logger receives the errors of failed sources. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -94,7 +109,7 @@ type Collector struct {
 // returns an error wrapping pgcoord.ErrInvalidArgument for a nil db or an out-of-range
 // option.
 func New(db pgcoord.DBTX, opts *Opts) (*Collector, error) {
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return nil, err
 	}
 	var o Opts
@@ -104,11 +119,11 @@ func New(db pgcoord.DBTX, opts *Opts) (*Collector, error) {
 	if o.MaxRows == 0 {
 		o.MaxRows = DefaultMaxRows
 	}
-	if _, err := pgcoord.ListLimit(o.MaxRows); err != nil {
+	if _, err := check.ListLimit(o.MaxRows); err != nil {
 		return nil, err
 	}
 	if o.MaxStaleness < 0 || o.Timeout < 0 {
-		return nil, fmt.Errorf("%w: metrics: negative MaxStaleness or Timeout", pgcoord.ErrInvalidArgument)
+		return nil, check.Invalid("negative MaxStaleness or Timeout")
 	}
 	if o.MaxStaleness == 0 {
 		o.MaxStaleness = DefaultMaxStaleness

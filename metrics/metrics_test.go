@@ -73,9 +73,7 @@ func TestMetricsInProcess(t *testing.T) {
 	lm := &leases.Metrics{}
 	lm.NearMisses.Add(3)
 	lm.Renewals.Add(7)
-	fm := &fenced.Metrics{}
-	fm.Stale.Add(2)
-	fm.LeaseLost.Add(1)
+	fm := func() fenced.RefusalCounts { return fenced.RefusalCounts{Stale: 2, LeaseLost: 1} }
 	sm := semaphore.NewMetrics()
 	if _, err := semaphore.TryAcquire(t.Context(), pool, "tenant:1", 1, time.Minute, &semaphore.AcquireOpts{Metrics: sm}); err != nil {
 		t.Fatal(err)

@@ -82,12 +82,13 @@ func collectSemaphores(ctx context.Context, db pgcoord.DBTX, o *Opts) ([]prometh
 		}
 	}
 	if m := o.Semaphores; m != nil {
+		bounds := semaphore.AcquireBounds()
 		for _, k := range m.Snapshot() {
 			ms = append(ms,
 				counter(semClientAdmissionsDesc, float64(k.Admissions), k.Key),
 				counter(semClientRefusalsDesc, float64(k.Refusals), k.Key))
-			buckets := make(map[float64]uint64, len(semaphore.AcquireBounds))
-			for i, b := range semaphore.AcquireBounds {
+			buckets := make(map[float64]uint64, len(bounds))
+			for i, b := range bounds {
 				buckets[b.Seconds()] = k.AcquireBuckets[i]
 			}
 			ms = append(ms, prometheus.MustNewConstHistogram(semClientWaitDesc, uint64(k.Admissions),

@@ -78,9 +78,9 @@ func TestStats(t *testing.T) {
 	}
 }
 
-// Prune deletes delivered messages past the retention, in batches, and never a pending
+// GC deletes delivered messages past the retention, in batches, and never a pending
 // one; dead ones only when asked.
-func TestPruneInBatches(t *testing.T) {
+func TestGCInBatches(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
@@ -94,33 +94,33 @@ func TestPruneInBatches(t *testing.T) {
 	runBatch(t, r)
 	stillPending := enqueue(t, pool, msg("p", "pending"))[0]
 
-	if n, err := outbox.Prune(ctx, pool, nil); err != nil || n != 0 {
-		t.Fatalf("Prune with the default 7-day retention deleted %d (%v) fresh messages", n, err)
+	if n, err := outbox.GC(ctx, pool, nil); err != nil || n != 0 {
+		t.Fatalf("GC with the default 7-day retention deleted %d (%v) fresh messages", n, err)
 	}
 	pgtest.NewClock(t, pool).Advance(8 * 24 * time.Hour)
-	if n, err := outbox.Prune(ctx, pool, &outbox.PruneOpts{DryRun: true}); err != nil || n != 25 {
+	if n, err := outbox.GC(ctx, pool, &outbox.GCOpts{DryRun: true}); err != nil || n != 25 {
 		t.Fatalf("dry run = %d, %v; want 25", n, err)
 	}
 	var progress []int64
-	n, err := outbox.Prune(ctx, pool, &outbox.PruneOpts{Batch: 10, Progress: func(d int64) { progress = append(progress, d) }})
+	n, err := outbox.GC(ctx, pool, &outbox.GCOpts{Batch: 10, Progress: func(d int64) { progress = append(progress, d) }})
 	if err != nil || n != 25 {
-		t.Fatalf("Prune = %d, %v; want 25", n, err)
+		t.Fatalf("GC = %d, %v; want 25", n, err)
 	}
 	if len(progress) != 3 || progress[0] != 10 || progress[1] != 20 || progress[2] != 25 {
 		t.Fatalf("progress %v; want batches of 10: 10, 20, 25", progress)
 	}
 	if got := get(t, pool, stillPending.ID); got.State != outbox.Pending {
-		t.Fatalf("pending message %+v after prune", got)
+		t.Fatalf("pending message %+v after GC", got)
 	}
 	if dl, _ := outbox.List(ctx, pool, &outbox.ListOpts{State: outbox.Dead}); len(dl) != 1 {
-		t.Fatalf("dead messages after prune without Dead: %d, want 1 kept", len(dl))
+		t.Fatalf("dead messages after GC without Dead: %d, want 1 kept", len(dl))
 	}
-	if n, err := outbox.Prune(ctx, pool, &outbox.PruneOpts{Dead: true}); err != nil || n != 1 {
-		t.Fatalf("Prune(Dead) = %d, %v; want the dead message", n, err)
+	if n, err := outbox.GC(ctx, pool, &outbox.GCOpts{Dead: true}); err != nil || n != 1 {
+		t.Fatalf("GC(Dead) = %d, %v; want the dead message", n, err)
 	}
-	for _, bad := range []*outbox.PruneOpts{{Batch: -1}, {Batch: outbox.MaxPruneBatch + 1}, {OlderThan: -time.Hour}} {
-		if _, err := outbox.Prune(ctx, noSQL{}, bad); !errors.Is(err, pgcoord.ErrInvalidArgument) {
-			t.Errorf("Prune(%+v) err = %v", bad, err)
+	for _, bad := range []*outbox.GCOpts{{Batch: -1}, {Batch: outbox.MaxGCBatch + 1}, {OlderThan: -time.Hour}} {
+		if _, err := outbox.GC(ctx, noSQL{}, bad); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+			t.Errorf("GC(%+v) err = %v", bad, err)
 		}
 	}
 }

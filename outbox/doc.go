@@ -11,7 +11,7 @@
 //
 // A Relay (NewRelay, Run) delivers the messages through a Handler — a broker, a webhook
 // (package sink), or the application's own code — and several relays share the work.
-// Stats, List, DeliveryRate, Retry, RetryDead and Prune serve operators (`pgcoord outbox
+// Stats, List, DeliveryRate, Retry, RetryDead and GC serve operators (`pgcoord outbox
 // ...`, `pgcoord ui`). Triggers and other languages write messages with the SQL function
 // pgcoord_outbox_enqueue.
 //
@@ -83,7 +83,7 @@
 //     (ListOpts.PayloadBytes), and then at most that much of each.
 //   - No producer waits for a relay: an idle relay's registration never waits for a
 //     producer's lock, so one long producer transaction does not hold up the others.
-//   - Prune deletes only delivered (and, if asked, dead) messages past their retention,
+//   - GC deletes only delivered (and, if asked, dead) messages past their retention,
 //     never pending ones, in batches.
 //
 // # Why no message is skipped by a late commit
@@ -142,11 +142,11 @@
 //     Give messages that need no mutual order distinct keys.
 //   - A poison message that crashes the relay process (rather than returning an error)
 //     is redelivered after every ClaimTTL without counting attempts; find it with
-//     `pgcoord outbox list` (its ClaimedBy changes) and fix or prune it by hand.
+//     `pgcoord outbox list` (its ClaimedBy changes) and fix or delete it by hand.
 //   - Retry of a dead message puts it back at the head of its key, before the key's
 //     messages that were delivered or written since: consumers see it out of order.
-//   - Behind a transaction-mode pooler (PgBouncer) notifications are not delivered: set
-//     NoListen, and relays poll every PollInterval. Listening relays share the pool's one
+//   - Behind a transaction-mode pooler (PgBouncer) notifications are not delivered: a
+//     relay finds the pooler on its first wait and polls every PollInterval. Listening relays share the pool's one
 //     LISTEN connection (taken out of the pool while any waiter of the process listens),
 //     and hold no connection while they wait.
 //   - While a producer transaction that enqueued stays open, registrations are loose:
@@ -159,7 +159,7 @@
 //     fails before the standby has it is lost on failover: a message may vanish with its
 //     business change, or be delivered again.
 //   - Only a primary takes writes: on a standby (or in a read-only transaction) Enqueue,
-//     EnqueueBatch, a relay's claims and outcomes, Retry, RetryDead and Prune fail with an
+//     EnqueueBatch, a relay's claims and outcomes, Retry, RetryDead and GC fail with an
 //     error wrapping pgcoord.ErrReadOnly (Run logs it and retries); so do inbox.Claim and
 //     inbox.GC.
 package outbox

@@ -259,3 +259,23 @@ func TestEnqueueBatch(t *testing.T) {
 		t.Fatalf("empty key through SQL: err = %v", err)
 	}
 }
+
+// pgcoord_outbox_lock, which every write path calls per message, is inlined into the
+// calling statement: it must stay a SQL function of one expression (not STRICT, no SET
+// clause), or Enqueue pays a function call per message.
+func TestEnqueueLockIsInlined(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	rows, err := pool.Query(t.Context(), `EXPLAIN (VERBOSE, COSTS OFF) SELECT pgcoord_outbox_lock('t', 'k')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan := strings.Join(lines, "\n"); strings.Contains(plan, "pgcoord_outbox_lock(") ||
+		!strings.Contains(plan, "pg_advisory_xact_lock(") {
+		t.Fatalf("pgcoord_outbox_lock is not inlined:\n%s", plan)
+	}
+}

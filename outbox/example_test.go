@@ -98,11 +98,11 @@ func ExampleHandlerFunc_inbox() {
 	// balance: 500
 }
 
-func ExamplePrune() {
+func ExampleGC() {
 	ctx := context.Background()
 	pool := pgtest.ExamplePool()
 	// Run daily: delete what was delivered more than 7 days ago, 1000 rows per statement.
-	deleted, err := outbox.Prune(ctx, pool, &outbox.PruneOpts{OlderThan: 7 * 24 * time.Hour})
+	deleted, err := outbox.GC(ctx, pool, &outbox.GCOpts{OlderThan: 7 * 24 * time.Hour})
 	fmt.Println(deleted, err)
 	// Output:
 	// 0 <nil>

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
-	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
 // Errors returned by this package. Bad input wraps pgcoord.ErrInvalidName (topics, keys)
@@ -49,8 +49,8 @@ const (
 	// Pending messages wait for a relay: due, in backoff after a failure, delayed, or
 	// claimed by a relay right now.
 	Pending State = "pending"
-	// Delivered messages were handed to a Handler that returned nil. Prune deletes them
-	// after their retention.
+	// Delivered messages were handed to a Handler that returned nil. GC deletes them after
+	// their retention.
 	Delivered State = "delivered"
 	// Dead messages failed Config.MaxAttempts times. They no longer hold back their key;
 	// Retry makes them pending again.
@@ -136,8 +136,8 @@ func Enqueue(ctx context.Context, tx pgx.Tx, msg Message) (Message, error) {
 	if err != nil {
 		return Message{}, err
 	}
-	if pgcoord.CheckDB(tx) != nil {
-		return Message{}, fmt.Errorf("%w: outbox: nil transaction", pgcoord.ErrInvalidArgument)
+	if check.DB(tx) != nil {
+		return Message{}, check.Invalid("nil transaction")
 	}
 	arg := dbsqlc.OutboxEnqueueParams{
 		Topic: msg.Topic, Key: msg.Key, Payload: msg.Payload, IsJson: msg.JSON, Headers: headers,
@@ -150,7 +150,7 @@ func Enqueue(ctx context.Context, tx pgx.Tx, msg Message) (Message, error) {
 	}
 	row, err := queries.OutboxEnqueue(ctx, tx, arg)
 	if err != nil {
-		return Message{}, fmt.Errorf("outbox: enqueue to %s/%s: %w", msg.Topic, msg.Key, pgcoord.TranslateError(err))
+		return Message{}, fmt.Errorf("outbox: enqueue to %s/%s: %w", msg.Topic, msg.Key, base.TranslateError(err))
 	}
 	msg.ID, msg.State, msg.CreatedAt, msg.AvailableAt = row.ID, Pending, row.CreatedAt, row.AvailableAt
 	msg.Delay, msg.PayloadSize = 0, len(msg.Payload)
@@ -170,7 +170,7 @@ const MaxBatch = 10000
 // (1..MaxBatch). On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func EnqueueBatch(ctx context.Context, tx pgx.Tx, msgs []Message) ([]Message, error) {
 	if len(msgs) == 0 || len(msgs) > MaxBatch {
-		return nil, fmt.Errorf("%w: outbox: batch of %d messages is outside 1..%d", pgcoord.ErrInvalidArgument, len(msgs), MaxBatch)
+		return nil, check.Invalid("batch of %d messages is outside 1..%d", len(msgs), MaxBatch)
 	}
 	arg := dbsqlc.OutboxEnqueueManyParams{
 		Topics: make([]string, len(msgs)), Keys: make([]string, len(msgs)), Payloads: make([][]byte, len(msgs)),
@@ -190,12 +190,12 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, msgs []Message) ([]Message, er
 			arg.Delays[i] = dbarg.Interval(m.Delay)
 		}
 	}
-	if pgcoord.CheckDB(tx) != nil {
-		return nil, fmt.Errorf("%w: outbox: nil transaction", pgcoord.ErrInvalidArgument)
+	if check.DB(tx) != nil {
+		return nil, check.Invalid("nil transaction")
 	}
 	rows, err := queries.OutboxEnqueueMany(ctx, tx, arg)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: enqueue %d messages: %w", len(msgs), pgcoord.TranslateError(err))
+		return nil, fmt.Errorf("outbox: enqueue %d messages: %w", len(msgs), base.TranslateError(err))
 	}
 	if len(rows) != len(msgs) {
 		return nil, fmt.Errorf("outbox: enqueue %d messages: %d written", len(msgs), len(rows))
@@ -211,35 +211,35 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, msgs []Message) ([]Message, er
 
 // validateMessage checks msg and returns its headers encoded as JSON, nil if it has none.
 func validateMessage(msg Message) ([]byte, error) {
-	if err := pgcoord.ValidateName("outbox topic", msg.Topic); err != nil {
+	if err := check.Name("outbox topic", msg.Topic); err != nil {
 		return nil, err
 	}
-	if err := pgcoord.ValidateName("outbox key", msg.Key); err != nil {
+	if err := check.Name("outbox key", msg.Key); err != nil {
 		return nil, err
 	}
 	if len(msg.Payload) > MaxPayload {
-		return nil, fmt.Errorf("%w: %w: %d bytes, more than the maximum of %d", pgcoord.ErrInvalidArgument, ErrPayloadTooLarge, len(msg.Payload), MaxPayload)
+		return nil, check.Invalid("%w: %d bytes, more than the maximum of %d", ErrPayloadTooLarge, len(msg.Payload), MaxPayload)
 	}
 	if msg.JSON && !json.Valid(msg.Payload) {
-		return nil, fmt.Errorf("%w: %w (message to %s/%s)", pgcoord.ErrInvalidArgument, ErrInvalidJSON, msg.Topic, msg.Key)
+		return nil, check.Invalid("%w (message to %s/%s)", ErrInvalidJSON, msg.Topic, msg.Key)
 	}
 	if msg.Delay < 0 || msg.Delay > MaxDelay {
-		return nil, fmt.Errorf("%w: outbox: delay %v is outside 0..%v", pgcoord.ErrInvalidArgument, msg.Delay, MaxDelay)
+		return nil, check.Invalid("delay %v is outside 0..%v", msg.Delay, MaxDelay)
 	}
 	if len(msg.Headers) == 0 {
 		return nil, nil // the column's default, '{}', without sending it
 	}
 	for name := range msg.Headers {
 		if name == "" {
-			return nil, fmt.Errorf("%w: outbox: empty header name", pgcoord.ErrInvalidArgument)
+			return nil, check.Invalid("empty header name")
 		}
 	}
 	headers, err := json.Marshal(msg.Headers)
 	if err != nil { // invalid UTF-8 is replaced, not refused: only a defect gets here
-		return nil, fmt.Errorf("%w: outbox: headers: %v", pgcoord.ErrInvalidArgument, err)
+		return nil, check.Invalid("headers: %v", err)
 	}
 	if len(headers) > MaxHeaders {
-		return nil, fmt.Errorf("%w: outbox: headers are %d bytes as JSON, more than the maximum of %d", pgcoord.ErrInvalidArgument, len(headers), MaxHeaders)
+		return nil, check.Invalid("headers are %d bytes as JSON, more than the maximum of %d", len(headers), MaxHeaders)
 	}
 	return headers, nil
 }

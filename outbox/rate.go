@@ -60,7 +60,7 @@ type TopicDeliveries struct {
 // no more messages than that (Deliveries.Complete). Options out of range return an
 // error wrapping pgcoord.ErrInvalidArgument before any SQL runs.
 func DeliveryRate(ctx context.Context, db pgcoord.DBTX, opts *DeliveryRateOpts) (Deliveries, error) {
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return Deliveries{}, err
 	}
 	var o DeliveryRateOpts
@@ -74,10 +74,10 @@ func DeliveryRate(ctx context.Context, db pgcoord.DBTX, opts *DeliveryRateOpts) 
 		o.MaxScan = DefaultRateScan
 	}
 	if o.Minutes < 1 || o.Minutes > MaxRateMinutes {
-		return Deliveries{}, fmt.Errorf("%w: outbox: rate window of %d minutes is outside 1..%d", pgcoord.ErrInvalidArgument, o.Minutes, MaxRateMinutes)
+		return Deliveries{}, check.Invalid("rate window of %d minutes is outside 1..%d", o.Minutes, MaxRateMinutes)
 	}
 	if o.MaxScan < 1 || o.MaxScan > MaxRateScan {
-		return Deliveries{}, fmt.Errorf("%w: outbox: rate scan of %d messages is outside 1..%d", pgcoord.ErrInvalidArgument, o.MaxScan, MaxRateScan)
+		return Deliveries{}, check.Invalid("rate scan of %d messages is outside 1..%d", o.MaxScan, MaxRateScan)
 	}
 	rows, err := queries.OutboxDeliveryRate(ctx, db, dbsqlc.OutboxDeliveryRateParams{
 		MaxScan: int32(o.MaxScan), Minutes: int32(o.Minutes),

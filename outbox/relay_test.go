@@ -273,6 +273,41 @@ func TestTakenOverClaimIsFenced(t *testing.T) {
 	}
 }
 
+// When another relay takes over part of an expired claim, the stale relay's counts still
+// add up: each message it claimed is counted once, as what the database recorded for it
+// (delivered) or as refused (fenced), never both.
+func TestPartlyTakenOverClaimCountsEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	enqueue(t, pool, msg("a", "a1"), msg("b", "b1"))
+	clock := pgtest.NewClock(t, pool)
+	clock.Freeze(dbNow(t, pool))
+	var once sync.Once
+	entered, release := make(chan struct{}), make(chan struct{})
+	slow := newRelay(t, pool, outbox.HandlerFunc(func(context.Context, outbox.Message) error {
+		once.Do(func() { close(entered) })
+		<-release // paused, past its claim by the database clock
+		return nil
+	}), outbox.Config{ClaimTTL: time.Hour, Claimant: "slow"})
+	call := pgtest.Go(func() (int, error) { return slow.RunBatch(ctx) })
+	<-entered
+
+	clock.Advance(time.Hour + time.Second) // the slow relay's claim has expired
+	fast := newRelay(t, pool, &recorder{}, outbox.Config{Claimant: "fast", BatchSize: 1})
+	if n := runBatch(t, fast); n != 1 {
+		t.Fatalf("the fast relay claimed %d messages, want 1 of the 2 expired ones", n)
+	}
+	close(release)
+	if n, err := call.Wait(t); err != nil || n != 2 {
+		t.Fatalf("the slow relay's batch = %d, %v; want its 2 messages", n, err)
+	}
+	s := slow.Stats()
+	if s.Claimed != 2 || s.Delivered != 1 || s.Fenced != 1 || s.Failed+s.Released != 0 {
+		t.Fatalf("stale relay stats %+v: want 2 claimed = 1 delivered (the message not taken over) + 1 fenced", s)
+	}
+}
+
 // A commit wakes an idle relay through NOTIFY, long before its poll interval.
 func TestNotifyWakesIdleRelay(t *testing.T) {
 	pgtest.NeedsSession(t, "LISTEN: the wake-up by notification; behind a pooler the relay polls (pooler_test.go)")

@@ -21,6 +21,7 @@ import (
 // producer that came after queued behind the registration: an enqueue took as long as the
 // long transaction stayed open.
 func TestLongProducerTransactionStallsNoOne(t *testing.T) {
+	pgtest.NeedsSession(t, "LISTEN: an idle relay's registration; behind a pooler relays poll and never register")
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.PoolMax(t, 20)

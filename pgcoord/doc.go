@@ -57,7 +57,7 @@
 //     connection (see docs/pgbouncer.md).
 //   - Connected to a standby: the feature packages' grants, renewals and releases fail
 //     with an error wrapping [ErrReadOnly] (see docs/failover.md for what survives a
-//     failover, and [CheckSyncCommit] for the per-grant synchronous_commit option).
+//     failover, and the SyncCommit option of each grant).
 //   - [GC] stopped by its context or a failed batch returns what it removed so far with
 //     the error; every batch it finished stays committed (when given a pool), and running
 //     it again continues.

@@ -7,8 +7,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 )
+
+// check makes this package's argument errors ("pgcoord: cause").
+var check = base.Check("pgcoord")
 
 // Retention bounds of GC.
 const (
@@ -35,16 +39,19 @@ func GCKinds() []string {
 
 // GCOpts are the options of GC. A nil *GCOpts means all defaults.
 type GCOpts struct {
-	// OlderThan is the retention (default DefaultGCRetention; MinGCRetention to
-	// MaxGCRetention): rows idle, finished or delivered for longer are collected. Dedupe
-	// claims and idempotency keys carry their own expiry and are collected past it.
+	// OlderThan is the retention: rows idle, finished or delivered longer ago than this, by
+	// the database clock, are deleted. Default DefaultGCRetention (30 days);
+	// MinGCRetention to MaxGCRetention. Dedupe claims and idempotency keys carry their own
+	// expiry and are deleted past it.
 	OlderThan time.Duration
-	// Batch is how many rows of each kind one statement deletes (default DefaultGCBatch,
-	// at most MaxGCBatch). Each batch is one short transaction when db is a pool.
+	// Batch is how many rows of each kind one statement deletes at most. Default
+	// DefaultGCBatch (10000); at most MaxGCBatch.
 	Batch int
-	// DryRun counts what would be collected now, in one statement, and deletes nothing.
+	// DryRun deletes nothing: GC returns how many rows of each kind it would delete now,
+	// counted in one statement.
 	DryRun bool
-	// Progress, if not nil, is called after each batch with the totals so far.
+	// Progress, if set, is called after each batch with the totals so far (with DryRun,
+	// once with the counts).
 	Progress func(GCResult)
 }
 
@@ -120,20 +127,20 @@ func GC(ctx context.Context, db DBTX, opts *GCOpts) (GCResult, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if err := CheckDB(db); err != nil {
-		return GCResult{}, fmt.Errorf("pgcoord: gc: %w", err)
+	if err := check.DB(db); err != nil {
+		return GCResult{}, err
 	}
 	switch {
 	case o.OlderThan == 0:
 		o.OlderThan = DefaultGCRetention
 	case o.OlderThan < MinGCRetention || o.OlderThan > MaxGCRetention:
-		return GCResult{}, fmt.Errorf("%w: gc retention %v is outside %v..%v", ErrInvalidArgument, o.OlderThan, MinGCRetention, MaxGCRetention)
+		return GCResult{}, check.Invalid("gc: retention %v is outside %v..%v", o.OlderThan, MinGCRetention, MaxGCRetention)
 	}
 	switch {
 	case o.Batch == 0:
 		o.Batch = DefaultGCBatch
 	case o.Batch < 0 || o.Batch > MaxGCBatch:
-		return GCResult{}, fmt.Errorf("%w: gc batch %d is outside 1..%d", ErrInvalidArgument, o.Batch, MaxGCBatch)
+		return GCResult{}, check.Invalid("gc: batch %d is outside 1..%d", o.Batch, MaxGCBatch)
 	}
 	args := dbsqlc.GCParams{
 		OlderThan: pgtype.Interval{Microseconds: o.OlderThan.Microseconds(), Valid: true},
@@ -147,7 +154,7 @@ func GC(ctx context.Context, db DBTX, opts *GCOpts) (GCResult, error) {
 		}
 		rows, err := queries.GC(ctx, db, args)
 		if err != nil {
-			return res, fmt.Errorf("pgcoord: gc: %w", TranslateError(err))
+			return res, fmt.Errorf("pgcoord: gc: %w", base.TranslateError(err))
 		}
 		more := false
 		for _, r := range rows {

@@ -13,7 +13,7 @@ import (
 // call pgcoord_lock_key directly there. It returns an error wrapping ErrInvalidName for a
 // bad name, before any SQL runs.
 func LockKey(ctx context.Context, db DBTX, name string) (int64, error) {
-	if err := ValidateName("lock", name); err != nil {
+	if err := check.Name("lock", name); err != nil {
 		return 0, err
 	}
 	key, err := queries.LockKey(ctx, db, name)

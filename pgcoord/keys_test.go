@@ -3,7 +3,6 @@ package pgcoord_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/pgcoord/pgcoord/internal/pgconfig"
@@ -63,32 +62,5 @@ func TestLockKeyRejectsBadNamesBeforeSQL(t *testing.T) {
 	_, err := pgcoord.LockKey(context.Background(), nil, "")
 	if !errors.Is(err, pgcoord.ErrInvalidName) {
 		t.Fatalf("LockKey(\"\") err = %v, want ErrInvalidName", err)
-	}
-}
-
-func TestValidateName(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		name string
-		ok   bool
-		want string
-	}{
-		{"orders:42", true, ""},
-		{"çà-日本", true, ""},
-		{strings.Repeat("x", pgcoord.MaxNameLen), true, ""},
-		{"", false, "empty"},
-		{strings.Repeat("x", pgcoord.MaxNameLen+1), false, "maximum"},
-		{"bad\xffutf8", false, "UTF-8"},
-		{"nul\x00byte", false, "NUL"},
-	}
-	for _, c := range cases {
-		err := pgcoord.ValidateName("lease", c.name)
-		if c.ok != (err == nil) {
-			t.Errorf("ValidateName(%q) = %v, want ok=%v", c.name, err, c.ok)
-			continue
-		}
-		if err != nil && (!errors.Is(err, pgcoord.ErrInvalidName) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "lease")) {
-			t.Errorf("ValidateName(%q) = %q; want ErrInvalidName mentioning %q and the kind", c.name, err, c.want)
-		}
 	}
 }

@@ -6,4 +6,7 @@ import (
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	pgtest.NeedsSessionExamples("^ExampleMigrate$") // goose's session lock: ErrPooler behind a pooler
+	pgtest.Main(m)
+}

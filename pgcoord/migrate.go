@@ -17,6 +17,7 @@ import (
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/sql/migrations"
 )
 
@@ -33,13 +34,14 @@ const VersionTable = "pgcoord_migrations"
 // of pgcoord needs.
 var ErrSchemaOutdated = errors.New("pgcoord: schema is outdated")
 
-// ErrPooler is returned (wrapped) by Migrate and Rollback when the pool's connections go
-// through a pooler such as PgBouncer: goose serializes migrations with a session-level
-// advisory lock, which a transaction-mode pooler leaves on whichever server connection
-// took it — so the lock would neither exclude a concurrent migration nor be released.
-// The check compares the backend process id the server reports with the one the connection
-// was given when it opened; a pooler sends its own. Run migrations on a direct connection.
-var ErrPooler = errors.New("pgcoord: the connection goes through a pooler (its server process id is not the one it was given); migrations need a session: run them on a direct connection")
+// ErrPooler is wrapped by the error of a call that needs a session when the connection goes
+// through a pooler such as PgBouncer in transaction mode: Migrate and Rollback (goose
+// serializes migrations with a session-level advisory lock, which such a pooler leaves on
+// whichever server connection took it, so the lock would neither exclude a concurrent
+// migration nor be released) and singleton.RunSession. The check compares the backend
+// process id the server reports with the one the connection was given when it opened; a
+// pooler sends its own. Use a direct connection.
+var ErrPooler = base.ErrPooler
 
 // Migration is one migration shipped with this build.
 type Migration struct {

@@ -4,7 +4,10 @@
 # tests default to the official postgres image.
 #
 # Usage: scripts/build-test-image.sh [15|17]     -> image pgcoord-test/postgres:<version>
-#   15 is built from Debian 12 (bookworm), 17 from Debian 13 (trixie).
+#   15 is built from Debian 12 (bookworm), 17 from Debian 13 (trixie). The 17 image also
+#   carries Debian 13's PgBouncer (1.24), which the pooler leg runs (scripts/start-pgbouncer.sh
+#   with PGCOORD_PGBOUNCER_IMAGE): Debian 12's PgBouncer 1.18 exits on a cancel request
+#   that races its client's disconnect, which pgx sends whenever a context ends mid-query.
 #   An existing image is reused; FORCE=1 rebuilds it.
 # Then run the tests with PGCOORD_TEST_IMAGE=pgcoord-test/postgres:<version>.
 #
@@ -15,12 +18,14 @@
 set -euo pipefail
 version=${1:-15}
 case $version in
-  15) suite=bookworm ;;
-  17) suite=trixie ;;
+  15) suite=bookworm packages=postgresql-15 ;;
+  17) suite=trixie packages=postgresql-17,pgbouncer ;;
   *) echo "build-test-image: version must be 15 or 17, not '$version'" >&2; exit 2 ;;
 esac
 image=pgcoord-test/postgres:$version
-if [[ ${FORCE:-0} != 1 ]] && docker image inspect "$image" >/dev/null 2>&1; then
+# Present, with every package it must carry (an older 17 image lacks PgBouncer).
+if [[ ${FORCE:-0} != 1 ]] && docker image inspect "$image" >/dev/null 2>&1 &&
+  { [[ $version != 17 ]] || docker run --rm --entrypoint /bin/sh "$image" -c 'command -v pgbouncer' >/dev/null; }; then
   echo "$image: present"
   exit 0
 fi
@@ -29,8 +34,8 @@ if ! command -v debootstrap >/dev/null; then
 fi
 rootfs=$(mktemp -d -t pgcoord-image.XXXXXX)
 trap 'rm -rf "$rootfs" "$rootfs.log"' EXIT
-echo "$image: debootstrap $suite with postgresql-$version (about two minutes)"
-if ! debootstrap --variant=minbase --include="postgresql-$version" "$suite" "$rootfs" >"$rootfs.log" 2>&1; then
+echo "$image: debootstrap $suite with $packages (about two minutes)"
+if ! debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" >"$rootfs.log" 2>&1; then
   tail -n 20 "$rootfs.log" >&2
   exit 1
 fi

@@ -8,13 +8,21 @@
 #   PGCOORD_TEST_PGBOUNCER_INCLUDE  the [databases] file pgtest adds its per-schema aliases to
 #                                   (then it RELOADs through the admin console, database
 #                                   "pgbouncer" on the same port, user postgres)
-#   PGCOORD_TEST_PGBOUNCER_DIR      the directory; `kill $(cat $DIR/pgbouncer.pid)` stops it
+#   PGCOORD_TEST_PGBOUNCER_DIR      the directory (config, log)
+#   PGCOORD_TEST_PGBOUNCER_STOP     the command that stops it
+#   PGCOORD_TEST_PGBOUNCER_ALIVE    the command that succeeds while it runs
 #
 # Usage: eval "$(scripts/start-pgbouncer.sh [DATABASE_URL [PORT]])"
 #   DATABASE_URL  upstream, default $PGCOORD_TEST_DATABASE_URL, else the local cluster's URL
 #   PORT          default: the first free port from 6432 up
+#   PGCOORD_PGBOUNCER_IMAGE  run the PgBouncer of this Docker image (on the host's network)
+#                 instead of the host's: scripts/build-test-image.sh 17 carries Debian 13's
+#                 1.24. Debian 12's 1.18 exits ("bad client state") when a cancel request
+#                 races its client's disconnect, and pgx sends one whenever a context ends
+#                 mid-query; CI runs the image's.
 #
-# Needs: apt-get install -y pgbouncer (1.18 on Debian 12). The packaged service stays off.
+# Needs: apt-get install -y pgbouncer (Debian 12: 1.18; the packaged service stays off), or
+# the image.
 set -euo pipefail
 url=${1:-${PGCOORD_TEST_DATABASE_URL:-}}
 if [[ -z $url ]]; then
@@ -81,7 +89,20 @@ EOF
 chown -R postgres: "$dir"
 chmod 644 "$dir/databases.ini"
 # Room for max_client_conn (the default soft limit of 1024 descriptors is not).
-runuser -u postgres -- sh -c 'ulimit -n 4096 2>/dev/null; exec pgbouncer -d -q "$0"' "$dir/pgbouncer.ini"
+if [[ -n ${PGCOORD_PGBOUNCER_IMAGE:-} ]]; then
+  name=pgcoord-pgbouncer-$port
+  docker rm -f "$name" >/dev/null 2>&1 || true
+  docker run -d --name "$name" --network host --user "$(id -u postgres):$(id -g postgres)" \
+    --ulimit nofile=4096:4096 -v "$dir:$dir" --entrypoint pgbouncer "$PGCOORD_PGBOUNCER_IMAGE" \
+    -q "$dir/pgbouncer.ini" >/dev/null
+  stop="docker rm -f $name >/dev/null"
+  alive="[ \"\$(docker inspect -f '{{.State.Running}}' $name 2>/dev/null)\" = true ]"
+else
+  runuser -u postgres -- sh -c 'ulimit -n 4096 2>/dev/null; exec pgbouncer -d -q "$0"' "$dir/pgbouncer.ini"
+  pid=$(cat "$dir/pgbouncer.pid" 2>/dev/null || true)
+  stop="kill $pid 2>/dev/null; for _ in \$(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done"
+  alive="kill -0 $pid 2>/dev/null"
+fi
 
 for _ in $(seq 50); do
   if ! free "$port"; then break; fi
@@ -95,3 +116,5 @@ fi
 echo "export PGCOORD_TEST_PGBOUNCER='postgres://$user:$password@127.0.0.1:$port/$db?sslmode=disable'"
 echo "export PGCOORD_TEST_PGBOUNCER_INCLUDE='$dir/databases.ini'"
 echo "export PGCOORD_TEST_PGBOUNCER_DIR='$dir'"
+printf 'export PGCOORD_TEST_PGBOUNCER_STOP=%q\n' "$stop"
+printf 'export PGCOORD_TEST_PGBOUNCER_ALIVE=%q\n' "$alive"

@@ -9,11 +9,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/internal/listen"
-	"github.com/pgcoord/pgcoord/pgcoord"
+	"github.com/pgcoord/pgcoord/internal/tracing"
 )
+
+// check makes this package's argument errors ("semaphore: cause").
+var check = base.Check("semaphore")
 
 // Acquire waits in line until it is granted a permit of key for ttl, or ctx ends (then it
 // returns ctx's error, having left the line). Waiters of a key are served first come, first
@@ -34,23 +38,35 @@ import (
 // If an attempt fails with the connection, so that its outcome is unknown, Acquire asks
 // once more as the same holder: a permit granted by an attempt whose reply was lost is
 // returned rather than leaked.
-func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl time.Duration, opts *AcquireOpts) (Permit, error) {
+func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl time.Duration, opts *AcquireOpts) (_ Permit, err error) {
 	if err := validateAcquire(key, limit, ttl); err != nil {
 		return Permit{}, err
 	}
 	if pool == nil {
-		return Permit{}, fmt.Errorf("%w: semaphore: nil pool", pgcoord.ErrInvalidArgument)
+		return Permit{}, check.Invalid("nil pool")
 	}
 	generated := opts == nil || opts.Holder == ""
 	o, err := opts.withDefaults(ttl)
 	if err != nil {
 		return Permit{}, err
 	}
+	var span tracing.Span
+	var attempts int64
+	if o.Tracer != nil {
+		ctx, span = tracing.Start(ctx, o.Tracer, tracing.SemAcquire, keyAttrs(key, limit, o.Holder)...)
+		defer func() {
+			span.Set(tracing.Int(tracing.AttrAttempts, attempts))
+			span.End(err)
+		}()
+	}
 	start := time.Now()
-	p, tried, err := acquire(ctx, pool, key, limit, ttl, o)
+	p, tried, err := acquire(ctx, pool, key, limit, ttl, o, span, &attempts)
 	switch {
 	case err == nil:
 		o.Metrics.admitted(key, time.Since(start))
+		if span.On() {
+			span.Set(tracing.Int(tracing.AttrToken, p.Token))
+		}
 		return p, nil
 	case tried && listen.Ambiguous(ctx, err):
 		// The last attempt may have been granted: ask once more as the same holder.
@@ -62,21 +78,26 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		})
 		if rerr == nil {
 			o.Metrics.admitted(key, time.Since(start))
-			return permitFrom(row, sent, o.SafetyMargin), nil
+			p = permitFrom(row, sent, o.SafetyMargin)
+			if span.On() {
+				span.Set(tracing.Int(tracing.AttrToken, p.Token))
+			}
+			return p, nil
 		}
 	}
 	if tried {
 		giveUp(ctx, pool, key, o.Holder, generated)
 	}
-	return Permit{}, fmt.Errorf("semaphore: acquire %q: %w", key, pgcoord.TranslateError(err))
+	return Permit{}, fmt.Errorf("semaphore: acquire %q: %w", key, base.TranslateError(err))
 }
 
 // lineSlack is how much longer than two poll intervals a waiter's place in line lasts.
 const lineSlack = time.Second
 
 // acquire is Acquire's waiting loop. tried reports whether an attempt was sent (so there
-// may be a place in line or a permit to clean up).
-func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl time.Duration, o AcquireOpts) (p Permit, tried bool, err error) {
+// may be a place in line or a permit to clean up). It counts its attempts in *attempts
+// and records each wait on span.
+func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl time.Duration, o AcquireOpts, span tracing.Span, attempts *int64) (p Permit, tried bool, err error) {
 	// The waiter exists before the first attempt, so a release between a refusal and the
 	// wait is not missed.
 	w, err := newWaiter(ctx, pool, key, o.NoListen)
@@ -90,6 +111,7 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 	want := dbarg.Interval(2*o.PollInterval + lineSlack)
 	for {
 		tried = true
+		*attempts++
 		sent := time.Now()
 		row, err := queries.SemaphoreAcquire(ctx, pool, dbsqlc.SemaphoreAcquireParams{
 			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl), Wait: want,
@@ -102,6 +124,9 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 			return Permit{}, true, err
 		}
 		o.Metrics.refused(key)
+		if span.On() {
+			span.Event(tracing.EventWait)
+		}
 		// In line. Try again on a notification, when the first live permit expires (an
 		// expiry sends no notification), or after the poll interval, whichever comes first.
 		wait := listen.Jitter(o.PollInterval)
@@ -121,7 +146,7 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 // newWaiter returns a waiter for notifications of key on the semaphore channel, from the
 // pool's shared notifier; with noListen, one that only sleeps.
 func newWaiter(ctx context.Context, pool *pgxpool.Pool, key string, noListen bool) (*listen.Waiter, error) {
-	if noListen {
+	if noListen || listen.Pooled(pool) {
 		return listen.New(ctx, pool, "", "")
 	}
 	channel, err := queries.SemaphoreChannel(ctx, pool)

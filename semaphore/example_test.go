@@ -163,3 +163,42 @@ func ExampleSetLimit() {
 	// Output:
 	// 10 3
 }
+
+// Producers report the work they enqueue, in the transaction that enqueues it, so that Next
+// knows which tenants have work; cancelled jobs are taken away the same way.
+func ExampleAddDemand() {
+	ctx := context.Background()
+	pool := pgtest.ExamplePool()
+	if _, err := pool.Exec(ctx, `CREATE TABLE jobs (id bigserial PRIMARY KEY, tenant text NOT NULL, what text NOT NULL)`); err != nil {
+		panic(err)
+	}
+
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for _, what := range []string{"import-1", "import-2", "import-3"} {
+			if _, err := tx.Exec(ctx, `INSERT INTO jobs (tenant, what) VALUES ('acme', $1)`, what); err != nil {
+				return err
+			}
+		}
+		// Last in the transaction: it locks the key's row until COMMIT.
+		return semaphore.AddDemand(ctx, tx, "acme", 3, &semaphore.AddDemandOpts{Limit: 2})
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	// The customer cancels one import before it ran.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM jobs WHERE tenant = 'acme' AND what = 'import-3'`)
+		if err != nil {
+			return err
+		}
+		return semaphore.AddDemand(ctx, tx, "acme", -tag.RowsAffected(), nil)
+	})
+	if err != nil {
+		panic(err)
+	}
+	s, _ := semaphore.Get(ctx, pool, "acme")
+	fmt.Println("demand:", s.Demand, "limit:", s.Limit)
+	// Output:
+	// demand: 2 limit: 2
+}

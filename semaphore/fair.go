@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/internal/listen"
@@ -34,13 +35,13 @@ func SetLimit(ctx context.Context, db pgcoord.DBTX, key string, limit int, opts 
 	if err := validateLimit(limit); err != nil {
 		return err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return err
 	}
 	var weight *int32
 	if opts != nil && opts.Weight != 0 {
 		if opts.Weight < 1 || opts.Weight > MaxWeight {
-			return fmt.Errorf("%w: semaphore: weight %d is outside 1..%d", pgcoord.ErrInvalidArgument, opts.Weight, MaxWeight)
+			return check.Invalid("weight %d is outside 1..%d", opts.Weight, MaxWeight)
 		}
 		w := int32(opts.Weight)
 		weight = &w
@@ -75,7 +76,7 @@ func AddDemand(ctx context.Context, db pgcoord.DBTX, key string, units int64, op
 	if err := validateKey(key); err != nil {
 		return err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return err
 	}
 	limit := 1
@@ -107,7 +108,8 @@ type NextOpts struct {
 	SafetyMargin time.Duration
 	// SyncCommit as in AcquireOpts. Default "": the server's setting.
 	SyncCommit string
-	// Metrics receives the latency of admissions. Default DefaultMetrics.
+	// Metrics, if set, receives the latency of admissions (see Metrics). Default nil: not
+	// counted.
 	Metrics *Metrics
 }
 
@@ -135,7 +137,7 @@ func Next(ctx context.Context, db pgcoord.DBTX, ttl time.Duration, opts *NextOpt
 	if err := validateTTL(ttl); err != nil {
 		return Permit{}, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return Permit{}, err
 	}
 	var o NextOpts
@@ -149,8 +151,8 @@ func Next(ctx context.Context, db pgcoord.DBTX, ttl time.Duration, opts *NextOpt
 	if o.SafetyMargin, err = safetyMargin(o.SafetyMargin, ttl); err != nil {
 		return Permit{}, err
 	}
-	if err := pgcoord.CheckSyncCommit(o.SyncCommit); err != nil {
-		return Permit{}, fmt.Errorf("semaphore: %w", err)
+	if err := check.SyncCommit(o.SyncCommit); err != nil {
+		return Permit{}, err
 	}
 	for _, k := range o.Keys {
 		if err := validateKey(k); err != nil {
@@ -159,9 +161,6 @@ func Next(ctx context.Context, db pgcoord.DBTX, ttl time.Duration, opts *NextOpt
 	}
 	if len(o.Keys) == 0 {
 		o.Keys = nil // NULL: every key
-	}
-	if o.Metrics == nil {
-		o.Metrics = DefaultMetrics
 	}
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
@@ -178,7 +177,7 @@ func Next(ctx context.Context, db pgcoord.DBTX, ttl time.Duration, opts *NextOpt
 		case attempt == 0 && listen.Ambiguous(ctx, err):
 			continue // the admission may have committed: ask again as the same holder
 		default:
-			return Permit{}, fmt.Errorf("semaphore: next: %w", pgcoord.TranslateError(err))
+			return Permit{}, fmt.Errorf("semaphore: next: %w", base.TranslateError(err))
 		}
 	}
 }

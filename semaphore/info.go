@@ -22,7 +22,7 @@ func Drain(ctx context.Context, db pgcoord.DBTX, key string) ([]Permit, error) {
 	if err := validateKey(key); err != nil {
 		return nil, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return nil, err
 	}
 	rows, err := queries.SemaphoreDrain(ctx, db, key)
@@ -155,6 +155,9 @@ type ListOpts struct {
 	// Limit caps the number of keys returned. Default DefaultListLimit; at most
 	// MaxListLimit.
 	Limit int
+	// Prefix, if set, lists only the keys that start with it, character for character
+	// ('%' and '_' are plain characters). At most 255 bytes, as a key.
+	Prefix string
 }
 
 // DefaultListLimit and MaxListLimit bound one page of List (pgcoord's, for every package).
@@ -166,19 +169,24 @@ const (
 // List returns the status of semaphore keys in key order, one page at a time (see
 // ListOpts.After), never nil.
 func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]KeyStatus, error) {
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return nil, err
 	}
 	var o ListOpts
 	if opts != nil {
 		o = *opts
 	}
-	limit, err := pgcoord.ListLimit(o.Limit)
+	limit, err := check.ListLimit(o.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("semaphore: %w", err)
 	}
+	if o.Prefix != "" {
+		if err := check.Name("prefix of a semaphore key", o.Prefix); err != nil {
+			return nil, err
+		}
+	}
 	rows, err := queries.ListSemaphores(ctx, db, dbsqlc.ListSemaphoresParams{
-		After: o.After, MaxRows: limit,
+		After: o.After, Prefix: o.Prefix, MaxRows: limit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("semaphore: list: %w", err)
@@ -195,7 +203,7 @@ func Get(ctx context.Context, db pgcoord.DBTX, key string) (KeyStatus, error) {
 	if err := validateKey(key); err != nil {
 		return KeyStatus{}, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return KeyStatus{}, err
 	}
 	rows, err := queries.ListSemaphores(ctx, db, dbsqlc.ListSemaphoresParams{OnlyKey: &key, MaxRows: 1})
@@ -232,7 +240,7 @@ func Permits(ctx context.Context, db pgcoord.DBTX, key string) ([]PermitInfo, er
 	if err := validateKey(key); err != nil {
 		return nil, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return nil, err
 	}
 	rows, err := queries.ListPermits(ctx, db, key)

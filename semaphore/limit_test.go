@@ -72,7 +72,8 @@ func liveCount(spans []span) (most int, at func(t time.Time) int) {
 }
 
 // The limit is exact under concurrency, and the slots of dead workers come back after their
-// TTL. 18 goroutines hammer 3 keys of limit 3 for 3 seconds: each takes a permit of
+// TTL. 18 goroutines hammer 3 keys of limit 3 for 3 seconds (and on until they took 150
+// permits, on a starved machine): each takes a permit of
 // whichever key has room (TryAcquire in random key order; if all are full, Acquire on one
 // of them), works for a random time, sometimes renews, and releases — except that about
 // one permit in ten is never released, as by a worker that died holding it; its TTL is
@@ -97,6 +98,9 @@ func TestLimitIsExactUnderConcurrency(t *testing.T) {
 		ttl      = 300 * time.Millisecond
 		run      = 3 * time.Second
 		deadRate = 0.1
+		// minPermits is how many permits the run takes at least (about 400 on an idle
+		// machine in run).
+		minPermits = 150
 	)
 	pool := pgtest.PoolMax(t, 2*workers+4)
 	names := make([]string, keys)
@@ -108,14 +112,26 @@ func TestLimitIsExactUnderConcurrency(t *testing.T) {
 		spans   []span
 		lost    int // releases that found their permit already reclaimed
 		wg      sync.WaitGroup
-		stopped = time.Now().Add(run)
+		minEnd  = time.Now().Add(run)
+		hardEnd = time.Now().Add(2 * pgtest.WaitLimit)
 	)
+	// The workers run for run, and on until they took minPermits permits: a starved machine
+	// (-race beside CPU hogs) has taken 31 in 3 seconds, too few to contend.
+	keepGoing := func() bool {
+		now := time.Now()
+		if now.Before(minEnd) {
+			return true
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return len(spans) < minPermits && now.Before(hardEnd)
+	}
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
-			for time.Now().Before(stopped) {
+			for keepGoing() {
 				p, err := takeAny(pool, names, limit, ttl, rng)
 				if errors.Is(err, context.DeadlineExceeded) {
 					continue
@@ -158,6 +174,7 @@ func TestLimitIsExactUnderConcurrency(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	stopped := time.Now()
 	if t.Failed() {
 		return
 	}

@@ -12,7 +12,9 @@ import (
 
 // Metrics counts, in this process and per key, how long admissions took and how many
 // attempts were admitted or refused. It is safe for concurrent use, and its zero value is
-// ready to use.
+// ready to use. Create one with NewMetrics, pass it in the options of the calls it should
+// count (AcquireOpts.Metrics, NextOpts.Metrics: a call without one is not counted), and
+// read it with Snapshot or export it with package metrics (metrics.Opts.Semaphores).
 //
 // What counts as an admission's time: for TryAcquire and Next, the call (a round trip,
 // two if it retried); for Acquire, the whole wait, from the call to the grant. Refusals
@@ -22,13 +24,13 @@ import (
 // Its memory is bounded whatever the number of keys. It counts at most MaxKeys keys one
 // by one, in 4.7 KiB each (a latency histogram of 592 counters), and every other key
 // together, under the key "" (no semaphore key is empty): at most MaxKeys + 1 histograms
-// and MaxKeys names, about 5 MiB with the default of 1,000 keys (DefaultMetrics too),
-// however many keys the process sees. A new key is counted one by one while fewer than
-// MaxKeys are; once all places are taken, a new key makes room by moving the counts of
-// every key idle for IdleAfter (no call counted) to "" — looking for idle keys at most
-// once a minute — and is counted under "" if none is idle. So the sums over all keys never
-// go down, and a key that comes back after its counts moved starts again from zero (which
-// Prometheus reads as a counter reset).
+// and MaxKeys names, about 5 MiB with the default of 1,000 keys, however many keys the
+// process sees. A new key is counted one by one while fewer than MaxKeys are; once all
+// places are taken, a new key makes room by moving the counts of every key idle for
+// IdleAfter (no call counted) to "" — looking for idle keys at most once a minute — and
+// is counted under "" if none is idle. So the sums over all keys never go down, and a key
+// that comes back after its counts moved starts again from zero (which Prometheus reads
+// as a counter reset).
 type Metrics struct {
 	// MaxKeys caps the keys counted one by one. Default (0) DefaultMaxKeys. Set it before
 	// the Metrics is first used.
@@ -59,10 +61,6 @@ const (
 // NewMetrics returns an empty Metrics with the default MaxKeys.
 func NewMetrics() *Metrics { return &Metrics{} }
 
-// DefaultMetrics is where TryAcquire, Acquire and Next count when their options name no
-// Metrics.
-var DefaultMetrics = NewMetrics()
-
 // KeyMetrics is what a Metrics counted for one key.
 type KeyMetrics struct {
 	// Key is the semaphore key; "" for the keys not counted one by one (see Metrics).
@@ -73,14 +71,18 @@ type KeyMetrics struct {
 	// took, within 4%. Zero if there was no admission.
 	AcquireP50, AcquireP99 time.Duration
 	// AcquireSum is the total time the admissions took. AcquireBuckets[i] counts the
-	// admissions that took at most AcquireBounds[i] (cumulative, as a Prometheus histogram
-	// wants them); one within about 3% of a bound may be counted on either side of it.
+	// admissions that took at most AcquireBounds()[i] (cumulative, as a Prometheus
+	// histogram wants them); one within about 3% of a bound may be counted on either side
+	// of it.
 	AcquireSum     time.Duration
 	AcquireBuckets []uint64
 }
 
-// AcquireBounds are the upper bounds of KeyMetrics.AcquireBuckets.
-var AcquireBounds = []time.Duration{
+// AcquireBounds returns the upper bounds of KeyMetrics.AcquireBuckets, in increasing
+// order: 1 ms to 5 min. The slice is the caller's.
+func AcquireBounds() []time.Duration { return slices.Clone(acquireBounds) }
+
+var acquireBounds = []time.Duration{
 	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
 	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
 	500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second,
@@ -105,7 +107,11 @@ func (m *Metrics) Snapshot() []KeyMetrics {
 	return out
 }
 
+// admitted counts an admission to key k that took d; a nil m counts nothing.
 func (m *Metrics) admitted(k string, d time.Duration) {
+	if m == nil {
+		return
+	}
 	m.count(k, func(km *keyMetrics) {
 		km.admissions.Add(1)
 		km.sumMicros.Add(max(d.Microseconds(), 0))
@@ -113,7 +119,13 @@ func (m *Metrics) admitted(k string, d time.Duration) {
 	})
 }
 
-func (m *Metrics) refused(k string) { m.count(k, func(km *keyMetrics) { km.refusals.Add(1) }) }
+// refused counts a refused attempt for key k; a nil m counts nothing.
+func (m *Metrics) refused(k string) {
+	if m == nil {
+		return
+	}
+	m.count(k, func(km *keyMetrics) { km.refusals.Add(1) })
+}
 
 // count applies add to the counters of key k. It runs under m.mu (read-locked on the
 // common path), so the counts of a key cannot be added to after they moved to "".
@@ -246,9 +258,9 @@ func (km *keyMetrics) snapshot(k string) KeyMetrics {
 	s.AcquireP50 = quantile(&counts, n, 0.50)
 	s.AcquireP99 = quantile(&counts, n, 0.99)
 	s.AcquireSum = time.Duration(km.sumMicros.Load()) * time.Microsecond
-	s.AcquireBuckets = make([]uint64, len(AcquireBounds))
+	s.AcquireBuckets = make([]uint64, len(acquireBounds))
 	for i, c := range counts { // a bucket counts below a bound when its middle does
-		for j, b := range AcquireBounds {
+		for j, b := range acquireBounds {
 			if bucketMid(i) <= b {
 				s.AcquireBuckets[j] += uint64(c)
 			}

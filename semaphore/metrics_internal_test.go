@@ -41,10 +41,11 @@ func TestMetricsQuantiles(t *testing.T) {
 	if k.AcquireSum != 500500*time.Millisecond {
 		t.Fatalf("sum %v, want 500.5s (1ms + 2ms + ... + 1000ms)", k.AcquireSum)
 	}
-	if len(k.AcquireBuckets) != len(AcquireBounds) {
-		t.Fatalf("%d buckets for %d bounds", len(k.AcquireBuckets), len(AcquireBounds))
+	bounds := AcquireBounds()
+	if len(k.AcquireBuckets) != len(bounds) {
+		t.Fatalf("%d buckets for %d bounds", len(k.AcquireBuckets), len(bounds))
 	}
-	for i, b := range AcquireBounds {
+	for i, b := range bounds {
 		below := min(int64(b/time.Millisecond), 1000) // admissions of at most b
 		lo, hi := float64(below)*0.97-1, float64(below)*1.03+1
 		if got := float64(k.AcquireBuckets[i]); got < lo || got > hi {
@@ -54,6 +55,15 @@ func TestMetricsQuantiles(t *testing.T) {
 			t.Errorf("buckets not cumulative at %v", b)
 		}
 	}
+	// The bounds are the caller's copy: changing them changes no Metrics.
+	bounds[0] = time.Hour
+	if AcquireBounds()[0] != time.Millisecond {
+		t.Fatal("AcquireBounds returned the package's own slice")
+	}
+	// A call whose options name no Metrics counts nothing, and does not fail.
+	var none *Metrics
+	none.admitted("k", time.Second)
+	none.refused("k")
 	// A wait longer than the histogram covers counts in its last bucket.
 	if bucketOf(1<<62) != numBuckets-1 {
 		t.Fatal("a huge duration is not in the last bucket")

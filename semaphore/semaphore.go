@@ -8,9 +8,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/internal/listen"
+	"github.com/pgcoord/pgcoord/internal/tracing"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -92,16 +94,21 @@ type AcquireOpts struct {
 	// process) loses its place in line after twice this interval plus a second (the
 	// second covers slow round trips: a live waiter must not lose its place to them).
 	PollInterval time.Duration
-	// NoListen makes Acquire poll only, without LISTEN: for connections through a
-	// transaction-mode pooler, where notifications are not delivered.
+	// NoListen makes Acquire poll only, without LISTEN. Behind a transaction-mode pooler,
+	// where notifications are not delivered, the pool's first wait finds the pooler and
+	// polls without it; NoListen only saves that one check.
 	NoListen bool
 	// SyncCommit is the synchronous_commit level of the admission's commit, as
 	// leases.AcquireOpts.SyncCommit: "on", "remote_write" or "remote_apply" make just this
 	// grant wait for the synchronous standbys (see docs/failover.md). Default "": the
 	// server's setting.
 	SyncCommit string
-	// Metrics receives the latency and the outcome of the call. Default DefaultMetrics.
+	// Metrics, if set, receives the latency and the outcome of the call (see Metrics).
+	// Default nil: not counted.
 	Metrics *Metrics
+	// Tracer, if set, traces the call (see pgcoord.Tracer): Acquire's wait and admission,
+	// TryAcquire's admission or refusal. Default nil: not traced.
+	Tracer pgcoord.Tracer
 }
 
 func (o *AcquireOpts) withDefaults(ttl time.Duration) (AcquireOpts, error) {
@@ -116,26 +123,23 @@ func (o *AcquireOpts) withDefaults(ttl time.Duration) (AcquireOpts, error) {
 	if v.SafetyMargin, err = safetyMargin(v.SafetyMargin, ttl); err != nil {
 		return v, err
 	}
-	if err := pgcoord.CheckSyncCommit(v.SyncCommit); err != nil {
-		return v, fmt.Errorf("semaphore: %w", err)
+	if err := check.SyncCommit(v.SyncCommit); err != nil {
+		return v, err
 	}
 	if v.PollInterval == 0 {
 		v.PollInterval = time.Second
 	}
 	if v.PollInterval < 0 {
-		return v, fmt.Errorf("%w: semaphore: negative poll interval %v", pgcoord.ErrInvalidArgument, v.PollInterval)
-	}
-	if v.Metrics == nil {
-		v.Metrics = DefaultMetrics
+		return v, check.Invalid("negative poll interval %v", v.PollInterval)
 	}
 	return v, nil
 }
 
 func holderOrNew(h string) (string, error) {
 	if h == "" {
-		return pgcoord.NewHolderID(), nil
+		return base.NewHolderID(), nil
 	}
-	return h, pgcoord.ValidateName("holder", h)
+	return h, check.Name("holder", h)
 }
 
 func safetyMargin(m, ttl time.Duration) (time.Duration, error) {
@@ -143,23 +147,23 @@ func safetyMargin(m, ttl time.Duration) (time.Duration, error) {
 		m = ttl / 10
 	}
 	if m < 0 || m >= ttl {
-		return 0, fmt.Errorf("%w: semaphore: safety margin %v must be between 0 and the TTL %v", pgcoord.ErrInvalidArgument, m, ttl)
+		return 0, check.Invalid("safety margin %v must be between 0 and the TTL %v", m, ttl)
 	}
 	return m, nil
 }
 
-func validateKey(key string) error { return pgcoord.ValidateName("semaphore key", key) }
+func validateKey(key string) error { return check.Name("semaphore key", key) }
 
 func validateTTL(ttl time.Duration) error {
 	if ttl < MinTTL || ttl > MaxTTL {
-		return fmt.Errorf("%w: semaphore: TTL %v is outside %v..%v", pgcoord.ErrInvalidArgument, ttl, MinTTL, MaxTTL)
+		return check.Invalid("TTL %v is outside %v..%v", ttl, MinTTL, MaxTTL)
 	}
 	return nil
 }
 
 func validateLimit(limit int) error {
 	if limit < 1 || limit > MaxLimit {
-		return fmt.Errorf("%w: semaphore: limit %d is outside 1..%d", pgcoord.ErrInvalidArgument, limit, MaxLimit)
+		return check.Invalid("limit %d is outside 1..%d", limit, MaxLimit)
 	}
 	return nil
 }
@@ -191,13 +195,33 @@ func TryAcquire(ctx context.Context, db pgcoord.DBTX, key string, limit int, ttl
 	if err := validateAcquire(key, limit, ttl); err != nil {
 		return Permit{}, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return Permit{}, err
 	}
 	o, err := opts.withDefaults(ttl)
 	if err != nil {
 		return Permit{}, err
 	}
+	if o.Tracer == nil {
+		return tryAcquire(ctx, db, key, limit, ttl, o)
+	}
+	ctx, span := tracing.Start(ctx, o.Tracer, tracing.SemTryAcquire, keyAttrs(key, limit, o.Holder)...)
+	p, err := tryAcquire(ctx, db, key, limit, ttl, o)
+	if err == nil {
+		span.Set(tracing.Int(tracing.AttrToken, p.Token))
+	}
+	span.End(err)
+	return p, err
+}
+
+// keyAttrs are the attributes of a traced admission to key.
+func keyAttrs(key string, limit int, holder string) []pgcoord.Attr {
+	return []pgcoord.Attr{tracing.Str(tracing.AttrKey, key), tracing.Int(tracing.AttrLimit, int64(limit)),
+		tracing.Str(tracing.AttrHolder, holder)}
+}
+
+// tryAcquire is TryAcquire with checked input and options.
+func tryAcquire(ctx context.Context, db pgcoord.DBTX, key string, limit int, ttl time.Duration, o AcquireOpts) (Permit, error) {
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		sent := time.Now()
@@ -215,7 +239,7 @@ func TryAcquire(ctx context.Context, db pgcoord.DBTX, key string, limit int, ttl
 		case attempt == 0 && listen.Ambiguous(ctx, err):
 			continue // the grant may have committed: ask again as the same holder
 		default:
-			return Permit{}, fmt.Errorf("semaphore: acquire %q: %w", key, pgcoord.TranslateError(err))
+			return Permit{}, fmt.Errorf("semaphore: acquire %q: %w", key, base.TranslateError(err))
 		}
 	}
 }
@@ -244,7 +268,7 @@ func Renew(ctx context.Context, db pgcoord.DBTX, p Permit, ttl time.Duration, op
 	if err := validateTTL(ttl); err != nil {
 		return Permit{}, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return Permit{}, err
 	}
 	var o RenewOpts
@@ -264,7 +288,7 @@ func Renew(ctx context.Context, db pgcoord.DBTX, p Permit, ttl time.Duration, op
 		return Permit{}, fmt.Errorf("%w: %q token %d", ErrLost, p.Key, p.Token)
 	}
 	if err != nil {
-		return Permit{}, fmt.Errorf("semaphore: renew %q: %w", p.Key, pgcoord.TranslateError(err))
+		return Permit{}, fmt.Errorf("semaphore: renew %q: %w", p.Key, base.TranslateError(err))
 	}
 	return permitFrom(dbsqlc.SemaphoreAcquireRow(row), sent, margin), nil
 }
@@ -279,14 +303,14 @@ func Release(ctx context.Context, db pgcoord.DBTX, p Permit) error {
 	if err := validateKey(p.Key); err != nil {
 		return err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return err
 	}
 	n, err := queries.SemaphoreRelease(ctx, db, dbsqlc.SemaphoreReleaseParams{
 		Key: p.Key, Holder: p.Holder, FenceToken: p.Token,
 	})
 	if err != nil {
-		return fmt.Errorf("semaphore: release %q: %w", p.Key, pgcoord.TranslateError(err))
+		return fmt.Errorf("semaphore: release %q: %w", p.Key, base.TranslateError(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: %q token %d was not held at release", ErrLost, p.Key, p.Token)
@@ -313,16 +337,16 @@ func Done(ctx context.Context, tx pgx.Tx, p Permit) error {
 		return err
 	}
 	if p.Token < 1 {
-		return fmt.Errorf("%w: semaphore: done %q: token %d is not a permit's", pgcoord.ErrInvalidArgument, p.Key, p.Token)
+		return check.Invalid("done %q: token %d is not a permit's", p.Key, p.Token)
 	}
-	if err := pgcoord.CheckDB(tx); err != nil {
+	if err := check.DB(tx); err != nil {
 		return err
 	}
 	n, err := queries.SemaphoreDone(ctx, tx, dbsqlc.SemaphoreDoneParams{
 		Key: p.Key, Holder: p.Holder, FenceToken: p.Token,
 	})
 	if err != nil {
-		return fmt.Errorf("semaphore: done %q: %w", p.Key, pgcoord.TranslateError(err))
+		return fmt.Errorf("semaphore: done %q: %w", p.Key, base.TranslateError(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: %q token %d was not live at done", ErrLost, p.Key, p.Token)

@@ -9,7 +9,7 @@
 //     with the connection if the replica dies. Works behind PgBouncer in transaction mode.
 //   - RunSession: the same with a session-level lock on a dedicated connection and no open
 //     transaction while fn runs, for long jobs (an open transaction holds back VACUUM).
-//     Needs a direct connection; it detects a pooler and refuses (ErrPooler).
+//     Needs a direct connection; it detects a pooler and refuses (pgcoord.ErrPooler).
 //   - Schedule (built on RunTick, built on ClaimTick/HeartbeatTick/FinishTick): a per-tick
 //     ledger. Each schedule slot (a "tick", date_bin(Every, database now, Origin)) is
 //     claimed once in pgcoord_job_runs, whatever the replicas' timers and clocks say; a
@@ -108,7 +108,7 @@
 //     retries within the slot. A replica busy past the next boundary leaves that tick to
 //     the others.
 //   - Behind PgBouncer in transaction mode, use RunOnce or the ledger (RunTick,
-//     Schedule), which keep no session state; RunSession returns ErrPooler. A session-mode
+//     Schedule), which keep no session state; RunSession returns an error wrapping pgcoord.ErrPooler. A session-mode
 //     pooler cannot be told from a transaction-mode one (both send their own cancel key):
 //     set SessionOpts.AllowPooler only if you know it is in session mode.
 //   - RunOnce holds a transaction open, and RunSession a connection, for as long as fn

@@ -2,6 +2,7 @@ package singleton_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -108,4 +109,37 @@ func ExampleListJobs() {
 	}
 	// Output:
 	// billing-export: last failed (bucket not found), overdue true
+}
+
+// The ledger's calls one by one, for a runner that drives its own loop (RunTick and
+// Schedule do all of this): claim the current tick, heartbeat while working, record the
+// outcome.
+func ExampleClaimTick() {
+	ctx := context.Background()
+	pool := pgtest.ExamplePool()
+	job := singleton.Job{Name: "nightly-invoices", Every: 24 * time.Hour, TTL: time.Minute}
+
+	run, err := singleton.ClaimTick(ctx, pool, job, nil)
+	if err != nil {
+		panic(err) // singleton.ErrNoTick: this tick already ran, or runs elsewhere
+	}
+	fmt.Println("claimed, attempt", run.Attempt)
+
+	// Another replica, in the same slot: nothing to do.
+	_, err = singleton.ClaimTick(ctx, pool, job, nil)
+	fmt.Println("second claim:", errors.Is(err, singleton.ErrNoTick))
+
+	// ... work, fencing writes with run.Token; heartbeat before the TTL runs out ...
+	if run, err = singleton.HeartbeatTick(ctx, pool, run, time.Minute); err != nil {
+		panic(err) // singleton.ErrLost: taken over, stop
+	}
+	fmt.Println("finished:", singleton.FinishTick(ctx, pool, run, nil))
+
+	jobs, _ := singleton.ListJobs(ctx, pool, nil)
+	fmt.Println(jobs[0].Name, jobs[0].LastState)
+	// Output:
+	// claimed, attempt 1
+	// second claim: true
+	// finished: <nil>
+	// nightly-invoices succeeded
 }

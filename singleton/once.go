@@ -2,14 +2,19 @@ package singleton
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgcoord/pgcoord/pgcoord"
+	"github.com/pgcoord/pgcoord/internal/base"
+	"github.com/pgcoord/pgcoord/internal/txhandle"
 )
+
+// check makes this package's argument errors ("singleton: cause").
+var check = base.Check("singleton")
 
 // LockName returns the name whose advisory-lock key RunOnce and RunSession lock for job:
 // "singleton:" + job, so a job never shares a key with another pgcoord lock of the same
@@ -23,14 +28,14 @@ func LockName(job string) string { return "singleton:" + job }
 const cleanupTimeout = 10 * time.Second
 
 func validateFn(job string, pool *pgxpool.Pool, fnNil bool) error {
-	if err := pgcoord.ValidateName("job", job); err != nil {
+	if err := check.Name("job", job); err != nil {
 		return err
 	}
 	if pool == nil {
-		return fmt.Errorf("%w: singleton: nil pool", pgcoord.ErrInvalidArgument)
+		return check.Invalid("nil pool")
 	}
 	if fnNil {
-		return fmt.Errorf("%w: singleton: nil function", pgcoord.ErrInvalidArgument)
+		return check.Invalid("nil function")
 	}
 	return nil
 }
@@ -45,8 +50,10 @@ func validateFn(job string, pool *pgxpool.Pool, fnNil bool) error {
 // error, the transaction (and every write fn made in it) is rolled back and RunOnce returns
 // (true, fn's error); a failed commit returns (true, an error wrapping the driver's).
 //
-// fn's writes through tx commit atomically with the end of the lock. RunOnce works behind
-// a transaction-mode pooler (PgBouncer): it keeps no state in the session. The
+// fn's writes through tx commit atomically with the end of the lock; tx's own Commit and
+// Rollback do nothing and return an error (RunOnce ends the transaction). On a connection
+// of pool that has run RunOnce before, BEGIN and the lock take one round trip. RunOnce
+// works behind a transaction-mode pooler (PgBouncer): it keeps no state in the session. The
 // transaction stays open while fn runs, which holds back VACUUM on a busy database: for a
 // job that runs for minutes, use RunSession or RunTick. RunOnce only excludes replicas
 // running at the same moment; it does not remember that the job ran (see RunTick), and a
@@ -58,33 +65,55 @@ func RunOnce(ctx context.Context, pool *pgxpool.Pool, job string, fn func(ctx co
 	if err := validateFn(job, pool, fn == nil); err != nil {
 		return false, err
 	}
-	tx, err := pool.Begin(ctx)
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("singleton: run once %q: begin: %w", job, err)
 	}
+	defer conn.Release()
 	done := false
 	defer func() {
-		if !done {
+		if !done && conn.Conn().PgConn().TxStatus() != 'I' {
 			// Also on a panic in fn: the connection goes back to the pool clean, or is
-			// closed by pgx if the rollback fails; either way the lock is released.
+			// closed by the pool if the rollback fails; either way the lock is released.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			defer cancel()
-			_ = tx.Rollback(rctx)
+			_, _ = conn.Exec(rctx, "ROLLBACK")
 		}
 	}()
-	locked, err := queries.TryXactLock(ctx, tx, LockName(job))
+	b := &pgx.Batch{}
+	b.Queue(tryLockSQL, LockName(job))
+	tx, br, err := txhandle.Begin(ctx, conn.Conn(), b)
 	if err != nil {
-		return false, fmt.Errorf("singleton: run once %q: lock: %w", job, pgcoord.TranslateError(err))
+		return false, fmt.Errorf("singleton: run once %q: begin: %w", job, err)
+	}
+	var locked bool
+	err = br.QueryRow().Scan(&locked)
+	if err = errors.Join(err, br.Close()); err != nil {
+		return false, fmt.Errorf("singleton: run once %q: lock: %w", job, base.TranslateError(err))
 	}
 	if !locked {
 		return false, nil
 	}
-	if err := fn(ctx, tx); err != nil {
+	if err := fn(ctx, txhandle.Owned(tx, errTxOwned)); err != nil {
 		return true, err
 	}
 	done = true
-	if err := tx.Commit(ctx); err != nil {
+	tag, err := conn.Exec(ctx, "COMMIT")
+	if err == nil && tag.String() != "COMMIT" { // the transaction had failed: COMMIT rolled it back
+		err = pgx.ErrTxCommitRollback
+	}
+	if err != nil {
 		return true, fmt.Errorf("singleton: run once %q: commit: %w", job, err)
 	}
 	return true, nil
 }
+
+// tryLockSQL tries the job's transaction-level lock. It is sent in one round trip with
+// BEGIN (so not through sqlc). Advisory locks work on a standby too, but lock nothing the
+// primary's sessions see: it refuses there (pgcoord_token_floor raises SQLSTATE 25006), like
+// every grant.
+const tryLockSQL = `SELECT pg_try_advisory_xact_lock(pgcoord_lock_key($1::text)) AS locked
+FROM (SELECT pgcoord_token_floor() AS floor) p WHERE p.floor IS NOT NULL`
+
+// errTxOwned is what Commit and Rollback of RunOnce's tx return.
+var errTxOwned = errors.New("singleton: RunOnce commits fn's transaction, or rolls it back when fn returns an error")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -120,6 +121,64 @@ func TestRunOnceReleasesAtCommitAndRollback(t *testing.T) {
 	}
 	if fmt.Sprint(got) != "[1 4]" {
 		t.Fatalf("marks = %v, want [1 4]: committed writes kept, failed ones rolled back", got)
+	}
+}
+
+// On a connection that has run RunOnce before, BEGIN rides with the lock: a run costs two
+// round trips (BEGIN and the lock, then COMMIT) beside fn's statements, as does a replica
+// that finds the lock taken (then ROLLBACK). fn cannot end RunOnce's transaction.
+func TestRunOnceRoundTripsAndItsTx(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	other := pgtest.Pool(t) // another session, in the same schema
+	cfg := other.Config()
+	rt := &pgtest.RoundTrips{}
+	cfg.ConnConfig.Tracer = rt
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	run := func(fn func(context.Context, pgx.Tx) error) (bool, int64) {
+		t.Helper()
+		before := rt.N()
+		ran, err := singleton.RunOnce(ctx, pool, "job", fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ran, rt.N() - before
+	}
+	nothing := func(context.Context, pgx.Tx) error { return nil }
+	run(nothing) // the connection's first: pgx sends BEGIN in a round trip of its own
+	for i := range 3 {
+		if ran, n := run(nothing); !ran || n != 2 {
+			t.Errorf("run %d: ran %v in %d round trips, want it to run in 2", i, ran, n)
+		}
+	}
+	// Another session holds the job's lock: RunOnce finds it taken.
+	tx, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(pgcoord_lock_key($1))`, singleton.LockName("job")); err != nil {
+		t.Fatal(err)
+	}
+	if ran, n := run(nothing); ran || n != 2 {
+		t.Errorf("beside the lock's holder RunOnce ran %v in %d round trips, want (false, 2)", ran, n)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ran, _ := run(func(ctx context.Context, tx pgx.Tx) error {
+		if tx.Commit(ctx) == nil || tx.Rollback(ctx) == nil {
+			return errors.New("fn ended RunOnce's transaction")
+		}
+		_, err := tx.Exec(ctx, `SELECT 1`)
+		return err
+	})
+	if !ran {
+		t.Fatal("RunOnce did not run after the lock was freed")
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/singleton"
 )
 
@@ -22,7 +23,7 @@ func TestRunSessionBehindPoolerRefuses(t *testing.T) {
 	for range 3 { // each time on whichever server connection the pooler picks
 		called := false
 		ran, err := singleton.RunSession(ctx, pool, "rebuild", func(context.Context) error { called = true; return nil }, nil)
-		if ran || called || !errors.Is(err, singleton.ErrPooler) {
+		if ran || called || !errors.Is(err, pgcoord.ErrPooler) {
 			t.Fatalf("RunSession behind a pooler = (%v, %v), fn called %v; want (false, ErrPooler)", ran, err, called)
 		}
 		if pid := lockHolder(ctx, t, pgtest.Direct(t, pool), "rebuild"); pid != 0 {

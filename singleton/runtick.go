@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/internal/tracing"
+	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
 // RunTickOpts are the options of RunTick. A nil *RunTickOpts means the defaults.
@@ -18,6 +21,9 @@ type RunTickOpts struct {
 	// Logger receives warnings about failed heartbeats and lost runs. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// Tracer, if set, traces the claim and the run (see pgcoord.Tracer). Default nil: not
+	// traced.
+	Tracer pgcoord.Tracer
 }
 
 // RunTick claims the current tick of job (ClaimTick), runs fn while heartbeating the run
@@ -58,13 +64,13 @@ func RunTick(ctx context.Context, pool *pgxpool.Pool, job Job, fn func(ctx conte
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return runTick(ctx, pool, j, fn, holder, o.Logger)
+	return runTick(ctx, pool, j, fn, holder, o.Logger, o.Tracer)
 }
 
 // runTick is RunTick for a normalized job.
-func runTick(ctx context.Context, pool *pgxpool.Pool, j Job, fn func(context.Context, Run) error, holder string, log *slog.Logger) (bool, error) {
+func runTick(ctx context.Context, pool *pgxpool.Pool, j Job, fn func(context.Context, Run) error, holder string, log *slog.Logger, tracer pgcoord.Tracer) (ran bool, err error) {
 	start := time.Now()
-	run, dbNow, err := claim(ctx, pool, j, holder)
+	run, dbNow, err := claimTraced(ctx, pool, j, holder, tracer)
 	if errors.Is(err, ErrNoTick) {
 		return false, nil
 	}
@@ -72,12 +78,17 @@ func runTick(ctx context.Context, pool *pgxpool.Pool, j Job, fn func(context.Con
 		return false, err
 	}
 	log = log.With("job", j.Name, "tick", run.ScheduledFor, "token", run.Token, "attempt", run.Attempt)
+	var span tracing.Span
+	if tracer != nil {
+		ctx, span = tracing.Start(ctx, tracer, tracing.TickRun, runAttrs(run)...)
+		defer func() { span.End(err) }()
+	}
 
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	hb := &heartbeater{
 		pool: pool, ttl: j.TTL, every: j.TTL / 3, margin: j.TTL / 10, log: log, cancel: cancel,
-		stop: make(chan struct{}), done: make(chan Run, 1),
+		stop: make(chan struct{}), done: make(chan Run, 1), span: span,
 	}
 	go hb.run(run, start.Add(run.ExpiresAt.Sub(dbNow)))
 
@@ -141,6 +152,7 @@ type heartbeater struct {
 	cancel context.CancelCauseFunc
 	stop   chan struct{}
 	done   chan Run // receives the last version of the run when run returns
+	span   tracing.Span
 	halted bool
 	last   Run
 }
@@ -159,9 +171,7 @@ func (h *heartbeater) run(r Run, expiresLocal time.Time) {
 		case <-h.stop:
 			return
 		case <-trust.C:
-			err := fmt.Errorf("%w: job %q: no heartbeat succeeded before the run's lease would expire", ErrLost, r.Job)
-			h.log.Warn("pgcoord: job run lost; cancelling its function", "err", err)
-			h.cancel(err)
+			h.lose(fmt.Errorf("%w: job %q: no heartbeat succeeded before the run's lease would expire", ErrLost, r.Job))
 			return
 		case <-beat.C:
 		}
@@ -171,8 +181,7 @@ func (h *heartbeater) run(r Run, expiresLocal time.Time) {
 		cancel()
 		switch {
 		case errors.Is(err, ErrLost):
-			h.log.Warn("pgcoord: job run lost; cancelling its function", "err", err)
-			h.cancel(err)
+			h.lose(err)
 			return
 		case err != nil:
 			h.log.Warn("pgcoord: job heartbeat failed; retrying until the lease would expire", "err", err, "trust_left", time.Until(trustUntil))
@@ -184,6 +193,41 @@ func (h *heartbeater) run(r Run, expiresLocal time.Time) {
 		trust.Reset(time.Until(trustUntil))
 		beat.Reset(h.every)
 	}
+}
+
+// lose cancels fn's context for the loss of its run.
+func (h *heartbeater) lose(err error) {
+	h.log.Warn("pgcoord: job run lost; cancelling its function", "err", err)
+	if h.span.On() {
+		h.span.Event(tracing.EventTickLost, tracing.Str(tracing.AttrCause, err.Error()))
+	}
+	h.cancel(err)
+}
+
+// claimTraced is claim, in a span of tracer if it is set. No tick to run is no error.
+func claimTraced(ctx context.Context, pool *pgxpool.Pool, j Job, holder string, tracer pgcoord.Tracer) (Run, time.Time, error) {
+	if tracer == nil {
+		return claim(ctx, pool, j, holder)
+	}
+	ctx, span := tracing.Start(ctx, tracer, tracing.TickClaim, tracing.Str(tracing.AttrJob, j.Name),
+		tracing.Str(tracing.AttrHolder, holder))
+	run, dbNow, err := claim(ctx, pool, j, holder)
+	span.Set(tracing.Bool(tracing.AttrClaimed, err == nil))
+	if err == nil {
+		span.Set(runAttrs(run)...)
+	}
+	if errors.Is(err, ErrNoTick) {
+		span.End(nil)
+	} else {
+		span.End(err)
+	}
+	return run, dbNow, err
+}
+
+// runAttrs are the attributes of a traced run.
+func runAttrs(r Run) []pgcoord.Attr {
+	return []pgcoord.Attr{tracing.Str(tracing.AttrJob, r.Job), tracing.Str(tracing.AttrTick, r.ScheduledFor.UTC().Format(time.RFC3339Nano)),
+		tracing.Int(tracing.AttrToken, r.Token), tracing.Int(tracing.AttrAttempt, int64(r.Attempt)), tracing.Str(tracing.AttrHolder, r.Holder)}
 }
 
 // halt stops the heartbeats and returns the run as last heartbeated.

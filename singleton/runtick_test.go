@@ -72,7 +72,9 @@ func TestRunTickHeartbeatsALongRun(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := t.Context()
-	const ttl = 300 * time.Millisecond
+	// Each heartbeat must land within the TTL less its margin: room for a slow round trip
+	// through a pooler on a busy machine (300ms once lost the run there).
+	const ttl = time.Second
 	job := singleton.Job{Name: "long", Every: time.Hour, TTL: ttl}
 	ran, err := singleton.RunTick(ctx, pool, job, func(fnCtx context.Context, run singleton.Run) error {
 		for range 4 { // work for 4 TTLs, checking on the way

@@ -2,7 +2,6 @@ package singleton
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -34,6 +33,9 @@ type ScheduleOpts struct {
 	// restarting at once, say) then still runs, late. Off by default, because it also
 	// makes a job that was never run before run at once, in the middle of its slot.
 	CatchUp bool
+	// Tracer, if set, traces each claim and run (see pgcoord.Tracer, RunTickOpts.Tracer).
+	// Default nil: not traced.
+	Tracer pgcoord.Tracer
 
 	now func() time.Time // the local clock; tests skew it
 }
@@ -100,14 +102,14 @@ func Schedule(ctx context.Context, pool *pgxpool.Pool, job Job, fn func(ctx cont
 		o.Delay = min(DefaultDelay, j.Every/10)
 	}
 	if o.Delay < 0 || o.Delay >= j.Every {
-		return fmt.Errorf("%w: singleton: job %q: Delay %v must be at least 0 and shorter than Every %v", pgcoord.ErrInvalidArgument, j.Name, o.Delay, j.Every)
+		return check.Invalid("job %q: Delay %v must be at least 0 and shorter than Every %v", j.Name, o.Delay, j.Every)
 	}
 	if o.now == nil {
 		o.now = time.Now
 	}
 	s := &scheduler{
 		pool: pool, job: j, fn: fn, holder: holder, delay: o.Delay, catchUp: o.CatchUp, now: o.now,
-		log: o.Logger.With("job", j.Name, "holder", holder),
+		log: o.Logger.With("job", j.Name, "holder", holder), tracer: o.Tracer,
 	}
 	return s.loop(ctx)
 }
@@ -122,6 +124,7 @@ type scheduler struct {
 	delay   time.Duration
 	catchUp bool
 	now     func() time.Time
+	tracer  pgcoord.Tracer
 
 	offset     time.Duration // database clock − local clock
 	measuredAt time.Time     // when offset was measured (time.Now); zero: never
@@ -230,7 +233,7 @@ func (s *scheduler) runSlot(ctx context.Context, slot time.Time) {
 	retry, backoff := minPoll, minPoll
 	for ctx.Err() == nil && s.dbNow().Before(end) {
 		if claim {
-			ran, err := runTick(ctx, s.pool, s.job, s.fn, s.holder, s.log)
+			ran, err := runTick(ctx, s.pool, s.job, s.fn, s.holder, s.log, s.tracer)
 			if ran {
 				if err != nil {
 					s.log.Error("pgcoord: job run failed", "tick", slot, "err", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -40,8 +41,9 @@ func TestSlotOfMatchesDateBin(t *testing.T) {
 
 // Schedule times its claims by the database clock: replicas whose own clocks are off by
 // a fraction of a slot (plus whole seconds) still claim each tick just after its boundary
-// and miss none. Timing by the local clock would claim 350ms late, or 350ms early (in the
-// previous slot, which already ran).
+// — none before it, and the median tick well within maxLag (a loaded machine may delay a
+// tick or two) — and miss none. Timing by the local clock would claim every tick 350ms
+// late, or 350ms early (in the previous slot, which already ran).
 func TestScheduleFollowsTheDatabaseClock(t *testing.T) {
 	t.Parallel()
 	const (
@@ -82,13 +84,20 @@ func TestScheduleFollowsTheDatabaseClock(t *testing.T) {
 		if len(rs) < int(window/every)-1 {
 			t.Errorf("clock off by %v: %d ticks ran in %v, want about %d", skew, len(rs), window, window/every)
 		}
+		var lags []time.Duration
 		for j, r := range rs {
 			if j > 0 && !rs[j-1].ScheduledFor.Equal(r.ScheduledFor.Add(every)) {
 				t.Errorf("clock off by %v: no tick between %v and %v", skew, r.ScheduledFor, rs[j-1].ScheduledFor)
 			}
-			if lag := r.StartedAt.Sub(r.ScheduledFor); lag < 0 || lag > maxLag {
-				t.Errorf("clock off by %v: tick %v claimed %v after its boundary; want about %v", skew, r.ScheduledFor, lag, delay)
+			lag := r.StartedAt.Sub(r.ScheduledFor)
+			if lag < 0 {
+				t.Errorf("clock off by %v: tick %v claimed %v before its boundary", skew, r.ScheduledFor, -lag)
 			}
+			lags = append(lags, lag)
+		}
+		slices.Sort(lags)
+		if len(lags) > 0 && lags[len(lags)/2] > maxLag {
+			t.Errorf("clock off by %v: ticks claimed %v after their boundaries; want about %v", skew, lags, delay)
 		}
 	}
 }

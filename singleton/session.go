@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -52,7 +53,7 @@ type SessionOpts struct {
 // id the server reports (pg_backend_pid()) with the one the connection received when it
 // was opened (BackendKeyData): behind PgBouncer they differ, because PgBouncer sends its
 // own cancel key. On a mismatch it undoes its lock (in the same transaction, so it reaches
-// the server session that took it) and returns (false, ErrPooler), unless
+// the server session that took it) and returns (false, an error wrapping pgcoord.ErrPooler), unless
 // SessionOpts.AllowPooler is set.
 //
 // It returns an error wrapping pgcoord.ErrInvalidName or pgcoord.ErrInvalidArgument,
@@ -69,7 +70,7 @@ func RunSession(ctx context.Context, pool *pgxpool.Pool, job string, fn func(ctx
 		o.CheckEvery = DefaultCheckEvery
 	}
 	if o.CheckEvery < 0 {
-		return false, fmt.Errorf("%w: singleton: negative CheckEvery %v", pgcoord.ErrInvalidArgument, o.CheckEvery)
+		return false, check.Invalid("negative CheckEvery %v", o.CheckEvery)
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -139,21 +140,21 @@ func (s *session) lock(ctx context.Context, allowPooler bool) (bool, error) {
 	s.locked = true // until proven otherwise
 	row, err := queries.TrySessionLock(ctx, tx, LockName(s.job))
 	if err != nil {
-		return false, fmt.Errorf("singleton: run session %q: lock: %w", s.job, pgcoord.TranslateError(err))
+		return false, fmt.Errorf("singleton: run session %q: lock: %w", s.job, base.TranslateError(err))
 	}
 	pooler := uint32(row.BackendPid) != s.conn.Conn().PgConn().PID()
 	if pooler && !allowPooler {
 		if row.Locked {
 			unlocked, err := queries.SessionUnlock(ctx, tx, LockName(s.job))
 			if err != nil || !unlocked {
-				return false, fmt.Errorf("%w (and undoing the lock failed: unlocked %v, %v)", ErrPooler, unlocked, err)
+				return false, errPooler("and undoing the lock failed: unlocked %v, %v", unlocked, err)
 			}
 		}
 		if err := tx.Commit(ctx); err != nil {
-			return false, fmt.Errorf("%w (and undoing the lock failed: %v)", ErrPooler, err)
+			return false, errPooler("and undoing the lock failed: %v", err)
 		}
 		s.locked = false
-		return false, fmt.Errorf("%w: server backend pid %d, connection's %d", ErrPooler, row.BackendPid, s.conn.Conn().PgConn().PID())
+		return false, errPooler("server backend pid %d, connection's %d", row.BackendPid, s.conn.Conn().PgConn().PID())
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("singleton: run session %q: lock: %w", s.job, err)
@@ -233,4 +234,10 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
+}
+
+// errPooler is RunSession's refusal behind a pooler; format and args say what it saw.
+func errPooler(format string, args ...any) error {
+	return fmt.Errorf("singleton: run session: %w; use RunOnce (transaction-level) behind a pooler (%s)",
+		pgcoord.ErrPooler, fmt.Sprintf(format, args...))
 }

@@ -161,7 +161,7 @@ func TestRunSessionRefusesBehindAPooler(t *testing.T) {
 	fn := func(context.Context) error { called = true; return nil }
 
 	ran, err := singleton.RunSession(ctx, pooler, "job", fn, nil)
-	if ran || called || !errors.Is(err, singleton.ErrPooler) || !strings.Contains(err.Error(), "use RunOnce") {
+	if ran || called || !errors.Is(err, pgcoord.ErrPooler) || !strings.Contains(err.Error(), "use RunOnce") {
 		t.Fatalf("RunSession behind a pooler = (%v, %v), fn called %v; want (false, ErrPooler)", ran, err, called)
 	}
 	if pid := lockHolder(ctx, t, pool, "job"); pid != 0 {

@@ -87,6 +87,9 @@ type ListJobsOpts struct {
 	// Limit caps the number of jobs returned. Default DefaultListLimit; at most
 	// MaxListLimit.
 	Limit int
+	// Prefix, if set, lists only the jobs whose name starts with it, character for
+	// character ('%' and '_' are plain characters). At most 255 bytes, as a name.
+	Prefix string
 }
 
 // DefaultListLimit and MaxListLimit bound one page of ListJobs and ListRuns.
@@ -99,18 +102,23 @@ const (
 // claimed at least once), in name order, one page at a time (see ListJobsOpts.After),
 // never nil.
 func ListJobs(ctx context.Context, db pgcoord.DBTX, opts *ListJobsOpts) ([]JobStatus, error) {
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return nil, err
 	}
 	var o ListJobsOpts
 	if opts != nil {
 		o = *opts
 	}
-	limit, err := pgcoord.ListLimit(o.Limit)
+	limit, err := check.ListLimit(o.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("singleton: %w", err)
 	}
-	rows, err := queries.ListJobs(ctx, db, dbsqlc.ListJobsParams{After: o.After, MaxRows: limit})
+	if o.Prefix != "" {
+		if err := check.Name("prefix of a job", o.Prefix); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := queries.ListJobs(ctx, db, dbsqlc.ListJobsParams{After: o.After, Prefix: o.Prefix, MaxRows: limit})
 	if err != nil {
 		return nil, fmt.Errorf("singleton: list jobs: %w", err)
 	}
@@ -175,17 +183,17 @@ type ListRunsOpts struct {
 // ListRuns returns the ledger of job, newest tick first, one page at a time (see
 // ListRunsOpts.Before), never nil; empty for a job that never ran.
 func ListRuns(ctx context.Context, db pgcoord.DBTX, job string, opts *ListRunsOpts) ([]RunInfo, error) {
-	if err := pgcoord.ValidateName("job", job); err != nil {
+	if err := check.Name("job", job); err != nil {
 		return nil, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return nil, err
 	}
 	var o ListRunsOpts
 	if opts != nil {
 		o = *opts
 	}
-	limit, err := pgcoord.ListLimit(o.Limit)
+	limit, err := check.ListLimit(o.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("singleton: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -27,10 +28,6 @@ var (
 	// (OverlapReplace), or already finished. A HeartbeatTick or FinishTick that returns it
 	// changed nothing.
 	ErrLost = errors.New("singleton: run lost")
-	// ErrPooler is returned by RunSession when the connection goes through a pooler:
-	// the backend that took the lock is not the one the connection was opened to, so a
-	// session-level lock would not be tied to the connection. See SessionOpts.AllowPooler.
-	ErrPooler = errors.New("singleton: session-level advisory locks need a direct connection; use RunOnce (transaction-level) behind a pooler")
 	// ErrLockLost means RunSession's session-level lock is gone: its connection failed
 	// while fn ran (the server releases the lock of a closed session), or the lock was not
 	// held any more when fn returned.
@@ -128,14 +125,14 @@ var epoch = time.Unix(0, 0).UTC()
 
 // normalize validates j and fills in its defaults. It runs no SQL.
 func (j Job) normalize() (Job, error) {
-	if err := pgcoord.ValidateName("job", j.Name); err != nil {
+	if err := check.Name("job", j.Name); err != nil {
 		return j, err
 	}
 	if j.Every <= 0 || j.Every > MaxEvery {
-		return j, fmt.Errorf("%w: singleton: job %q: Every %v is outside (0, %v]", pgcoord.ErrInvalidArgument, j.Name, j.Every, MaxEvery)
+		return j, check.Invalid("job %q: Every %v is outside (0, %v]", j.Name, j.Every, MaxEvery)
 	}
 	if j.Every%time.Microsecond != 0 {
-		return j, fmt.Errorf("%w: singleton: job %q: Every %v is not a whole number of microseconds", pgcoord.ErrInvalidArgument, j.Name, j.Every)
+		return j, check.Invalid("job %q: Every %v is not a whole number of microseconds", j.Name, j.Every)
 	}
 	if j.Origin.IsZero() {
 		j.Origin = epoch
@@ -146,10 +143,9 @@ func (j Job) normalize() (Job, error) {
 		j.Overlap = OverlapForbid
 	case OverlapAllow, OverlapForbid, OverlapReplace:
 	default:
-		return j, fmt.Errorf("%w: singleton: job %q: overlap policy %q: want %q, %q or %q",
-			pgcoord.ErrInvalidArgument, j.Name, j.Overlap, OverlapAllow, OverlapForbid, OverlapReplace)
+		return j, check.Invalid("job %q: overlap policy %q: want %q, %q or %q", j.Name, j.Overlap, OverlapAllow, OverlapForbid, OverlapReplace)
 	}
-	if err := pgcoord.CheckSyncCommit(j.SyncCommit); err != nil {
+	if err := check.SyncCommit(j.SyncCommit); err != nil {
 		return j, fmt.Errorf("singleton: job %q: %w", j.Name, err)
 	}
 	if j.TTL == 0 {
@@ -163,16 +159,16 @@ func (j Job) normalize() (Job, error) {
 
 func checkTTL(ttl time.Duration) error {
 	if ttl < MinTTL || ttl > MaxTTL {
-		return fmt.Errorf("%w: TTL %v is outside %v..%v", pgcoord.ErrInvalidArgument, ttl, MinTTL, MaxTTL)
+		return check.Invalid("TTL %v is outside %v..%v", ttl, MinTTL, MaxTTL)
 	}
 	return nil
 }
 
 func holderOrNew(h string) (string, error) {
 	if h == "" {
-		return pgcoord.NewHolderID(), nil
+		return base.NewHolderID(), nil
 	}
-	if err := pgcoord.ValidateName("holder", h); err != nil {
+	if err := check.Name("holder", h); err != nil {
 		return "", err
 	}
 	return h, nil
@@ -207,7 +203,7 @@ func ClaimTick(ctx context.Context, db pgcoord.DBTX, job Job, opts *ClaimOpts) (
 	if err != nil {
 		return Run{}, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return Run{}, err
 	}
 	run, _, err := claim(ctx, db, j, holder)
@@ -225,7 +221,7 @@ func claim(ctx context.Context, db pgcoord.DBTX, j Job, holder string) (Run, tim
 		return Run{}, time.Time{}, fmt.Errorf("%w: job %q", ErrNoTick, j.Name)
 	}
 	if err != nil {
-		return Run{}, time.Time{}, fmt.Errorf("singleton: claim %q: %w", j.Name, pgcoord.TranslateError(err))
+		return Run{}, time.Time{}, fmt.Errorf("singleton: claim %q: %w", j.Name, base.TranslateError(err))
 	}
 	return runOf(dbsqlc.PgcoordJobRun{
 		Job: row.Job, ScheduledFor: row.ScheduledFor, FenceToken: row.FenceToken, Attempt: row.Attempt,
@@ -251,9 +247,9 @@ func HeartbeatTick(ctx context.Context, db pgcoord.DBTX, run Run, ttl time.Durat
 		return Run{}, err
 	}
 	if err := checkTTL(ttl); err != nil {
-		return Run{}, fmt.Errorf("singleton: heartbeat %q: %w", run.Job, pgcoord.TranslateError(err))
+		return Run{}, fmt.Errorf("singleton: heartbeat %q: %w", run.Job, base.TranslateError(err))
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return Run{}, err
 	}
 	next, _, err := heartbeat(ctx, db, run, ttl)
@@ -269,7 +265,7 @@ func heartbeat(ctx context.Context, db pgcoord.DBTX, run Run, ttl time.Duration)
 			ErrLost, run.Job, run.ScheduledFor.UTC().Format(time.RFC3339Nano), run.Token)
 	}
 	if err != nil {
-		return Run{}, time.Time{}, fmt.Errorf("singleton: heartbeat %q: %w", run.Job, pgcoord.TranslateError(err))
+		return Run{}, time.Time{}, fmt.Errorf("singleton: heartbeat %q: %w", run.Job, base.TranslateError(err))
 	}
 	return runOf(dbsqlc.PgcoordJobRun{
 		Job: row.Job, ScheduledFor: row.ScheduledFor, FenceToken: row.FenceToken, Attempt: row.Attempt,
@@ -291,7 +287,7 @@ func FinishTick(ctx context.Context, db pgcoord.DBTX, run Run, runErr error) err
 	if err := run.check(); err != nil {
 		return err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return err
 	}
 	var msg *string
@@ -303,7 +299,7 @@ func FinishTick(ctx context.Context, db pgcoord.DBTX, run Run, runErr error) err
 		Job: run.Job, ScheduledFor: run.ScheduledFor, FenceToken: run.Token, Error: msg,
 	})
 	if err != nil {
-		return fmt.Errorf("singleton: finish %q: %w", run.Job, pgcoord.TranslateError(err))
+		return fmt.Errorf("singleton: finish %q: %w", run.Job, base.TranslateError(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: job %q tick %s token %d was not current at finish",
@@ -333,14 +329,14 @@ func errorText(err error) string {
 // error wrapping pgcoord.ErrInvalidName), no tick or a token that is not positive (an
 // error wrapping pgcoord.ErrInvalidArgument).
 func (r Run) check() error {
-	if err := pgcoord.ValidateName("job", r.Job); err != nil {
+	if err := check.Name("job", r.Job); err != nil {
 		return err
 	}
 	if r.ScheduledFor.IsZero() {
-		return fmt.Errorf("%w: singleton: run of %q has no tick (ScheduledFor is zero): pass the Run a claim returned", pgcoord.ErrInvalidArgument, r.Job)
+		return check.Invalid("run of %q has no tick (ScheduledFor is zero): pass the Run a claim returned", r.Job)
 	}
 	if r.Token < 1 {
-		return fmt.Errorf("%w: singleton: run of %q has token %d; tokens are positive: pass the Run a claim returned", pgcoord.ErrInvalidArgument, r.Job, r.Token)
+		return check.Invalid("run of %q has token %d; tokens are positive: pass the Run a claim returned", r.Job, r.Token)
 	}
 	return nil
 }

@@ -104,6 +104,9 @@ func run(ctx context.Context, pool *pgxpool.Pool, cfg config) error {
 	return serve(ctx, cfg.Addr, h)
 }
 
+// apiScope is the scope of every idempotency key of this API (see newHandler).
+const apiScope = "api"
+
 // newHandler returns the API: POST /payments, behind the idempotency middleware.
 func newHandler(pool *pgxpool.Pool, cfg config) (http.Handler, error) {
 	if cfg.Charge == nil {
@@ -113,9 +116,11 @@ func newHandler(pool *pgxpool.Pool, cfg config) (http.Handler, error) {
 	}
 	mw, err := idempotency.Middleware(pool, &idempotency.Config{
 		Atomic: true, // the handler writes with idempotency.Tx(r.Context())
-		// Scope defaults to one scope for every client. An API with authentication scopes
-		// keys by client (Scope: func(r) { return "account:" + accountOf(r), nil }), or two
-		// clients that pick the same key would share it.
+		// Keys are unique per scope. This example has no authentication, so its clients are
+		// one principal and share one scope; an API with authentication scopes keys by
+		// client (return "account:" + accountOf(r)), or two clients that send the same key
+		// would get one stored response — the first one's.
+		Scope:  func(*http.Request) (string, error) { return apiScope, nil },
 		Logger: cfg.Logger,
 	})
 	if err != nil {

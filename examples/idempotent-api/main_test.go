@@ -223,7 +223,7 @@ func TestFailureAfterWritingLeavesNothing(t *testing.T) {
 	if payments, charges, _ := ledger(t, pool); payments != 0 || charges != 1 {
 		t.Fatalf("after the failure: %d payments (want 0: rolled back) and %d provider charges (want 1)", payments, charges)
 	}
-	if _, err := idempotency.Get(ctx, pool, idempotency.DefaultScope, "pay-1"); !errors.Is(err, idempotency.ErrNotFound) {
+	if _, err := idempotency.Get(ctx, pool, apiScope, "pay-1"); !errors.Is(err, idempotency.ErrNotFound) {
 		t.Fatalf("the key after the failure: %v, want %v (nothing stored)", err, idempotency.ErrNotFound)
 	}
 
@@ -236,7 +236,7 @@ func TestFailureAfterWritingLeavesNothing(t *testing.T) {
 		t.Errorf("%d payments, %d charges for %d provider requests; want 1 payment and 1 charge for 2 requests", payments, charges, requests)
 	}
 	if n := exampletest.Count(t, pool, `SELECT count(*) FROM payments p JOIN provider_charges c USING (charge_id)
-		WHERE c.idempotency_key = $1`, idempotency.DerivedKey(idempotency.DefaultScope, "pay-1", "charge")); n != 1 {
+		WHERE c.idempotency_key = $1`, idempotency.DerivedKey(apiScope, "pay-1", "charge")); n != 1 {
 		t.Errorf("the payment does not record the provider's one charge for the derived key")
 	}
 	if again := mustPost(t, url, "pay-1", `{"amount_cents": 2500}`); again.Body != retry.Body || !again.Replayed {

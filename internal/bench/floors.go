@@ -40,7 +40,12 @@ func init() {
 const floorLeaseTable = "bench_floor_lease"
 
 func setupFloorLease(ctx context.Context, pool *pgxpool.Pool) error {
-	_, err := pool.Exec(ctx, `CREATE TABLE `+floorLeaseTable+` (
+	return createFloorLeaseTable(ctx, pool, floorLeaseTable)
+}
+
+// createFloorLeaseTable creates a table shaped like floor.lease's, named table.
+func createFloorLeaseTable(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	_, err := pool.Exec(ctx, `CREATE TABLE `+table+` (
 		name       text PRIMARY KEY,
 		holder     text,
 		token      bigint NOT NULL,

@@ -15,7 +15,7 @@ import (
 // JSON with snake_case keys, filtered by --action and capped by --limit.
 func TestAuditList(t *testing.T) {
 	t.Parallel()
-	d := newLeaseDB(t)
+	d := newTestDB(t)
 	code, out, _ := d.run(t, "--json", "audit", "list")
 	if code != cli.ExitOK || strings.TrimSpace(out) != "[]" {
 		t.Fatalf("empty audit list --json = %d %q, want []", code, out)

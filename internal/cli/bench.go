@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,6 +39,7 @@ func (a *app) benchCommand() *cobra.Command {
 		duration    time.Duration
 		concurrency []int
 		list        bool
+		scale       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -55,6 +56,13 @@ percentiles are of the scenario's operations.
 --only selects the scenarios whose name starts with a prefix. A floor needed by a selected
 scenario is measured beside it but reported only when it is selected itself.
 
+--scale runs the scale scenarios instead (scale.*; --only then selects among them): one
+operation at several sizes of the data beside it — tenants with demand for Next and
+AddDemand, rows of the leases and idempotency tables — each size in a schema of its own,
+measured against the smallest size. They load up to a million rows per size (about a
+minute), and hold one more connection per worker and size: the default --concurrency is
+then 1,8.
+
 The bench never touches pgcoord's tables: it creates a schema named pgcoord_bench_<hex>,
 migrates pgcoord into it, and drops it at the end, also on error or Ctrl-C (--schema is
 ignored). It needs the CREATE privilege on the database. A bench killed outright leaves
@@ -64,7 +72,8 @@ With --json each result is one JSON object per line: bench, concurrency, ops_per
 p50_ms, p99_ms, floor, floor_ops_per_sec, ratio, rounds.`,
 		Example: `  pgcoord bench --list
   pgcoord bench --only floor --duration 2s --concurrency 1,8
-  pgcoord bench --json > bench.jsonl`,
+  pgcoord bench --json > bench.jsonl
+  pgcoord bench --scale --only scale.next`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if duration <= 0 {
@@ -76,6 +85,12 @@ p50_ms, p99_ms, floor, floor_ops_per_sec, ratio, rounds.`,
 			for _, c := range concurrency {
 				if c < 1 || c > bench.MaxConcurrency {
 					return usagef("--concurrency %d: want 1 to %d workers", c, bench.MaxConcurrency)
+				}
+			}
+			if scale {
+				only = bench.ScalePrefix + strings.TrimPrefix(only, bench.ScalePrefix)
+				if !cmd.Flags().Changed("concurrency") {
+					concurrency = []int{1, 8}
 				}
 			}
 			scenarios := bench.Select(only)
@@ -91,7 +106,7 @@ p50_ms, p99_ms, floor, floor_ops_per_sec, ratio, rounds.`,
 				return err
 			}
 			opts := &bench.Options{Concurrency: concurrency, Duration: duration}
-			if benchTTY(a.errOut) {
+			if isTerminal(a.errOut) {
 				opts.Progress = func(p bench.Progress) {
 					against := "its own reference"
 					if p.Floor != p.Scenario {
@@ -123,6 +138,7 @@ p50_ms, p99_ms, floor, floor_ops_per_sec, ratio, rounds.`,
 	f.StringVar(&only, "only", "", "run only the scenarios whose name starts with this prefix")
 	f.DurationVar(&duration, "duration", bench.DefaultDuration, "measuring time per scenario per concurrency (its floor runs as long again, interleaved)")
 	f.IntSliceVar(&concurrency, "concurrency", slices.Clone(bench.DefaultConcurrency), "comma-separated numbers of concurrent workers")
+	f.BoolVar(&scale, "scale", false, "run the scale scenarios: each operation at several data sizes, against the smallest")
 	f.BoolVar(&list, "list", false, "list the scenarios (with --only, the matching ones) and exit; needs no database")
 	return cmd
 }
@@ -185,14 +201,4 @@ func toBenchJSON(r bench.Result) benchJSON {
 func benchRound(x float64, decimals int) float64 {
 	p := math.Pow10(decimals)
 	return math.Round(x*p) / p
-}
-
-// benchTTY reports whether w is a terminal, where progress lines are welcome.
-func benchTTY(w any) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

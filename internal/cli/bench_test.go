@@ -101,6 +101,20 @@ func TestBenchList(t *testing.T) {
 	if code != cli.ExitOK || !strings.Contains(out, "floor.select1") || !strings.Contains(out, "floor.lease") {
 		t.Fatalf("bench --list = %d, stdout %q, stderr %q", code, out, errOut)
 	}
+	if strings.Contains(out, "scale.") {
+		t.Errorf("bench --list shows scale scenarios, which only --scale runs: %q", out)
+	}
+	// --scale lists the scale scenarios and nothing else; --only narrows among them.
+	code, out, errOut = runBench(t, "--database-url", "postgres://nobody@127.0.0.1:1/none", "bench", "--list", "--scale", "--only", "next")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != cli.ExitOK || len(lines) != 4 || !strings.Contains(out, "scale.next.10k ") {
+		t.Fatalf("bench --list --scale --only next = %d, stdout %q, stderr %q; want a header and the three sizes", code, out, errOut)
+	}
+	for _, l := range lines[1:] {
+		if !strings.HasPrefix(l, "scale.next.") {
+			t.Errorf("bench --list --scale --only next listed %q", l)
+		}
+	}
 	code, out, errOut = runBench(t, "--json", "bench", "--list", "--only", "floor.lease")
 	var s struct{ Bench, Floor, Description string }
 	if code != cli.ExitOK || json.Unmarshal([]byte(out), &s) != nil || s.Bench != "floor.lease" || s.Floor != "floor.select1" || s.Description == "" {

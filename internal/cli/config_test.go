@@ -5,9 +5,10 @@ import (
 	"time"
 )
 
-// Every CLI connection names itself in pg_stat_activity, carries the statement timeout and
-// resolves pgcoord's objects in --schema. (internal/pgconfig's tests show the server applies
-// these parameters.)
+// Every CLI connection names itself in pg_stat_activity and resolves pgcoord's objects in
+// --schema, and sends no statement_timeout startup parameter, which poolers refuse (the
+// timeout is applied per statement: TestStatementTimeoutWithAndWithoutPooler).
+// (internal/pgconfig's tests show the server applies these parameters.)
 func TestPoolConfigNamesAndBoundsConnections(t *testing.T) {
 	a := &app{
 		databaseURL:      "postgres://u:p@db.example:5433/app",
@@ -20,7 +21,7 @@ func TestPoolConfigNamesAndBoundsConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := cfg.ConnConfig.RuntimeParams
-	if p["application_name"] != AppName || p["statement_timeout"] != "1500" || p["search_path"] != `"My Schema"` {
+	if p["application_name"] != AppName || p["statement_timeout"] != "" || p["search_path"] != `"My Schema"` {
 		t.Fatalf("runtime params = %v", p)
 	}
 	if cfg.MaxConns != 7 || cfg.ConnConfig.Host != "db.example" || cfg.ConnConfig.Port != 5433 {

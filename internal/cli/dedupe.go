@@ -21,13 +21,6 @@ the claimer's transaction, so that an effect happens once however often it is re
 	return cmd
 }
 
-// dedupeGCJSON is the --json output of `dedupe gc`.
-type dedupeGCJSON struct {
-	Deleted     int64  `json:"deleted"`
-	WouldDelete *int64 `json:"would_delete"` // null unless --dry-run
-	DryRun      bool   `json:"dry_run"`
-}
-
 func (a *app) dedupeGCCommand() *cobra.Command {
 	var (
 		batch  int
@@ -59,36 +52,11 @@ stderr. With --json: {"deleted": N, "would_delete": null, "dry_run": false}, or 
 				return err
 			}
 			defer pool.Close()
-			opts := &dedupe.GCOpts{Batch: batch, DryRun: dryRun}
-			tty := benchTTY(a.errOut)
-			if tty && !dryRun {
-				opts.Progress = func(deleted int64) {
-					fmt.Fprintf(a.errOut, "\rpgcoord: deleted %d expired claims...", deleted)
-				}
-			}
-			n, err := dedupe.GC(ctx, pool, opts)
-			if opts.Progress != nil && n > 0 {
-				fmt.Fprintln(a.errOut)
-			}
-			if err != nil {
-				if n > 0 {
-					fmt.Fprintf(a.errOut, "pgcoord: deleted %d expired claims before the error\n", n)
-				}
-				return argError(err)
-			}
-			if a.json {
-				out := dedupeGCJSON{Deleted: n, DryRun: dryRun}
-				if dryRun {
-					out.Deleted, out.WouldDelete = 0, &n
-				}
-				return a.printJSON(out)
-			}
-			if dryRun {
-				_, err = fmt.Fprintf(a.out, "%d expired dedupe claims would be deleted (--dry-run: nothing changed)\n", n)
-				return err
-			}
-			_, err = fmt.Fprintf(a.out, "deleted %d expired dedupe claims\n", n)
-			return err
+			return a.runGCOneKind(dryRun, gcRows{progress: "expired claims", result: "expired dedupe claims"},
+				func(progress func(int64)) (int64, error) {
+					return dedupe.GC(ctx, pool, &dedupe.GCOpts{Batch: batch, DryRun: dryRun, Progress: progress})
+				},
+				func(n int64) error { return a.record(ctx, pool, "dedupe.gc", "", map[string]any{"deleted": n}) })
 		},
 	}
 	f := cmd.Flags()

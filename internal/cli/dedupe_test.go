@@ -67,7 +67,7 @@ func decodeGC(t *testing.T, out string) gcResult {
 // gc deletes only the expired claims; --dry-run counts them and deletes nothing.
 func TestDedupeGC(t *testing.T) {
 	t.Parallel()
-	d := newLeaseDB(t)
+	d := newTestDB(t)
 	pgtest.At(t, d.pool, time.Now().Add(-2*time.Hour), func() {
 		dedupeClaims(t, d.pool, "expired", 5, &dedupe.ClaimOpts{Retention: time.Hour})
 	})

@@ -9,7 +9,7 @@ import (
 
 func TestDoctor(t *testing.T) {
 	t.Parallel()
-	db := newLeaseDB(t)
+	db := newTestDB(t)
 
 	code, out, errOut := db.run(t, "doctor")
 	if code != 0 {

@@ -1,12 +1,16 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/pgcoord/pgcoord/fenced"
+	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
 func (a *app) fenceCommand() *cobra.Command {
@@ -77,12 +81,22 @@ error (exit 2). With --json: {"table", "column", "resource_column", "resource_pr
 				return err
 			}
 			defer pool.Close()
+			action := "fence.guard_install"
 			if remove {
-				err = fenced.RemoveGuard(ctx, pool, table, column)
-			} else {
-				err = fenced.InstallGuard(ctx, pool, table, column, &opts)
+				action = "fence.guard_remove"
 			}
+			err = a.audited(ctx, pool, action, table+"."+column, func(tx pgx.Tx) (map[string]any, error) {
+				if remove {
+					return map[string]any{}, fenced.RemoveGuard(ctx, tx, table, column)
+				}
+				return map[string]any{"resource_column": opts.ResourceColumn, "resource_prefix": opts.ResourcePrefix},
+					fenced.InstallGuard(ctx, tx, table, column, &opts)
+			})
 			if err != nil {
+				if errors.Is(err, pgcoord.ErrInvalidArgument) && tableMissing(ctx, pool, table) {
+					return fmt.Errorf("%w (an unqualified TABLE is looked up through the search path, first in schema %s; "+
+						"name another schema's table as schema.table)", err, a.currentSchema())
+				}
 				return argError(err)
 			}
 			trigger := fenced.GuardTriggerName(column)
@@ -115,4 +129,14 @@ error (exit 2). With --json: {"table", "column", "resource_column", "resource_pr
 	cmd.Flags().StringVar(&opts.ResourceColumn, "resource-column", "", "judge every INSERT and UPDATE against the fence register of the resource this column names")
 	cmd.Flags().StringVar(&opts.ResourcePrefix, "resource-prefix", "", "put before the resource column's value to name the resource (e.g. order:)")
 	return cmd
+}
+
+// tableMissing reports whether table, a name that parses, resolves to no relation: a table
+// that does not exist is a failure (exit 1), not a usage error. parse_ident refuses a name
+// that does not parse on every server version (to_regclass answers NULL for it from
+// PostgreSQL 16 on).
+func tableMissing(ctx context.Context, pool *pgxpool.Pool, table string) bool {
+	var missing bool
+	err := pool.QueryRow(ctx, `SELECT cardinality(parse_ident($1)) > 0 AND to_regclass($1) IS NULL`, table).Scan(&missing)
+	return err == nil && missing
 }

@@ -1,6 +1,8 @@
 package cli_test
 
 import (
+	"github.com/jackc/pgx/v5"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,7 +18,7 @@ import (
 // column (SQLSTATE PGC01), whatever code sends it; --remove takes it away.
 func TestFenceGuardInstallAndRemove(t *testing.T) {
 	t.Parallel()
-	d := newLeaseDB(t)
+	d := newTestDB(t)
 	ctx := context.Background()
 	if _, err := d.pool.Exec(ctx, `CREATE TABLE payments (id int PRIMARY KEY, status text, fence_token bigint);
 		INSERT INTO payments VALUES (42, 'pending', 10)`); err != nil {
@@ -85,7 +87,7 @@ func TestFenceGuardInstallAndRemove(t *testing.T) {
 // errors (exit 2).
 func TestFenceGuardBadArguments(t *testing.T) {
 	t.Parallel()
-	d := newLeaseDB(t)
+	d := newTestDB(t)
 	if _, err := d.pool.Exec(context.Background(), "CREATE TABLE payments (id int PRIMARY KEY, note text, fence_token bigint)"); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +130,7 @@ func TestFenceGuardBadArguments(t *testing.T) {
 // of the resource the row names: an insert-only ledger is guarded, whatever code inserts.
 func TestFenceGuardResourceColumn(t *testing.T) {
 	t.Parallel()
-	d := newLeaseDB(t)
+	d := newTestDB(t)
 	ctx := context.Background()
 	if _, err := d.pool.Exec(ctx, `CREATE TABLE charges (order_id int, amount int, fence_token bigint)`); err != nil {
 		t.Fatal(err)
@@ -183,5 +185,31 @@ func TestFenceGuardResourceColumn(t *testing.T) {
 	}
 	if code, _, errOut := d.run(t, "fence", "guard", "charges", "fence_token", "--remove", "--resource-column", "order_id"); code != cli.ExitUsage {
 		t.Fatalf("--remove with --resource-column = %d (%s), want a usage error", code, errOut)
+	}
+}
+
+// TABLE is read as SQL reads a table name: unquoted parts fold to lower case, double-quoted
+// parts keep their case, spaces and dots, and either may be schema-qualified. A table that
+// does not exist is a failure (exit 1) naming the schema looked in, not a usage error.
+func TestFenceGuardTableNames(t *testing.T) {
+	t.Parallel()
+	d := newTestDB(t)
+	schema := d.flags[3]
+	if _, err := d.pool.Exec(context.Background(), `CREATE TABLE "My Table" (id int, fence_token bigint);
+		CREATE TABLE orders (id int, fence_token bigint)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{`"My Table"`, pgx.Identifier{schema, "My Table"}.Sanitize(), "orders", "ORDERS",
+		schema + ".orders", pgx.Identifier{schema}.Sanitize() + ".Orders"} {
+		if code, out, errOut := d.run(t, "fence", "guard", table, "fence_token"); code != cli.ExitOK || !strings.Contains(out, "installed guard trigger") {
+			t.Errorf("fence guard %s = %d, %q, %q; want it installed", table, code, out, errOut)
+		}
+	}
+	for _, table := range []string{"no_such_table", `"my table"`, "no_such_schema.orders", pgx.Identifier{schema, "nope"}.Sanitize()} {
+		code, out, errOut := d.run(t, "fence", "guard", table, "fence_token")
+		if code != cli.ExitFailure || out != "" || !strings.Contains(errOut, "no table") || !strings.Contains(errOut, `first in schema "`+schema+`"`) ||
+			strings.Contains(errOut, "--help") {
+			t.Errorf("fence guard %s (no such table) = %d, %q, %q; want exit 1 naming the schema", table, code, out, errOut)
+		}
 	}
 }

@@ -81,26 +81,29 @@ takes a Go duration or days: 30d, 1d12h, 720h (at least 1s).`,
 			}
 			defer pool.Close()
 			opts := &pgcoord.GCOpts{OlderThan: r, Batch: batch, DryRun: dryRun}
-			progress := benchTTY(a.errOut) && !dryRun
-			if progress {
-				opts.Progress = func(res pgcoord.GCResult) {
-					fmt.Fprintf(a.errOut, "\rpgcoord: gc: deleted %d rows...", res.Total())
-				}
-			}
+			p := a.newProgress(dryRun, "rows", "deleted")
+			opts.Progress = func(res pgcoord.GCResult) { p.update(res.Total()) }
 			res, err := pgcoord.GC(ctx, pool, opts)
-			if progress {
-				fmt.Fprintln(a.errOut)
-			}
+			p.done()
 			if err != nil {
 				if n := res.Total(); n > 0 {
-					fmt.Fprintf(a.errOut, "pgcoord: gc: deleted %d rows before the error\n", n)
+					fmt.Fprintf(a.errOut, "pgcoord: gc: deleted %d rows%s before the error\n", n, p.in())
 				}
 				return argError(err)
+			}
+			if !dryRun && res.Total() > 0 {
+				details := map[string]any{"older_than_seconds": int64(r / time.Second)}
+				for _, k := range res.Kinds {
+					details[k.Kind] = k.Removed
+				}
+				if err := a.record(ctx, pool, "gc", "", details); err != nil {
+					return err
+				}
 			}
 			if a.json {
 				return a.printJSON(gcOutput(res, r, dryRun))
 			}
-			return a.printGC(res, r, dryRun)
+			return a.printGC(res, r, dryRun, p.in())
 		},
 	}
 	f := cmd.Flags()
@@ -133,7 +136,7 @@ func gcOutput(res pgcoord.GCResult, olderThan time.Duration, dryRun bool) gcJSON
 }
 
 // printGC prints res as a table of kinds and counts, and a summary line.
-func (a *app) printGC(res pgcoord.GCResult, olderThan time.Duration, dryRun bool) error {
+func (a *app) printGC(res pgcoord.GCResult, olderThan time.Duration, dryRun bool, in string) error {
 	w := a.table()
 	head := "DELETED"
 	if dryRun {
@@ -150,8 +153,59 @@ func (a *app) printGC(res pgcoord.GCResult, olderThan time.Duration, dryRun bool
 	if dryRun {
 		_, err = fmt.Fprintf(a.out, "%d rows older than %s would be deleted (--dry-run: nothing changed)\n", res.Total(), fmtDays(olderThan))
 	} else {
-		_, err = fmt.Fprintf(a.out, "deleted %d rows older than %s\n", res.Total(), fmtDays(olderThan))
+		_, err = fmt.Fprintf(a.out, "deleted %d rows older than %s%s\n", res.Total(), fmtDays(olderThan), in)
 	}
+	return err
+}
+
+// gcOneKindJSON is the --json output of a collector of one kind: `dedupe gc`,
+// `idempotency gc`, `outbox gc`.
+type gcOneKindJSON struct {
+	Deleted     int64  `json:"deleted"`
+	WouldDelete *int64 `json:"would_delete"` // null unless --dry-run
+	DryRun      bool   `json:"dry_run"`
+}
+
+// gcRows names what a collector of one kind deletes: as progress and errors count it
+// ("expired claims"), as its result counts it ("expired dedupe claims"), and what the
+// result line adds after the count (" (tombstones kept 720h0m0s)").
+type gcRows struct {
+	progress, result, suffix string
+}
+
+// runGCOneKind runs gc, a collector of one kind, with progress lines on a terminal unless
+// dryRun, and prints its outcome: "deleted N ...", or with dryRun "N ... would be
+// deleted", or with --json a gcOneKindJSON. After an error it says how many rows were
+// deleted before it.
+//
+// A collection that deleted rows is recorded in the audit log by record, once it finished.
+func (a *app) runGCOneKind(dryRun bool, rows gcRows, gc func(progress func(deleted int64)) (int64, error), record func(deleted int64) error) error {
+	p := a.newProgress(dryRun, rows.progress, "deleted")
+	n, err := gc(p.update)
+	p.done()
+	if err != nil {
+		if n > 0 {
+			fmt.Fprintf(a.errOut, "pgcoord: deleted %d %s%s before the error\n", n, rows.progress, p.in())
+		}
+		return argError(err)
+	}
+	if !dryRun && n > 0 {
+		if err := record(n); err != nil {
+			return err
+		}
+	}
+	if a.json {
+		out := gcOneKindJSON{Deleted: n, DryRun: dryRun}
+		if dryRun {
+			out.Deleted, out.WouldDelete = 0, &n
+		}
+		return a.printJSON(out)
+	}
+	if dryRun {
+		_, err = fmt.Fprintf(a.out, "%d %s would be deleted (--dry-run: nothing changed)\n", n, rows.result)
+		return err
+	}
+	_, err = fmt.Fprintf(a.out, "deleted %d %s%s%s\n", n, rows.result, p.in(), rows.suffix)
 	return err
 }
 

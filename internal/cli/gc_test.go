@@ -44,7 +44,7 @@ func decodeGCOut(t *testing.T, out string) gcOut {
 // with --json, nothing deleted with --dry-run, and --older-than chooses the retention.
 func TestGC(t *testing.T) {
 	t.Parallel()
-	d := newLeaseDB(t)
+	d := newTestDB(t)
 	clock := pgtest.NewClock(t, d.pool)
 	clock.Freeze(clock.Now().Truncate(time.Second))
 	exec := func(sql string) {
@@ -149,7 +149,7 @@ func TestStatementTimeoutNegative(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d naming --statement-timeout", args, code, errOut, cli.ExitUsage)
 		}
 	}
-	d := newLeaseDB(t)
+	d := newTestDB(t)
 	if code, out, errOut := d.run(t, "--statement-timeout", "0", "leases", "list"); code != cli.ExitOK {
 		t.Fatalf("--statement-timeout 0: exit %d, %q, %q", code, out, errOut)
 	}

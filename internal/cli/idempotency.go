@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -11,11 +12,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/internal/page"
-	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
 // idemPageSize is how many keys one idempotency.List call reads.
@@ -96,6 +97,7 @@ func (a *app) idempotencyListCommand() *cobra.Command {
 	var (
 		inFlight, stuck bool
 		limit           int
+		lf              listFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -129,46 +131,56 @@ created_at, updated_at, completed_at, expires_at, db_now.`,
 			if limit < 1 {
 				return usagef("--limit %d: want at least 1", limit)
 			}
+			if err := lf.checkPrefix(); err != nil {
+				return err
+			}
 			pool, err := a.connect(ctx)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			opts := idempotency.ListOpts{InFlight: inFlight, Stuck: stuck}
-			all, more, err := page.Collect(limit, idemPageSize, func(last *idempotency.KeyInfo, n int) ([]idempotency.KeyInfo, error) {
-				if last != nil {
-					opts.AfterScope, opts.AfterKey = last.Scope, last.Key
-				}
-				opts.Limit = n
-				return idempotency.List(ctx, pool, &opts)
+			return a.show(ctx, cmd, &lf, func() error {
+				return a.printIdemKeys(ctx, pool, idempotency.ListOpts{InFlight: inFlight, Stuck: stuck, ScopePrefix: lf.prefix}, limit)
 			})
-			if err != nil {
-				return argError(err)
-			}
-			if more {
-				fmt.Fprintf(a.errOut, "pgcoord: showing the first %d idempotency keys; there are more (raise --limit)\n", limit)
-			}
-			if a.json {
-				js := make([]idemKeyJSON, 0, len(all))
-				for _, k := range all {
-					js = append(js, toIdemKeyJSON(k))
-				}
-				return a.printJSON(js)
-			}
-			tw := a.table()
-			fmt.Fprintln(tw, "SCOPE\tKEY\tSTATE\tATTEMPTS\tPOINT\tSTATUS\tBODY\tAGE\tEXPIRES")
-			for _, k := range all {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", k.Scope, k.Key, idemState(k), k.Attempts,
-					dash(k.RecoveryPoint), idemStatus(k), k.BodyBytes, age(k.CreatedAt, k.DBNow), rfc3339(k.ExpiresAt))
-			}
-			return tw.Flush()
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVar(&inFlight, "in-flight", false, "only keys in flight (held, or stuck)")
 	f.BoolVar(&stuck, "stuck", false, "only in-flight keys whose holder died")
 	f.IntVar(&limit, "limit", defaultListLimit, "show at most this many keys")
+	addListFlags(cmd, &lf, "only keys whose scope starts with this")
 	return cmd
+}
+
+// printIdemKeys reads at most limit keys by opts and prints them.
+func (a *app) printIdemKeys(ctx context.Context, pool *pgxpool.Pool, opts idempotency.ListOpts, limit int) error {
+	all, more, err := page.Collect(limit, idemPageSize, func(last *idempotency.KeyInfo, n int) ([]idempotency.KeyInfo, error) {
+		if last != nil {
+			opts.AfterScope, opts.AfterKey = last.Scope, last.Key
+		}
+		opts.Limit = n
+		return idempotency.List(ctx, pool, &opts)
+	})
+	if err != nil {
+		return argError(err)
+	}
+	if more {
+		fmt.Fprintf(a.errOut, "pgcoord: showing the first %d idempotency keys; there are more (raise --limit)\n", limit)
+	}
+	if a.json {
+		js := make([]idemKeyJSON, 0, len(all))
+		for _, k := range all {
+			js = append(js, toIdemKeyJSON(k))
+		}
+		return a.printJSON(js)
+	}
+	tw := a.table()
+	fmt.Fprintln(tw, "SCOPE\tKEY\tSTATE\tATTEMPTS\tPOINT\tSTATUS\tBODY\tAGE\tEXPIRES")
+	for _, k := range all {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", k.Scope, k.Key, idemState(k), k.Attempts,
+			dash(k.RecoveryPoint), idemStatus(k), k.BodyBytes, age(k.CreatedAt, k.DBNow), rfc3339(k.ExpiresAt))
+	}
+	return tw.Flush()
 }
 
 // idemShowJSON is the --json output of `idempotency show`.
@@ -194,7 +206,7 @@ null while in flight) and "body_base64" (the whole body, null while in flight).`
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			scope, key := args[0], args[1]
-			if err := pgcoord.ValidateName("idempotency scope", scope); err != nil {
+			if err := check.Name("idempotency scope", scope); err != nil {
 				return usageError{err}
 			}
 			if err := idempotency.ValidateKey(key); err != nil {
@@ -263,13 +275,6 @@ null while in flight) and "body_base64" (the whole body, null while in flight).`
 	}
 }
 
-// idemGCJSON is the --json output of `idempotency gc`.
-type idemGCJSON struct {
-	Deleted     int64  `json:"deleted"`
-	WouldDelete *int64 `json:"would_delete"` // null unless --dry-run
-	DryRun      bool   `json:"dry_run"`
-}
-
 func (a *app) idempotencyGCCommand() *cobra.Command {
 	var (
 		batch     int
@@ -305,35 +310,13 @@ stderr. With --json: {"deleted": N, "would_delete": null, "dry_run": false}, or 
 				return err
 			}
 			defer pool.Close()
-			opts := &idempotency.GCOpts{Batch: batch, Tombstone: tombstone, DryRun: dryRun}
-			if benchTTY(a.errOut) && !dryRun {
-				opts.Progress = func(deleted int64) {
-					fmt.Fprintf(a.errOut, "\rpgcoord: deleted %d expired idempotency keys...", deleted)
-				}
-			}
-			n, err := idempotency.GC(ctx, pool, opts)
-			if opts.Progress != nil && n > 0 {
-				fmt.Fprintln(a.errOut)
-			}
-			if err != nil {
-				if n > 0 {
-					fmt.Fprintf(a.errOut, "pgcoord: deleted %d expired idempotency keys before the error\n", n)
-				}
-				return argError(err)
-			}
-			if a.json {
-				out := idemGCJSON{Deleted: n, DryRun: dryRun}
-				if dryRun {
-					out.Deleted, out.WouldDelete = 0, &n
-				}
-				return a.printJSON(out)
-			}
-			if dryRun {
-				_, err = fmt.Fprintf(a.out, "%d expired idempotency keys would be deleted (--dry-run: nothing changed)\n", n)
-				return err
-			}
-			_, err = fmt.Fprintf(a.out, "deleted %d expired idempotency keys (tombstones kept %v)\n", n, tombstone)
-			return err
+			rows := gcRows{progress: "expired idempotency keys", result: "expired idempotency keys",
+				suffix: fmt.Sprintf(" (tombstones kept %v)", tombstone)}
+			return a.runGCOneKind(dryRun, rows, func(progress func(int64)) (int64, error) {
+				return idempotency.GC(ctx, pool, &idempotency.GCOpts{Tombstone: tombstone, Batch: batch, DryRun: dryRun, Progress: progress})
+			}, func(n int64) error {
+				return a.record(ctx, pool, "idempotency.gc", "", map[string]any{"deleted": n, "tombstone_seconds": int64(tombstone / time.Second)})
+			})
 		},
 	}
 	f := cmd.Flags()

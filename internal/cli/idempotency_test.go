@@ -77,7 +77,7 @@ type idemKey struct {
 
 func TestIdempotencyListAndShow(t *testing.T) {
 	t.Parallel()
-	d := newLeaseDB(t)
+	d := newTestDB(t)
 	idemKeys(t, d.pool)
 
 	code, out, errOut := d.run(t, "idempotency", "list")
@@ -138,7 +138,7 @@ func TestIdempotencyListAndShow(t *testing.T) {
 
 func TestIdempotencyGC(t *testing.T) {
 	t.Parallel()
-	d := newLeaseDB(t)
+	d := newTestDB(t)
 	idemKeys(t, d.pool)
 	code, out, errOut := d.run(t, "idempotency", "gc", "--dry-run")
 	if code != cli.ExitOK || !strings.Contains(out, "1 expired idempotency keys would be deleted") {
@@ -161,8 +161,24 @@ func TestIdempotencyGC(t *testing.T) {
 	if left != 3 || tombs != 1 {
 		t.Fatalf("after gc: %d keys, %d tombstones of old kept an hour; want 3 and 1", left, tombs)
 	}
-	if code, out, _ := d.run(t, "idempotency", "gc"); code != cli.ExitOK || !strings.HasPrefix(out, "deleted 0 expired idempotency keys") {
+	// Two more expired keys, collected one per batch: the final line counts both.
+	for _, key := range []string{"old-2", "old-3"} {
+		pgtest.At(t, d.pool, time.Now().Add(-48*time.Hour), func() {
+			a, err := idempotency.Begin(t.Context(), d.pool, "api", key, []byte("fp"), &idempotency.BeginOpts{Retention: 24 * time.Hour})
+			if err == nil {
+				err = a.Complete(t.Context(), idempotency.Response{Status: 200})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if code, out, _ := d.run(t, "idempotency", "gc", "--batch", "1"); code != cli.ExitOK ||
+		out != "deleted 2 expired idempotency keys in 2 batches (tombstones kept 720h0m0s)\n" {
 		t.Errorf("second gc = %d, %q", code, out)
+	}
+	if code, out, _ := d.run(t, "idempotency", "gc"); code != cli.ExitOK || !strings.HasPrefix(out, "deleted 0 expired idempotency keys") {
+		t.Errorf("third gc = %d, %q", code, out)
 	}
 }
 

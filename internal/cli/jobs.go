@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgcoord/pgcoord/internal/page"
-	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/singleton"
 )
 
@@ -100,8 +98,8 @@ func judgeJob(s singleton.JobStatus, maxStaleness time.Duration) jobHealth {
 }
 
 // listAllJobs reads every job, page by page, in name order.
-func listAllJobs(ctx context.Context, pool *pgxpool.Pool) ([]singleton.JobStatus, error) {
-	var opts singleton.ListJobsOpts
+func listAllJobs(ctx context.Context, pool *pgxpool.Pool, prefix string) ([]singleton.JobStatus, error) {
+	opts := singleton.ListJobsOpts{Prefix: prefix}
 	all, _, err := page.Collect(-1, singleton.MaxListLimit, func(last *singleton.JobStatus, n int) ([]singleton.JobStatus, error) {
 		if last != nil {
 			opts.After = last.Name
@@ -156,7 +154,10 @@ func toJobJSON(s singleton.JobStatus, h jobHealth) jobJSON {
 }
 
 func (a *app) jobsListCommand() *cobra.Command {
-	var maxStaleness time.Duration
+	var (
+		maxStaleness time.Duration
+		lf           listFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List jobs in name order: schedule, last success and failure, missed ticks, status",
@@ -184,160 +185,43 @@ missed_ticks, first_tick, next_tick, db_now. Times are RFC 3339 in UTC, null whe
 			if maxStaleness < 0 {
 				return usagef("--max-staleness %v: want 0 or more", maxStaleness)
 			}
+			if err := lf.checkPrefix(); err != nil {
+				return err
+			}
 			pool, err := a.connect(ctx)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			jobs, err := listAllJobs(ctx, pool)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				js := make([]jobJSON, 0, len(jobs))
-				for _, s := range jobs {
-					js = append(js, toJobJSON(s, judgeJob(s, maxStaleness)))
-				}
-				return a.printJSON(js)
-			}
-			tw := a.table()
-			fmt.Fprintln(tw, "JOB\tEVERY\tLAST SUCCESS\tLAST FAILURE\tFAILS\tMISSED\tRUNNING\tNEXT TICK\tSTATUS")
-			for _, s := range jobs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, compactDuration(s.Every),
-					ago(s.LastSuccessAt, s.DBNow), ago(s.LastFailureAt, s.DBNow), s.ConsecutiveFailures,
-					s.MissedTicks, s.Running, dash(rfc3339(s.NextTick)), judgeJob(s, maxStaleness).status)
-			}
-			return tw.Flush()
+			return a.show(ctx, cmd, &lf, func() error { return a.printJobs(ctx, pool, lf.prefix, maxStaleness) })
 		},
 	}
 	cmd.Flags().DurationVar(&maxStaleness, "max-staleness", defaultMaxStaleness, "a job is overdue when it has not succeeded for its period plus this")
+	addListFlags(cmd, &lf, "only jobs whose name starts with this")
 	return cmd
 }
 
-// checkJSON is one job in `jobs check --json`.
-type checkJSON struct {
-	Name     string   `json:"name"`
-	Status   string   `json:"status"` // ok, overdue, failing, or missing (--job named a job with no ticks)
-	Problems []string `json:"problems"`
-}
-
-func (a *app) jobsCheckCommand() *cobra.Command {
-	var (
-		maxStaleness time.Duration
-		only         []string
-	)
-	cmd := &cobra.Command{
-		Use:   "check",
-		Short: "Exit 3 if any job is overdue or its last run failed, saying which and why",
-		Long: `Check every job of the ledger (or only the --job ones) and exit 3 if any needs attention:
-
-  failing  its last run failed (the error is shown)
-  overdue  it has not succeeded for its period (EVERY) plus --max-staleness, counting
-           from its last success, or from its first tick if it never succeeded: it
-           stopped running, or runs but never finishes
-  missing  (with --job) the named job has never claimed a tick: it never ran at all
-
-Each job that needs attention is printed with why; exit 0 when all are healthy. Pick
---max-staleness longer than a run takes. With no jobs in the ledger (and no --job) there
-is nothing to check: exit 0 with a note on stderr — name the jobs you expect with --job
-so that a job that never ran fails the check.
-
-With --json: an array of {"name", "status", "problems"} for every job checked.`,
-		Example: `  pgcoord jobs check
-  pgcoord jobs check --max-staleness 15m --job weekly-report --job nightly-export`,
-		Args: exactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if maxStaleness < 0 {
-				return usagef("--max-staleness %v: want 0 or more", maxStaleness)
-			}
-			for _, name := range only {
-				if err := pgcoord.ValidateName("job", name); err != nil {
-					return usageError{err}
-				}
-			}
-			pool, err := a.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			jobs, err := listAllJobs(ctx, pool)
-			if err != nil {
-				return err
-			}
-
-			var results []checkJSON
-			if len(only) == 0 {
-				for _, s := range jobs {
-					h := judgeJob(s, maxStaleness)
-					results = append(results, checkJSON{Name: s.Name, Status: h.status, Problems: h.problems})
-				}
-			} else {
-				for _, name := range uniqueNames(only) {
-					i := slices.IndexFunc(jobs, func(s singleton.JobStatus) bool { return s.Name == name })
-					if i < 0 {
-						results = append(results, checkJSON{Name: name, Status: "missing",
-							Problems: []string{"no tick of this job was ever claimed: it never ran (or runs under another name or schema)"}})
-						continue
-					}
-					h := judgeJob(jobs[i], maxStaleness)
-					results = append(results, checkJSON{Name: name, Status: h.status, Problems: h.problems})
-				}
-			}
-
-			bad := 0
-			for i := range results {
-				if results[i].Problems == nil {
-					results[i].Problems = []string{}
-				}
-				if results[i].Status != jobOK {
-					bad++
-				}
-			}
-			if a.json {
-				if results == nil {
-					results = []checkJSON{}
-				}
-				if err := a.printJSON(results); err != nil {
-					return err
-				}
-			} else {
-				for _, r := range results {
-					if r.Status == jobOK {
-						continue
-					}
-					fmt.Fprintf(a.out, "%s %s: %s\n", strings.ToUpper(r.Status), r.Name, strings.Join(r.Problems, "; "))
-				}
-			}
-			switch {
-			case len(results) == 0:
-				fmt.Fprintln(a.errOut, "pgcoord: note: no jobs in the ledger: nothing to check (name the jobs you expect with --job)")
-				return nil
-			case bad > 0:
-				fmt.Fprintf(a.errOut, "pgcoord: %d of %d jobs need attention\n", bad, len(results))
-				return errCheckFailed
-			}
-			if !a.json {
-				fmt.Fprintf(a.out, "all %d jobs healthy (max staleness %s)\n", len(results), compactDuration(maxStaleness))
-			}
-			return nil
-		},
+// printJobs reads every job whose name starts with prefix and prints them.
+func (a *app) printJobs(ctx context.Context, pool *pgxpool.Pool, prefix string, maxStaleness time.Duration) error {
+	jobs, err := listAllJobs(ctx, pool, prefix)
+	if err != nil {
+		return err
 	}
-	f := cmd.Flags()
-	f.DurationVar(&maxStaleness, "max-staleness", defaultMaxStaleness, "a job is overdue when it has not succeeded for its period plus this")
-	f.StringArrayVar(&only, "job", nil, "check only this job, and fail if it never ran (repeatable)")
-	return cmd
-}
-
-// uniqueNames returns names without repeats, in their first order.
-func uniqueNames(names []string) []string {
-	var out []string
-	for _, n := range names {
-		if !slices.Contains(out, n) {
-			out = append(out, n)
+	if a.json {
+		js := make([]jobJSON, 0, len(jobs))
+		for _, s := range jobs {
+			js = append(js, toJobJSON(s, judgeJob(s, maxStaleness)))
 		}
+		return a.printJSON(js)
 	}
-	return out
+	tw := a.table()
+	fmt.Fprintln(tw, "JOB\tEVERY\tLAST SUCCESS\tLAST FAILURE\tFAILS\tMISSED\tRUNNING\tNEXT TICK\tSTATUS")
+	for _, s := range jobs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, compactDuration(s.Every),
+			ago(s.LastSuccessAt, s.DBNow), ago(s.LastFailureAt, s.DBNow), s.ConsecutiveFailures,
+			s.MissedTicks, s.Running, dash(rfc3339(s.NextTick)), judgeJob(s, maxStaleness).status)
+	}
+	return tw.Flush()
 }
 
 // runJSON is one run in `jobs runs --json`. Every key is always present; what does not
@@ -373,7 +257,10 @@ func toRunJSON(r singleton.RunInfo) runJSON {
 const defaultRunsLimit = 20
 
 func (a *app) jobsRunsCommand() *cobra.Command {
-	var limit int
+	var (
+		limit int
+		lf    listFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "runs JOB",
 		Short: "Show the history of a job's ticks, newest first (exit 1 if the job never ran)",
@@ -395,7 +282,7 @@ duration_ms, error.`,
 			if limit < 1 || limit > singleton.MaxListLimit {
 				return usagef("--limit %d: want 1 to %d", limit, singleton.MaxListLimit)
 			}
-			if err := pgcoord.ValidateName("job", job); err != nil {
+			if err := check.Name("job", job); err != nil {
 				return usageError{err}
 			}
 			pool, err := a.connect(ctx)
@@ -403,60 +290,41 @@ duration_ms, error.`,
 				return err
 			}
 			defer pool.Close()
-			runs, err := singleton.ListRuns(ctx, pool, job, &singleton.ListRunsOpts{Limit: limit})
-			if err != nil {
-				return argError(err)
-			}
-			if len(runs) == 0 {
-				return fmt.Errorf("no such job %q: no tick of it was ever claimed ('pgcoord jobs list' shows the jobs)", job)
-			}
-			if a.json {
-				js := make([]runJSON, 0, len(runs))
-				for _, r := range runs {
-					js = append(js, toRunJSON(r))
-				}
-				return a.printJSON(js)
-			}
-			tw := a.table()
-			fmt.Fprintln(tw, "SCHEDULED FOR\tSTATE\tATTEMPT\tTOKEN\tHOLDER\tSTARTED\tDURATION\tERROR")
-			for _, r := range runs {
-				dur := "-"
-				if !r.FinishedAt.IsZero() && r.State != "skipped" {
-					dur = roundDuration(r.FinishedAt.Sub(r.StartedAt)).String()
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", rfc3339(r.ScheduledFor), r.State, r.Attempt, r.Token,
-					r.Holder, preciseTime(r.StartedAt), dur, dash(oneLine(r.Error, 80)))
-			}
-			return tw.Flush()
+			return a.show(ctx, cmd, &lf, func() error { return a.printRuns(ctx, pool, job, limit) })
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", defaultRunsLimit, "show at most this many ticks, newest first")
+	addListFlags(cmd, &lf, "")
 	return cmd
 }
 
-// ago is how long before now t was, for tables: "2h3m ago"; "-" for the zero time.
-func ago(t, now time.Time) string {
-	if t.IsZero() {
-		return "-"
+// printRuns reads the newest limit runs of job and prints them.
+func (a *app) printRuns(ctx context.Context, pool *pgxpool.Pool, job string, limit int) error {
+	runs, err := singleton.ListRuns(ctx, pool, job, &singleton.ListRunsOpts{Limit: limit})
+	if err != nil {
+		return argError(err)
 	}
-	return age(t, now) + " ago"
-}
-
-// age formats now - t compactly: "45s", "5m12s", "2h3m", "3d4h".
-func age(t, now time.Time) string {
-	d := now.Sub(t)
-	if d < 0 {
-		d = 0
+	if len(runs) == 0 {
+		return fmt.Errorf("no such job %q: no tick of it was ever claimed ('pgcoord jobs list' shows the jobs)", job)
 	}
-	switch {
-	case d < time.Minute:
-		return strconv.Itoa(int(d/time.Second)) + "s"
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%ds", d/time.Minute, d%time.Minute/time.Second)
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%dm", d/time.Hour, d%time.Hour/time.Minute)
+	if a.json {
+		js := make([]runJSON, 0, len(runs))
+		for _, r := range runs {
+			js = append(js, toRunJSON(r))
+		}
+		return a.printJSON(js)
 	}
-	return fmt.Sprintf("%dd%dh", d/(24*time.Hour), d%(24*time.Hour)/time.Hour)
+	tw := a.table()
+	fmt.Fprintln(tw, "SCHEDULED FOR\tSTATE\tATTEMPT\tTOKEN\tHOLDER\tSTARTED\tDURATION\tERROR")
+	for _, r := range runs {
+		dur := "-"
+		if !r.FinishedAt.IsZero() && r.State != "skipped" {
+			dur = roundDuration(r.FinishedAt.Sub(r.StartedAt)).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", rfc3339(r.ScheduledFor), r.State, r.Attempt, r.Token,
+			r.Holder, preciseTime(r.StartedAt), dur, dash(oneLine(r.Error, 80)))
+	}
+	return tw.Flush()
 }
 
 // compactDuration formats a schedule period or a threshold: "1m", "1h30m", "7d", "500ms".
@@ -481,14 +349,4 @@ func roundDuration(d time.Duration) time.Duration {
 		return d.Round(time.Millisecond)
 	}
 	return d.Round(time.Second)
-}
-
-// oneLine makes s fit one table cell: newlines and tabs become spaces, and it is cut to
-// n runes with "…".
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
 }

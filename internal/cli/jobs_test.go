@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -63,7 +64,9 @@ func setUpJobs(t *testing.T, pool *pgxpool.Pool, names ...string) {
 		case "fresh":
 			finishTick(t, pool, claimTick(t, pool, job(name), time.Now()), nil)
 		case "stale":
-			finishTickAt(t, pool, claimTick(t, pool, job(name), twoHoursAgo), twoHoursAgo.Add(time.Second))
+			// A minute after its tick: the age shows as 1h59m for a minute (a loaded machine
+			// may take seconds between this and the listing).
+			finishTickAt(t, pool, claimTick(t, pool, job(name), twoHoursAgo), twoHoursAgo.Add(time.Minute))
 		case "broken":
 			finishTick(t, pool, claimTick(t, pool, job(name), time.Time{}), errors.New("smtp: connection refused\nretry later"))
 		case "stuck":
@@ -71,104 +74,6 @@ func setUpJobs(t *testing.T, pool *pgxpool.Pool, names ...string) {
 		default:
 			t.Fatalf("no recipe for job %q", name)
 		}
-	}
-}
-
-func TestJobsCheckHealthy(t *testing.T) {
-	t.Parallel()
-	d := newLeaseDB(t)
-	setUpJobs(t, d.pool, "fresh")
-	code, out, errOut := d.run(t, "jobs", "check")
-	if code != cli.ExitOK || !strings.Contains(out, "all 1 jobs healthy") || errOut != "" {
-		t.Fatalf("jobs check on a job that just succeeded = %d, %q, %q; want exit 0", code, out, errOut)
-	}
-}
-
-func TestJobsCheckOverdue(t *testing.T) {
-	t.Parallel()
-	d := newLeaseDB(t)
-	setUpJobs(t, d.pool, "fresh", "stale")
-	code, out, errOut := d.run(t, "jobs", "check")
-	if code != cli.ExitCheck {
-		t.Fatalf("jobs check with a job last successful 2h ago (every 1m) = %d, %q, %q; want exit 3", code, out, errOut)
-	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 1 || !strings.HasPrefix(lines[0], "OVERDUE stale: no success for 1h59m") ||
-		!strings.Contains(lines[0], "runs every 1m, allowed staleness 5m") || !strings.Contains(lines[0], "ticks missed") {
-		t.Fatalf("jobs check printed %q; want one line for stale, saying why", out)
-	}
-	if !strings.Contains(errOut, "1 of 2 jobs need attention") {
-		t.Errorf("stderr %q", errOut)
-	}
-	// A staleness allowance of 3h makes it fine.
-	if code, out, errOut := d.run(t, "jobs", "check", "--max-staleness", "3h"); code != cli.ExitOK {
-		t.Fatalf("jobs check --max-staleness 3h = %d, %q, %q; want exit 0", code, out, errOut)
-	}
-	// Checking only the fresh job passes.
-	if code, out, errOut := d.run(t, "jobs", "check", "--job", "fresh"); code != cli.ExitOK {
-		t.Fatalf("jobs check --job fresh = %d, %q, %q; want exit 0", code, out, errOut)
-	}
-}
-
-func TestJobsCheckFailingStuckAndMissing(t *testing.T) {
-	t.Parallel()
-	d := newLeaseDB(t)
-	setUpJobs(t, d.pool, "broken", "fresh", "stuck")
-	code, out, errOut := d.run(t, "jobs", "check")
-	if code != cli.ExitCheck {
-		t.Fatalf("jobs check = %d, %q, %q; want exit 3", code, out, errOut)
-	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 ||
-		!strings.HasPrefix(lines[0], "FAILING broken: last run failed") || !strings.Contains(lines[0], "smtp: connection refused retry later") ||
-		!strings.HasPrefix(lines[1], "OVERDUE stuck: never succeeded; first tick 2h0m ago") {
-		t.Fatalf("jobs check printed:\n%s", out)
-	}
-	if !strings.Contains(errOut, "2 of 3 jobs need attention") {
-		t.Errorf("stderr %q", errOut)
-	}
-
-	// --json: every job checked, with its status and problems.
-	code, out, _ = d.run(t, "--json", "jobs", "check")
-	var checked []struct {
-		Name     string   `json:"name"`
-		Status   string   `json:"status"`
-		Problems []string `json:"problems"`
-	}
-	if err := json.Unmarshal([]byte(out), &checked); err != nil || code != cli.ExitCheck || len(checked) != 3 {
-		t.Fatalf("jobs check --json = %d, %q (%v)", code, out, err)
-	}
-	for i, want := range []string{"failing", "ok", "overdue"} {
-		if checked[i].Status != want || (want == "ok") != (len(checked[i].Problems) == 0) || checked[i].Problems == nil {
-			t.Errorf("job %d: %+v, want status %s", i, checked[i], want)
-		}
-	}
-
-	// A job named with --job that never ran is a failure.
-	code, out, _ = d.run(t, "jobs", "check", "--job", "fresh", "--job", "weekly-report")
-	if code != cli.ExitCheck || !strings.HasPrefix(out, "MISSING weekly-report: ") || strings.Contains(out, "fresh") {
-		t.Fatalf("jobs check --job for a job that never ran = %d, %q; want exit 3 naming it", code, out)
-	}
-}
-
-func TestJobsCheckNoJobs(t *testing.T) {
-	t.Parallel()
-	d := newLeaseDB(t)
-	code, out, errOut := d.run(t, "jobs", "check")
-	if code != cli.ExitOK || out != "" || !strings.Contains(errOut, "no jobs") {
-		t.Fatalf("jobs check with no jobs = %d, %q, %q; want exit 0 with a note", code, out, errOut)
-	}
-	code, out, _ = d.run(t, "--json", "jobs", "check")
-	if code != cli.ExitOK || strings.TrimSpace(out) != "[]" {
-		t.Fatalf("jobs check --json with no jobs = %d, %q; want []", code, out)
-	}
-	code, out, _ = d.run(t, "--json", "jobs", "list")
-	if code != cli.ExitOK || strings.TrimSpace(out) != "[]" {
-		t.Fatalf("jobs list --json with no jobs = %d, %q; want []", code, out)
-	}
-	code, out, _ = d.run(t, "jobs", "list")
-	if code != cli.ExitOK || !strings.HasPrefix(out, "JOB") || strings.Count(out, "\n") != 1 {
-		t.Fatalf("jobs list with no jobs = %d, %q; want the header alone", code, out)
 	}
 }
 
@@ -196,7 +101,7 @@ type listedJob struct {
 
 func TestJobsList(t *testing.T) {
 	t.Parallel()
-	d := newLeaseDB(t)
+	d := newTestDB(t)
 	setUpJobs(t, d.pool, "stale", "broken", "fresh", "stuck")
 	// A run in progress.
 	claimTick(t, d.pool, singleton.Job{Name: "running", Every: time.Hour, TTL: time.Minute}, time.Time{})
@@ -260,16 +165,20 @@ func TestJobsList(t *testing.T) {
 		f := strings.Fields(l)
 		rows[f[0]] = f
 	}
-	// JOB EVERY SUCCESS [ago] FAILURE [ago] FAILS MISSED RUNNING NEXT STATUS
+	// JOB EVERY SUCCESS [ago] FAILURE [ago] FAILS MISSED RUNNING NEXT STATUS; "Ns" is an age
+	// in seconds, which depends on how long the machine took since the runs finished, and
+	// "*" a count of missed ticks, 0 or 1 as the listing falls before or after the next tick.
 	for name, want := range map[string][]string{
-		"broken":  {"broken", "1m", "-", "0s", "ago", "1"},
-		"fresh":   {"fresh", "1m", "0s", "ago", "-", "0", "0", "0"},
-		"running": {"running", "1h", "-", "-", "0", "0", "1"},
+		"broken":  {"broken", "1m", "-", "Ns", "ago", "1"},
+		"fresh":   {"fresh", "1m", "Ns", "ago", "-", "0", "*", "0"},
+		"running": {"running", "1h", "-", "-", "0", "*", "1"},
 		"stale":   {"stale", "1m", "1h59m", "ago", "-", "0"},
 		"stuck":   {"stuck", "1m", "-", "-", "0"},
 	} {
 		f := rows[name]
-		if len(f) < len(want) || !slices.Equal(f[:len(want)], want) {
+		if len(f) < len(want) || !slices.EqualFunc(f[:len(want)], want, func(got, w string) bool {
+			return got == w || w == "Ns" && secondsAge.MatchString(got) || w == "*" && (got == "0" || got == "1")
+		}) {
 			t.Errorf("row %v, want it to start with %v", f, want)
 		}
 	}
@@ -279,6 +188,9 @@ func TestJobsList(t *testing.T) {
 		}
 	}
 }
+
+// secondsAge is an age under a minute as the tables print it.
+var secondsAge = regexp.MustCompile(`^[0-9]{1,2}s$`)
 
 type listedRun struct {
 	Job          string  `json:"job"`
@@ -299,7 +211,7 @@ var runKeys = []string{"attempt", "duration_ms", "error", "expires_at", "fence_t
 
 func TestJobsRuns(t *testing.T) {
 	t.Parallel()
-	d := newLeaseDB(t)
+	d := newTestDB(t)
 	base := time.Now().Add(-time.Hour).Truncate(time.Minute)
 	j := job("report")
 	first := claimTick(t, d.pool, j, base.Add(5*time.Second))

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,9 +41,10 @@ else $` + EnvMetricsToken + `), which every scrape must send as "Authorization: 
 			ctx := cmd.Context()
 			token = a.tokenFrom(token, EnvMetricsToken)
 			if err := checkListen(listen, token, EnvMetricsToken); err != nil {
-				return err
+				// The listen rule is the dashboard's (package ui): name this command instead.
+				return usageError{errors.New("metrics: " + strings.TrimPrefix(err.Error(), "ui: "))}
 			}
-			if _, err := pgcoord.ListLimit(maxRows); err != nil || maxRows < 1 {
+			if _, err := check.ListLimit(maxRows); err != nil || maxRows < 1 {
 				return usagef("--max-rows %d: want 1 to %d", maxRows, pgcoord.MaxListLimit)
 			}
 			if maxStaleness < 0 {

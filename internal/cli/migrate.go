@@ -77,69 +77,6 @@ func (a *app) migrateUpCommand() *cobra.Command {
 	return cmd
 }
 
-func (a *app) migrateDownCommand() *cobra.Command {
-	var (
-		to     int64
-		all    bool
-		dryRun bool
-	)
-	cmd := &cobra.Command{
-		Use:   "down",
-		Short: "Roll back the newest migration, or down to --to N, or --all (drops pgcoord's tables and data)",
-		Args:  exactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if all && cmd.Flags().Changed("to") {
-				return usagef("--to and --all are mutually exclusive")
-			}
-			if to < 0 {
-				return usagef("--to %d: versions start at 0", to)
-			}
-			pool, err := a.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			if dryRun {
-				st, err := pgcoord.CheckSchema(ctx, pool)
-				if err != nil && !errors.Is(err, pgcoord.ErrSchemaOutdated) {
-					return err
-				}
-				var would []pgcoord.MigrationResult
-				for i := len(st.Migrations) - 1; i >= 0; i-- {
-					m := st.Migrations[i]
-					if !m.Applied || m.Version <= to {
-						continue
-					}
-					would = append(would, pgcoord.MigrationResult{Migration: m.Migration, Direction: "down"})
-					if !all && !cmd.Flags().Changed("to") {
-						break // the default rolls back the newest migration only
-					}
-				}
-				if a.json {
-					return a.printJSON(map[string]any{"dry_run": true, "would_roll_back": resultsJSON(would)})
-				}
-				a.printResults(would, "would roll back")
-				return nil
-			}
-			rolled, err := pgcoord.Rollback(ctx, pool, &pgcoord.RollbackOpts{To: to, All: all})
-			a.printResults(rolled, "rolled back")
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(map[string]any{"rolled_back": resultsJSON(rolled)})
-			}
-			return nil
-		},
-	}
-	f := cmd.Flags()
-	f.Int64Var(&to, "to", 0, "roll back every migration above this version")
-	f.BoolVar(&all, "all", false, "roll back every migration")
-	f.BoolVar(&dryRun, "dry-run", false, "show what would be rolled back, change nothing")
-	return cmd
-}
-
 // printResults prints one line per migration in human mode (to stderr when --json is set,
 // so scripts get clean JSON and people still see progress).
 func (a *app) printResults(rs []pgcoord.MigrationResult, verb string) {

@@ -65,7 +65,7 @@ func TestMigrateUpDownUpRoundTrip(t *testing.T) {
 		t.Fatalf("--dry-run changed the schema: %+v", st)
 	}
 
-	code, out, errOut = run(t, "--database-url", db, "--schema", schema, "--json", "migrate", "down", "--all")
+	code, out, errOut = run(t, "--database-url", db, "--schema", schema, "--json", "migrate", "down", "--all", "--yes")
 	var down struct {
 		RolledBack []struct {
 			Version int64 `json:"version"`

@@ -6,20 +6,14 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/pgcoord/pgcoord/internal/page"
-	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
 )
-
-// semMaxWeight is the largest weight a semaphore key may have (the CHECK of
-// pgcoord_semaphores.weight).
-const semMaxWeight = 1_000_000
 
 // semPageSize is how many keys one semaphore.List call reads.
 const semPageSize = 1000
@@ -159,10 +153,10 @@ func semStatus(s semaphore.KeyStatus) string {
 	return semOK
 }
 
-// listSemaphores reads keys page by page in key order, at most limit of them (all when
-// limit < 0), and reports whether there are more.
-func listSemaphores(ctx context.Context, pool *pgxpool.Pool, limit int) (all []semaphore.KeyStatus, more bool, err error) {
-	var opts semaphore.ListOpts
+// listSemaphores reads keys that start with prefix page by page in key order, at most
+// limit of them (all when limit < 0), and reports whether there are more.
+func listSemaphores(ctx context.Context, pool *pgxpool.Pool, limit int, prefix string) (all []semaphore.KeyStatus, more bool, err error) {
+	opts := semaphore.ListOpts{Prefix: prefix}
 	all, more, err = page.Collect(limit, semPageSize, func(last *semaphore.KeyStatus, n int) ([]semaphore.KeyStatus, error) {
 		if last != nil {
 			opts.After = last.Key
@@ -177,7 +171,10 @@ func listSemaphores(ctx context.Context, pool *pgxpool.Pool, limit int) (all []s
 }
 
 func (a *app) semaphoresListCommand() *cobra.Command {
-	var limit int
+	var (
+		limit int
+		lf    listFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List semaphore keys in key order: limit, permits held and leaked, waiters, demand, counters",
@@ -215,37 +212,46 @@ wait_p50_ms, wait_p99_ms (null when waited is 0), over_limit, db_now.`,
 			if limit < 1 {
 				return usagef("--limit %d: want at least 1", limit)
 			}
+			if err := lf.checkPrefix(); err != nil {
+				return err
+			}
 			pool, err := a.connect(ctx)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			keys, more, err := listSemaphores(ctx, pool, limit)
-			if err != nil {
-				return err
-			}
-			if more {
-				fmt.Fprintf(a.errOut, "pgcoord: showing the first %d semaphore keys; there are more (raise --limit)\n", limit)
-			}
-			if a.json {
-				js := make([]semKeyJSON, 0, len(keys))
-				for _, s := range keys {
-					js = append(js, toSemKeyJSON(s))
-				}
-				return a.printJSON(js)
-			}
-			tw := a.table()
-			fmt.Fprintln(tw, "KEY\tLIMIT\tWEIGHT\tHELD\tEXPIRED\tWAITERS\tOLDEST WAITER\tOLDEST PERMIT\tDEMAND\tADMITTED\tREFUSED\tWAIT P50/P99\tSTATUS")
-			for _, s := range keys {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Key, s.Limit, s.Weight, s.Held, s.Expired,
-					s.Waiters, semAge(s.OldestWaiterSince, s.DBNow), semAge(s.OldestPermitAt, s.DBNow), s.Demand,
-					s.Admitted, s.Refused, semWaits(s), semStatus(s))
-			}
-			return tw.Flush()
+			return a.show(ctx, cmd, &lf, func() error { return a.printSemaphores(ctx, pool, limit, lf.prefix) })
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", defaultListLimit, "show at most this many keys")
+	addListFlags(cmd, &lf, "only keys that start with this")
 	return cmd
+}
+
+// printSemaphores reads at most limit keys that start with prefix and prints them.
+func (a *app) printSemaphores(ctx context.Context, pool *pgxpool.Pool, limit int, prefix string) error {
+	keys, more, err := listSemaphores(ctx, pool, limit, prefix)
+	if err != nil {
+		return err
+	}
+	if more {
+		fmt.Fprintf(a.errOut, "pgcoord: showing the first %d semaphore keys; there are more (raise --limit)\n", limit)
+	}
+	if a.json {
+		js := make([]semKeyJSON, 0, len(keys))
+		for _, s := range keys {
+			js = append(js, toSemKeyJSON(s))
+		}
+		return a.printJSON(js)
+	}
+	tw := a.table()
+	fmt.Fprintln(tw, "KEY\tLIMIT\tWEIGHT\tHELD\tEXPIRED\tWAITERS\tOLDEST WAITER\tOLDEST PERMIT\tDEMAND\tADMITTED\tREFUSED\tWAIT P50/P99\tSTATUS")
+	for _, s := range keys {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Key, s.Limit, s.Weight, s.Held, s.Expired,
+			s.Waiters, semAge(s.OldestWaiterSince, s.DBNow), semAge(s.OldestPermitAt, s.DBNow), s.Demand,
+			s.Admitted, s.Refused, semWaits(s), semStatus(s))
+	}
+	return tw.Flush()
 }
 
 // semPermitJSON is one permit in `semaphores show --json`.
@@ -276,10 +282,7 @@ func semTTLLeft(p semaphore.PermitInfo) string {
 	if d <= 0 {
 		return "expired " + age(p.ExpiresAt, p.DBNow) + " ago"
 	}
-	if d >= time.Second {
-		return d.Round(100 * time.Millisecond).String()
-	}
-	return d.Round(time.Millisecond).String()
+	return timeLeft(d)
 }
 
 // semShowJSON is the --json output of `semaphores show`: the key's object plus its permits.
@@ -309,7 +312,7 @@ func semPermits(ctx context.Context, pool *pgxpool.Pool, key string) ([]semaphor
 
 // semKeyArg checks a key given on the command line.
 func semKeyArg(key string) error {
-	if err := pgcoord.ValidateName("semaphore key", key); err != nil {
+	if err := check.Name("semaphore key", key); err != nil {
 		return usageError{err}
 	}
 	return nil
@@ -382,7 +385,6 @@ expires_at, age_ms, ttl_left_ms (0 once expired) and expired.`,
 
 // printSemaphore prints one key as aligned "field: value" lines.
 func (a *app) printSemaphore(s semaphore.KeyStatus) {
-	tw := a.table()
 	waiter := "-"
 	if !s.OldestWaiterSince.IsZero() {
 		waiter = fmt.Sprintf("waiting %s (since %s)", age(s.OldestWaiterSince, s.DBNow), preciseTime(s.OldestWaiterSince))
@@ -412,290 +414,5 @@ func (a *app) printSemaphore(s semaphore.KeyStatus) {
 		{"status", semStatus(s)},
 		{"database now", preciseTime(s.DBNow)},
 	}
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
-	}
-	tw.Flush()
-}
-
-func (a *app) semaphoresSetLimitCommand() *cobra.Command {
-	var weight int
-	cmd := &cobra.Command{
-		Use:   "set-limit KEY LIMIT",
-		Short: "Set the limit (and --weight) of a semaphore key, creating it if needed",
-		Long: `Set the most permits KEY may hold at once to LIMIT (at least 1), and with --weight its
-weight in fair admission across keys (1 to 1000000; unchanged when not given, 1 for a new
-key). The key is created if it does not exist.
-
-Raising the limit wakes waiters at once. Lowering it revokes nothing: permits already held
-stay valid until released or expired, new admissions wait until fewer than the new limit
-are held — so right after lowering, HELD may exceed LIMIT (and 'semaphores verify' says so)
-until permits drain. 'semaphores drain' revokes them now.
-
-With --json: the key afterwards, as in 'semaphores list --json'.`,
-		Example: `  pgcoord semaphores set-limit tenant:42 8
-  pgcoord semaphores set-limit tenant:42 8 --weight 3`,
-		Args: exactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			key := args[0]
-			if err := semKeyArg(key); err != nil {
-				return err
-			}
-			limit, err := strconv.Atoi(args[1])
-			if err != nil || limit < 1 {
-				return usagef("limit %q: want an integer of at least 1", args[1])
-			}
-			weightSet := cmd.Flags().Changed("weight")
-			if weightSet && (weight < 1 || weight > semMaxWeight) {
-				return usagef("--weight %d: want 1 to %d", weight, semMaxWeight)
-			}
-			pool, err := a.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			var opts *semaphore.SetLimitOpts
-			if weightSet {
-				opts = &semaphore.SetLimitOpts{Weight: weight}
-			}
-			if err := semaphore.SetLimit(ctx, pool, key, limit, opts); err != nil {
-				return argError(err)
-			}
-			s, err := getSemaphore(ctx, pool, key)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(toSemKeyJSON(s))
-			}
-			fmt.Fprintf(a.out, "semaphore %q: limit %d, weight %d; %d permits held\n", key, s.Limit, s.Weight, s.Held)
-			if s.Held > s.Limit {
-				fmt.Fprintf(a.out, "%d permits are held, more than the new limit: nothing was revoked; new admissions wait until fewer than %d are held ('pgcoord semaphores drain %s' revokes them now)\n",
-					s.Held, s.Limit, key)
-			}
-			return nil
-		},
-	}
-	cmd.Flags().IntVar(&weight, "weight", 0, "weight in fair admission across keys, 1 to 1000000 (default: unchanged; 1 for a new key)")
-	return cmd
-}
-
-// semCheckJSON is one key in `semaphores verify --json`.
-type semCheckJSON struct {
-	Key       string   `json:"key"`
-	Status    string   `json:"status"` // ok, over_limit or leaked (over_limit wins when both apply)
-	Limit     int      `json:"limit"`
-	Held      int      `json:"held"`
-	Expired   int      `json:"expired"`
-	OverLimit bool     `json:"over_limit"`
-	Leaked    bool     `json:"leaked"`
-	Problems  []string `json:"problems"`
-}
-
-// judgeSemaphore applies the check of `semaphores verify` to one key.
-func judgeSemaphore(s semaphore.KeyStatus) semCheckJSON {
-	c := semCheckJSON{Key: s.Key, Status: semStatus(s), Limit: s.Limit, Held: s.Held, Expired: s.Expired,
-		OverLimit: s.OverLimit(), Leaked: s.Expired > 0, Problems: []string{}}
-	if c.OverLimit {
-		c.Problems = append(c.Problems, fmt.Sprintf("holds %d permits, more than its limit of %d "+
-			"(expected right after the limit was lowered, until permits are released or expire)", s.Held, s.Limit))
-	}
-	if c.Leaked {
-		c.Problems = append(c.Problems, fmt.Sprintf("%d permit(s) past expiry, never released: leaked slots of holders "+
-			"that died or stopped renewing (reclaimed by the key's next admission; 'pgcoord semaphores show %s' lists them)", s.Expired, s.Key))
-	}
-	return c
-}
-
-func (a *app) semaphoresVerifyCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "verify",
-		Short: "Exit 3 if any semaphore key holds more than its limit or holds permits past expiry",
-		Long: `Check every semaphore key and exit 3 if any needs attention, saying which and why:
-
-  over_limit  it holds more unexpired permits than its limit. Expected right after its
-              limit was lowered ('semaphores set-limit': nothing is revoked), until
-              permits are released or expire; otherwise a bug worth reporting.
-  leaked      it holds permits past their expiry that nobody released: a holder died,
-              or ran longer than its TTL without renewing (and may still be working,
-              without its slot). They are reclaimed by the key's next admission.
-
-Exit 0 when every key is healthy (also when there are no keys).
-
-With --json: an array ([] when there are no keys) of {"key", "status", "limit", "held",
-"expired", "over_limit", "leaked", "problems"} for every key, and the same exit code.`,
-		Example: `  pgcoord semaphores verify
-  pgcoord semaphores verify --json | jq '.[] | select(.status != "ok")'`,
-		Args: exactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			pool, err := a.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			keys, _, err := listSemaphores(ctx, pool, -1)
-			if err != nil {
-				return err
-			}
-			results := make([]semCheckJSON, 0, len(keys))
-			bad, over := 0, 0
-			for _, s := range keys {
-				c := judgeSemaphore(s)
-				if c.Status != semOK {
-					bad++
-				}
-				if c.OverLimit {
-					over++
-				}
-				results = append(results, c)
-			}
-			if a.json {
-				if err := a.printJSON(results); err != nil {
-					return err
-				}
-			} else {
-				for _, c := range results {
-					if c.Status != semOK {
-						fmt.Fprintf(a.out, "%s %s: %s\n", strings.ToUpper(strings.ReplaceAll(c.Status, "_", "-")), c.Key, strings.Join(c.Problems, "; "))
-					}
-				}
-			}
-			if bad > 0 {
-				if over > 0 {
-					fmt.Fprintln(a.errOut, "pgcoord: note: a key over its limit right after its limit was lowered is expected until its permits drain")
-				}
-				fmt.Fprintf(a.errOut, "pgcoord: %d of %d semaphore keys need attention\n", bad, len(results))
-				return errCheckFailed
-			}
-			if !a.json {
-				fmt.Fprintf(a.out, "all %d semaphore keys healthy: none over its limit, no permit past expiry\n", len(results))
-			}
-			return nil
-		},
-	}
-}
-
-// semDrainPermitJSON is one permit in `semaphores drain --json`.
-type semDrainPermitJSON struct {
-	Holder     string  `json:"holder"`
-	FenceToken int64   `json:"fence_token"`
-	AcquiredAt *string `json:"acquired_at"`
-	ExpiresAt  *string `json:"expires_at"`
-}
-
-// semDrainJSON is the --json output of `semaphores drain`.
-type semDrainJSON struct {
-	Key         string               `json:"key"`
-	DryRun      bool                 `json:"dry_run"`
-	Revoked     *int                 `json:"revoked"`      // null with --dry-run
-	WouldRevoke *int                 `json:"would_revoke"` // null without --dry-run
-	Permits     []semDrainPermitJSON `json:"permits"`
-}
-
-func (a *app) semaphoresDrainCommand() *cobra.Command {
-	var dryRun bool
-	cmd := &cobra.Command{
-		Use:   "drain KEY",
-		Short: "Revoke every permit of a semaphore key now (operator action); --dry-run shows what it would do",
-		Long: `Revoke every permit of KEY at once, whoever holds it (semaphore.Drain): the slots are free
-for new admissions and waiters are woken. The holders are not told: their renewals and
-releases fail from then on (semaphore.ErrLost), and their fence tokens are stale — every
-later admission to KEY gets a higher token, so fenced writes reject the old holders. A
-holder still working keeps working without its slot until it next renews: drain is for
-wedged or runaway holders, or to apply a lowered limit now.
-
-It prints the revoked permits. A key that does not exist is an error (exit 1); a key with
-no permits revokes nothing (exit 0).
-
---dry-run lists the permits that would be revoked and changes nothing. With --json:
-{"key", "dry_run", "revoked", "would_revoke", "permits"}, where permits ([] when none)
-have the keys holder, fence_token, acquired_at, expires_at.`,
-		Example: `  pgcoord semaphores drain tenant:42 --dry-run
-  pgcoord semaphores drain tenant:42`,
-		Args: exactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			key := args[0]
-			if err := semKeyArg(key); err != nil {
-				return err
-			}
-			pool, err := a.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			if _, err := getSemaphore(ctx, pool, key); err != nil {
-				return err
-			}
-			var permits []semaphore.Permit
-			if dryRun {
-				infos, err := semPermits(ctx, pool, key)
-				if err != nil {
-					return err
-				}
-				for _, p := range infos {
-					permits = append(permits, p.Permit)
-				}
-			} else {
-				permits, err = semaphore.Drain(ctx, pool, key)
-				if errors.Is(err, semaphore.ErrNotFound) {
-					permits, err = nil, nil // the key exists: nothing to revoke
-				}
-				if err != nil {
-					return argError(err)
-				}
-			}
-
-			n := len(permits)
-			var maxToken int64
-			for _, p := range permits {
-				maxToken = max(maxToken, p.Token)
-			}
-			if a.json {
-				js := semDrainJSON{Key: key, DryRun: dryRun, Permits: make([]semDrainPermitJSON, 0, n)}
-				if dryRun {
-					js.WouldRevoke = &n
-				} else {
-					js.Revoked = &n
-				}
-				for _, p := range permits {
-					js.Permits = append(js.Permits, semDrainPermitJSON{Holder: p.Holder, FenceToken: p.Token,
-						AcquiredAt: jsonTime(p.AcquiredAt), ExpiresAt: jsonTime(p.ExpiresAt)})
-				}
-				return a.printJSON(js)
-			}
-			if n == 0 {
-				if dryRun {
-					fmt.Fprintf(a.out, "semaphore %q holds no permits: nothing would be revoked (--dry-run: nothing changed)\n", key)
-				} else {
-					fmt.Fprintf(a.out, "semaphore %q held no permits: nothing revoked\n", key)
-				}
-				return nil
-			}
-			if dryRun {
-				fmt.Fprintf(a.out, "would revoke %d permit(s) of semaphore %q:\n", n, key)
-			} else {
-				fmt.Fprintf(a.out, "revoked %d permit(s) of semaphore %q:\n", n, key)
-			}
-			tw := a.table()
-			fmt.Fprintln(tw, "HOLDER\tTOKEN\tACQUIRED\tEXPIRES")
-			for _, p := range permits {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", p.Holder, p.Token, preciseTime(p.AcquiredAt), preciseTime(p.ExpiresAt))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if dryRun {
-				fmt.Fprintln(a.out, "nothing changed (--dry-run)")
-				return nil
-			}
-			fmt.Fprintf(a.out, "their holders' renewals and releases now fail, and their fence tokens (up to %d) are stale: "+
-				"every later admission gets a higher token\n", maxToken)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list the permits that would be revoked, change nothing")
-	return cmd
+	a.printFields(rows)
 }

@@ -42,10 +42,17 @@ token (--auth-token, else $` + EnvUIToken + `): then every request needs
 "Authorization: Bearer <token>", or a browser signs in once with the token (a cookie).
 Without a token the dashboard refuses to start on a non-loopback address (exit 2).
 
+Without a token it answers only requests addressed to localhost, 127.0.0.1 or [::1] at
+its port, so a web page cannot reach it through a rebound DNS name. A token must have at
+least 32 characters; a browser's sign-in lasts 12 hours, until it signs out, and records
+the name the operator gives, for the audit log; sign-ins are limited to 5 failures per
+client address (50 in all), then one every 10 seconds.
+
 Operator actions — expire a lease, set a semaphore limit, retry a dead outbox message — are
 off unless --allow-actions:
-then each is a confirmed POST with a CSRF token, and is recorded in the audit table in the
-same transaction ('pgcoord audit list'). Payloads and stored response bodies are never
+then each is a confirmed POST with a CSRF token from the dashboard's own origin, and is
+recorded in the audit table in the same transaction ('pgcoord audit list'), naming the
+signed-in operator (without a token, --actor). Payloads and stored response bodies are never
 shown unless --show-payloads.
 
 It runs until interrupted (Ctrl-C, SIGTERM).`,
@@ -70,7 +77,7 @@ It runs until interrupted (Ctrl-C, SIGTERM).`,
 				return err
 			}
 			defer pool.Close()
-			srv, err := ui.New(ui.Config{Pool: pool, Token: token, AllowActions: allowActions, ShowPayloads: showPayloads,
+			srv, err := ui.New(ui.Config{Pool: pool, Addr: listen, Token: token, Actor: a.actorName(), AllowActions: allowActions, ShowPayloads: showPayloads,
 				Refresh: refresh, MaxStaleness: maxStaleness, Logger: a.logger()})
 			if err != nil {
 				return err

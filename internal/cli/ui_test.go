@@ -48,7 +48,7 @@ type served struct {
 
 // serve runs a server command (ui, metrics) on 127.0.0.1:0 against d's schema and waits
 // until it says where it listens.
-func serve(t *testing.T, d leaseDB, args ...string) served {
+func serve(t *testing.T, d testDB, args ...string) served {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	var errOut syncBuffer
@@ -109,7 +109,7 @@ func get(t *testing.T, url string, headers ...string) (int, string) {
 // the pages and /metrics, and exits 0 when interrupted.
 func TestUICommandServes(t *testing.T) {
 	t.Parallel()
-	d := newLeaseDB(t)
+	d := newTestDB(t)
 	grant(t, d.pool, "order:1", "worker-a", time.Minute, time.Time{})
 	s := serve(t, d, "ui", "--listen", "127.0.0.1:0")
 	if msg := s.stderr.String(); !strings.Contains(msg, "actions disabled") || !strings.Contains(msg, "no token") {
@@ -134,8 +134,8 @@ func TestUICommandServes(t *testing.T) {
 // says a token is required, and refuses requests without it.
 func TestUICommandToken(t *testing.T) {
 	t.Parallel()
-	d := newLeaseDB(t)
-	s := serve(t, d, "ui", "--listen", "0.0.0.0:0", "--auth-token", "s3cret", "--allow-actions")
+	d := newTestDB(t)
+	s := serve(t, d, "ui", "--listen", "0.0.0.0:0", "--auth-token", "0123456789abcdef0123456789abcdef", "--allow-actions")
 	if msg := s.stderr.String(); !strings.Contains(msg, "actions ENABLED") || !strings.Contains(msg, "token required") {
 		t.Fatalf("start message %q", msg)
 	}
@@ -143,7 +143,7 @@ func TestUICommandToken(t *testing.T) {
 	if code, _ := get(t, local+"/"); code != http.StatusUnauthorized {
 		t.Fatalf("GET / without the token = %d, want 401", code)
 	}
-	if code, _ := get(t, local+"/", "Authorization", "Bearer s3cret"); code != http.StatusOK {
+	if code, _ := get(t, local+"/", "Authorization", "Bearer 0123456789abcdef0123456789abcdef"); code != http.StatusOK {
 		t.Fatalf("GET / with the token = %d, want 200", code)
 	}
 }
@@ -175,7 +175,7 @@ func TestUICommandBadListen(t *testing.T) {
 // requires it of every scrape.
 func TestMetricsCommandServes(t *testing.T) {
 	t.Parallel()
-	d := newLeaseDB(t)
+	d := newTestDB(t)
 	semGrant(t, d.pool, "tenant:1", "w", 4, time.Minute, time.Time{})
 	s := serve(t, d, "metrics", "--listen", "127.0.0.1:0")
 	code, body := get(t, s.url+"/metrics")
@@ -202,9 +202,9 @@ func TestMetricsCommandServes(t *testing.T) {
 // what.
 func TestUIActionAuditedAndListed(t *testing.T) {
 	t.Parallel()
-	d := newLeaseDB(t)
+	d := newTestDB(t)
 	grant(t, d.pool, "order:9", "worker-z", time.Minute, time.Time{})
-	s := serve(t, d, "ui", "--listen", "127.0.0.1:0", "--allow-actions")
+	s := serve(t, d, "--actor", "ops-on-call", "ui", "--listen", "127.0.0.1:0", "--allow-actions")
 	jar, _ := cookiejar.New(nil)
 	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := client.Get(s.url + "/leases")
@@ -236,7 +236,7 @@ func TestUIActionAuditedAndListed(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &entries); code != cli.ExitOK || err != nil {
 		t.Fatalf("audit list = %d %v: %s %s", code, err, out, errOut)
 	}
-	if len(entries) != 1 || entries[0].Actor != "local" || entries[0].Action != "lease.expire" ||
+	if len(entries) != 1 || entries[0].Actor != "ops-on-call" || entries[0].Action != "lease.expire" ||
 		entries[0].Target != "order:9" || entries[0].Details["holder"] != "worker-z" {
 		t.Fatalf("audit entries %+v", entries)
 	}

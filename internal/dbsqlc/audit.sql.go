@@ -51,19 +51,26 @@ const listAudit = `-- name: ListAudit :many
 SELECT a.id, a.at, a.actor, a.remote_addr, a.action, a.target, a.details FROM pgcoord_audit a
 WHERE ($1::bigint = 0 OR a.id < $1::bigint)
   AND ($2::text IS NULL OR a.action = $2::text)
+  AND starts_with(a.target, $3::text)
 ORDER BY a.id DESC
-LIMIT $3::int
+LIMIT $4::int
 `
 
 type ListAuditParams struct {
-	BeforeID int64
-	Action   *string
-	MaxRows  int32
+	BeforeID     int64
+	Action       *string
+	TargetPrefix string
+	MaxRows      int32
 }
 
 // Newest first; before_id pages backwards (0: from the newest).
 func (q *Queries) ListAudit(ctx context.Context, db DBTX, arg ListAuditParams) ([]PgcoordAudit, error) {
-	rows, err := db.Query(ctx, listAudit, arg.BeforeID, arg.Action, arg.MaxRows)
+	rows, err := db.Query(ctx, listAudit,
+		arg.BeforeID,
+		arg.Action,
+		arg.TargetPrefix,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -106,15 +106,17 @@ SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_
        pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_idempotency_keys k
 WHERE (k.scope, k.key) > ($1::text, $2::text)
-  AND (NOT $3::boolean OR k.state = 'in_flight')
-  AND (NOT $4::boolean OR (k.state = 'in_flight' AND NOT pgcoord_idempotency_held(k.scope, k.key)))
+  AND k.scope >= $3::text AND starts_with(k.scope, $3::text)
+  AND (NOT $4::boolean OR k.state = 'in_flight')
+  AND (NOT $5::boolean OR (k.state = 'in_flight' AND NOT pgcoord_idempotency_held(k.scope, k.key)))
 ORDER BY k.scope, k.key
-LIMIT $5::int
+LIMIT $6::int
 `
 
 type IdempotencyListParams struct {
 	AfterScope   string
 	AfterKey     string
+	ScopePrefix  string
 	InFlightOnly bool
 	StuckOnly    bool
 	MaxRows      int32
@@ -140,10 +142,12 @@ type IdempotencyListRow struct {
 
 // held is whether a live attempt holds the key (its advisory lock is granted); an in-flight
 // key nobody holds is stuck: its holder died and no retry has recovered it yet.
+// scope_prefix (” for all scopes) as in ListLeases.
 func (q *Queries) IdempotencyList(ctx context.Context, db DBTX, arg IdempotencyListParams) ([]IdempotencyListRow, error) {
 	rows, err := db.Query(ctx, idempotencyList,
 		arg.AfterScope,
 		arg.AfterKey,
+		arg.ScopePrefix,
 		arg.InFlightOnly,
 		arg.StuckOnly,
 		arg.MaxRows,

@@ -167,12 +167,14 @@ SELECT j.name, j.every, j.origin, j.overlap, j.fence_token, j.last_started_at, j
        (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name)::bigint AS ticks_recorded
 FROM pgcoord_jobs j
 WHERE j.name > $1::text
+  AND j.name >= $2::text AND starts_with(j.name, $2::text)
 ORDER BY j.name
-LIMIT $2::int
+LIMIT $3::int
 `
 
 type ListJobsParams struct {
 	After   string
+	Prefix  string
 	MaxRows int32
 }
 
@@ -195,8 +197,9 @@ type ListJobsRow struct {
 	TicksRecorded       int64
 }
 
+// prefix (” for all) as in ListLeases.
 func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]ListJobsRow, error) {
-	rows, err := db.Query(ctx, listJobs, arg.After, arg.MaxRows)
+	rows, err := db.Query(ctx, listJobs, arg.After, arg.Prefix, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
@@ -297,23 +300,12 @@ type TrySessionLockRow struct {
 	BackendPid int32
 }
 
+// Advisory locks work on a standby too, but lock nothing the primary's sessions see: the
+// lock queries refuse there (pgcoord_token_floor raises SQLSTATE 25006), like every grant.
+// RunOnce's transaction-level lock is singleton/once.go's tryLockSQL, sent with BEGIN.
 func (q *Queries) TrySessionLock(ctx context.Context, db DBTX, name string) (TrySessionLockRow, error) {
 	row := db.QueryRow(ctx, trySessionLock, name)
 	var i TrySessionLockRow
 	err := row.Scan(&i.Locked, &i.BackendPid)
 	return i, err
-}
-
-const tryXactLock = `-- name: TryXactLock :one
-SELECT pg_try_advisory_xact_lock(pgcoord_lock_key($1::text)) AS locked
-FROM (SELECT pgcoord_token_floor() AS floor) p WHERE p.floor IS NOT NULL
-`
-
-// Advisory locks work on a standby too, but lock nothing the primary's sessions see: the
-// lock queries refuse there (pgcoord_token_floor raises SQLSTATE 25006), like every grant.
-func (q *Queries) TryXactLock(ctx context.Context, db DBTX, name string) (bool, error) {
-	row := db.QueryRow(ctx, tryXactLock, name)
-	var locked bool
-	err := row.Scan(&locked)
-	return locked, err
 }

@@ -200,14 +200,16 @@ const listLeases = `-- name: ListLeases :many
 SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, l.near_misses, l.last_near_miss_at, l.forced_expiries, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_leases l
 WHERE l.name > $1::text
-  AND (NOT $2::boolean OR l.expires_at > pgcoord_now())
-  AND (NOT $3::boolean OR l.expires_at <= pgcoord_now())
+  AND l.name >= $2::text AND starts_with(l.name, $2::text)
+  AND (NOT $3::boolean OR l.expires_at > pgcoord_now())
+  AND (NOT $4::boolean OR l.expires_at <= pgcoord_now())
 ORDER BY l.name
-LIMIT $4::int
+LIMIT $5::int
 `
 
 type ListLeasesParams struct {
 	After       string
+	Prefix      string
 	HeldOnly    bool
 	ExpiredOnly bool
 	MaxRows     int32
@@ -230,9 +232,14 @@ type ListLeasesRow struct {
 	DbNow          time.Time
 }
 
+// prefix (” for all) matches by starts_with, exactly ('%' and '_' are plain characters); the
+// bound name >= prefix starts the primary key's index scan at the prefix in any collation.
+// There is no upper bound (one is exact only in the C collation), so a page that finds
+// fewer matches than max_rows reads the index on to its end.
 func (q *Queries) ListLeases(ctx context.Context, db DBTX, arg ListLeasesParams) ([]ListLeasesRow, error) {
 	rows, err := db.Query(ctx, listLeases,
 		arg.After,
+		arg.Prefix,
 		arg.HeldOnly,
 		arg.ExpiredOnly,
 		arg.MaxRows,

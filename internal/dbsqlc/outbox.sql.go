@@ -184,8 +184,7 @@ const outboxEnqueue = `-- name: OutboxEnqueue :one
 INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
 SELECT $1::text, $2::text, $3::bytea, $4::boolean, coalesce($5::jsonb, '{}'),
        pgcoord_now() + coalesce($6::interval, interval '0')
-  FROM (SELECT pg_advisory_xact_lock(pgcoord_outbox_lock_key($1::text, $2::text))
-         WHERE current_setting(pgcoord_outbox_wake_flag(), true) = 'on' OR pgcoord_outbox_wake()) l
+  FROM (SELECT pgcoord_outbox_lock($1::text, $2::text)) l
 RETURNING id, created_at, available_at
 `
 
@@ -207,11 +206,10 @@ type OutboxEnqueueRow struct {
 // Outbox operations go through the SQL API functions of 00006_outbox.sql where a relay in
 // another language would need the same logic (enqueue, claim, settle); the operator's
 // reads and repairs are plain statements.
-// pgcoord_outbox_enqueue_bytes as one plain statement, for the Go library, which checks
-// the message before sending it; plain SQL saves the function call on the hottest path.
-// The subquery l makes the wake-up check (see pgcoord_outbox_wake: a function call for
-// the transaction's first message only), then takes the key's lock; the inserted row is
-// projected from l's one row, so its id is drawn after both (the planner keeps a volatile
+// Enqueue's statement: the enqueue protocol (pgcoord_outbox_lock, which the planner
+// inlines) and the INSERT in one plain statement; pgcoord_outbox_insert would cost the
+// hottest path a PL/pgSQL call per message. The inserted row is projected from the
+// subquery l's one row, so its id is drawn after the lock (the planner keeps a volatile
 // output of a subquery, used or not; unlike a function scan or a CTE, a subquery does not
 // materialize its row). NULL headers and delay stand for the columns' defaults.
 func (q *Queries) OutboxEnqueue(ctx context.Context, db DBTX, arg OutboxEnqueueParams) (OutboxEnqueueRow, error) {
@@ -229,25 +227,9 @@ func (q *Queries) OutboxEnqueue(ctx context.Context, db DBTX, arg OutboxEnqueueP
 }
 
 const outboxEnqueueMany = `-- name: OutboxEnqueueMany :many
-WITH w AS (
-    SELECT pgcoord_outbox_wake() AS woken
-), l AS (
-    SELECT count(*) AS locked FROM (
-        SELECT pg_advisory_xact_lock(pgcoord_outbox_lock_key(k.topic, k.key))
-          FROM w, (SELECT DISTINCT ($1::text[])[i] AS topic, ($2::text[])[i] AS key
-                     FROM generate_subscripts($1::text[], 1) AS i
-                    ORDER BY 1, 2) k
-         WHERE w.woken) x
-), ins AS (
-    INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
-    SELECT ($1::text[])[i], ($2::text[])[i], ($3::bytea[])[i], ($4::boolean[])[i],
-           coalesce(($5::jsonb[])[i], '{}'), pgcoord_now() + coalesce(($6::interval[])[i], interval '0')
-      FROM l, generate_subscripts($1::text[], 1) AS i
-     WHERE l.locked >= 0
-     ORDER BY i
-    RETURNING id, created_at, available_at
-)
-SELECT ins.id, ins.created_at, ins.available_at FROM ins ORDER BY ins.id
+SELECT i.id, i.created_at, i.available_at
+  FROM pgcoord_outbox_insert($1::text[], $2::text[], $3::bytea[], $4::boolean[],
+                             $5::jsonb[], $6::interval[]) i
 `
 
 type OutboxEnqueueManyParams struct {
@@ -265,10 +247,7 @@ type OutboxEnqueueManyRow struct {
 	AvailableAt time.Time
 }
 
-// pgcoord_outbox_enqueue_many as plain SQL, for the Go library, which checks the messages
-// first: the wake-up check (w) is made, then every (topic, key) lock is taken, in (topic,
-// key) order, before the first id is drawn (l is one row, joined before any row is
-// inserted), and ids follow the arrays' order.
+// EnqueueBatch's statement: pgcoord_outbox_insert, reading back only the columns it sets.
 func (q *Queries) OutboxEnqueueMany(ctx context.Context, db DBTX, arg OutboxEnqueueManyParams) ([]OutboxEnqueueManyRow, error) {
 	rows, err := db.Query(ctx, outboxEnqueueMany,
 		arg.Topics,
@@ -349,15 +328,17 @@ SELECT o.id, o.topic, o.key, o.is_json, o.headers, o.state, o.created_at, o.avai
 FROM pgcoord_outbox o
 WHERE ($2::text IS NULL OR o.state = $2::text)
   AND ($3::text IS NULL OR o.topic = $3::text)
-  AND o.id > $4::bigint
+  AND starts_with(o.topic, $4::text)
+  AND o.id > $5::bigint
 ORDER BY o.id
-LIMIT $5::int
+LIMIT $6::int
 `
 
 type OutboxListParams struct {
 	PayloadBytes int32
 	State        *string
 	Topic        *string
+	TopicPrefix  string
 	AfterID      int64
 	MaxRows      int32
 }
@@ -389,6 +370,7 @@ func (q *Queries) OutboxList(ctx context.Context, db DBTX, arg OutboxListParams)
 		arg.PayloadBytes,
 		arg.State,
 		arg.Topic,
+		arg.TopicPrefix,
 		arg.AfterID,
 		arg.MaxRows,
 	)
@@ -475,11 +457,23 @@ func (q *Queries) OutboxRetry(ctx context.Context, db DBTX, id int64) (int64, er
 const outboxRetryDead = `-- name: OutboxRetryDead :execrows
 UPDATE pgcoord_outbox
    SET state = 'pending', dead_at = NULL, attempts = 0, available_at = pgcoord_now()
- WHERE state = 'dead' AND ($1::text IS NULL OR topic = $1::text)
+ WHERE id = ANY (ARRAY(
+         SELECT d.id FROM pgcoord_outbox d
+          WHERE d.state = 'dead' AND ($1::text IS NULL OR d.topic = $1::text)
+          LIMIT $2::int))
+   AND state = 'dead'
 `
 
-func (q *Queries) OutboxRetryDead(ctx context.Context, db DBTX, topic *string) (int64, error) {
-	result, err := db.Exec(ctx, outboxRetryDead, topic)
+type OutboxRetryDeadParams struct {
+	Topic   *string
+	MaxRows int32
+}
+
+// At most max_rows dead messages (of topic, if set), found through the partial index of
+// dead messages, which a retried message leaves. The ids are read once (an IN subquery with
+// LIMIT may be run again per row and pick other rows, updating more than max_rows).
+func (q *Queries) OutboxRetryDead(ctx context.Context, db DBTX, arg OutboxRetryDeadParams) (int64, error) {
+	result, err := db.Exec(ctx, outboxRetryDead, arg.Topic, arg.MaxRows)
 	if err != nil {
 		return 0, err
 	}
@@ -487,9 +481,10 @@ func (q *Queries) OutboxRetryDead(ctx context.Context, db DBTX, topic *string) (
 }
 
 const outboxSettle = `-- name: OutboxSettle :one
-SELECT pgcoord_outbox_settle($1::bigint, $2::bigint[], $3::bigint[], $4::text[],
-                             $5::bigint[], $6::int, $7::interval,
-                             $8::interval)::int AS settled
+SELECT s.delivered::int AS delivered, s.failed::int AS failed, s.dead::int AS dead, s.released::int AS released
+FROM pgcoord_outbox_settle($1::bigint, $2::bigint[], $3::bigint[], $4::text[],
+                           $5::bigint[], $6::int, $7::interval,
+                           $8::interval) s
 `
 
 type OutboxSettleParams struct {
@@ -503,7 +498,14 @@ type OutboxSettleParams struct {
 	MaxBackoff  pgtype.Interval
 }
 
-func (q *Queries) OutboxSettle(ctx context.Context, db DBTX, arg OutboxSettleParams) (int32, error) {
+type OutboxSettleRow struct {
+	Delivered int32
+	Failed    int32
+	Dead      int32
+	Released  int32
+}
+
+func (q *Queries) OutboxSettle(ctx context.Context, db DBTX, arg OutboxSettleParams) (OutboxSettleRow, error) {
 	row := db.QueryRow(ctx, outboxSettle,
 		arg.Token,
 		arg.Delivered,
@@ -514,9 +516,14 @@ func (q *Queries) OutboxSettle(ctx context.Context, db DBTX, arg OutboxSettlePar
 		arg.Backoff,
 		arg.MaxBackoff,
 	)
-	var settled int32
-	err := row.Scan(&settled)
-	return settled, err
+	var i OutboxSettleRow
+	err := row.Scan(
+		&i.Delivered,
+		&i.Failed,
+		&i.Dead,
+		&i.Released,
+	)
+	return i, err
 }
 
 const outboxStats = `-- name: OutboxStats :many
@@ -540,9 +547,15 @@ SELECT coalesce(p.topic, d.topic)::text AS topic,
        coalesce(p.max_attempts, 0)::int AS max_attempts,
        pgcoord_now()::timestamptz AS db_now
 FROM p FULL JOIN d ON d.topic = p.topic
-WHERE $1::text IS NULL OR coalesce(p.topic, d.topic) = $1::text
+WHERE ($1::text IS NULL OR coalesce(p.topic, d.topic) = $1::text)
+  AND starts_with(coalesce(p.topic, d.topic), $2::text)
 ORDER BY 1
 `
+
+type OutboxStatsParams struct {
+	OnlyTopic   *string
+	TopicPrefix string
+}
 
 type OutboxStatsRow struct {
 	Topic         string
@@ -556,8 +569,8 @@ type OutboxStatsRow struct {
 }
 
 // Per topic. oldest_pending is 'epoch' when the topic has no pending message.
-func (q *Queries) OutboxStats(ctx context.Context, db DBTX, onlyTopic *string) ([]OutboxStatsRow, error) {
-	rows, err := db.Query(ctx, outboxStats, onlyTopic)
+func (q *Queries) OutboxStats(ctx context.Context, db DBTX, arg OutboxStatsParams) ([]OutboxStatsRow, error) {
+	rows, err := db.Query(ctx, outboxStats, arg.OnlyTopic, arg.TopicPrefix)
 	if err != nil {
 		return nil, err
 	}

@@ -78,13 +78,16 @@ SELECT s.key, s.permit_limit, s.weight, s.configured, s.fence_token, s.demand, s
        coalesce((SELECT min(p.acquired_at) FROM pgcoord_semaphore_permits p
          WHERE p.key = s.key AND p.expires_at > pgcoord_now()), 'epoch')::timestamptz AS oldest_permit_at
 FROM pgcoord_semaphores s
-WHERE s.key > $1::text AND ($2::text IS NULL OR s.key = $2::text)
+WHERE s.key > $1::text
+  AND s.key >= $2::text AND starts_with(s.key, $2::text)
+  AND ($3::text IS NULL OR s.key = $3::text)
 ORDER BY s.key
-LIMIT $3::int
+LIMIT $4::int
 `
 
 type ListSemaphoresParams struct {
 	After   string
+	Prefix  string
 	OnlyKey *string
 	MaxRows int32
 }
@@ -114,13 +117,19 @@ type ListSemaphoresRow struct {
 	OldestPermitAt    time.Time
 }
 
+// prefix (” for all keys) as in ListLeases.
 // oldest_waiter_since and oldest_permit_at are 'epoch' when there is none (waiters = 0,
 // held = 0): a NULL would not scan into the time.Time sqlc gives them. recent_waits is the
 // admission-wait histogram of the last 5 to 10 minutes by db_now, bucket by bucket: the
 // key's current window if it is db_now's window or the one before, plus its previous
 // window if the current one is db_now's (a window that old is the one before db_now's).
 func (q *Queries) ListSemaphores(ctx context.Context, db DBTX, arg ListSemaphoresParams) ([]ListSemaphoresRow, error) {
-	rows, err := db.Query(ctx, listSemaphores, arg.After, arg.OnlyKey, arg.MaxRows)
+	rows, err := db.Query(ctx, listSemaphores,
+		arg.After,
+		arg.Prefix,
+		arg.OnlyKey,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -22,8 +22,8 @@ func TestNotifyBehindPoolerNeedsAttention(t *testing.T) {
 		return doctor.Run(ctx, pool, doctor.Options{NotifyTimeout: 500 * time.Millisecond})
 	})
 	n := byCheck["notify"]
-	if n.Status != doctor.Attention || !strings.Contains(n.Explain, "pooler") || !strings.Contains(n.Explain, "NoListen") {
-		t.Fatalf("notify behind a pooler: %+v, want attention naming the pooler and NoListen", n)
+	if n.Status != doctor.Attention || !strings.Contains(n.Summary, "a pooler stands between") || !strings.Contains(n.Explain, "only poll") {
+		t.Fatalf("notify behind a pooler: %+v, want attention naming the pooler and saying waiting calls poll", n)
 	}
 	for _, c := range []string{"schema", "clock", "leases", "semaphores"} {
 		if f := byCheck[c]; f.Status != doctor.OK {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,7 +20,8 @@ type Options struct {
 	// created in and resolved from that schema. Every new connection checks that the server
 	// resolves it (see ErrSchemaNotApplied).
 	Schema string
-	// StatementTimeout, if positive, is set as statement_timeout on every connection.
+	// StatementTimeout, if positive, bounds every statement: one still running after it is
+	// cancelled (SQLSTATE 57014) by a cancel request, which works through any pooler.
 	StatementTimeout time.Duration
 	// MaxConns, if positive, caps the pool's size.
 	MaxConns int32
@@ -43,7 +43,7 @@ func Pool(connString string, opts Options) (*pgxpool.Config, error) {
 		cfg.AfterConnect = checkSchema(opts.Schema)
 	}
 	if opts.StatementTimeout > 0 {
-		params["statement_timeout"] = strconv.FormatInt(opts.StatementTimeout.Milliseconds(), 10)
+		withStatementTimeout(cfg.ConnConfig, opts.StatementTimeout)
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns

@@ -2,10 +2,13 @@ package pgconfig_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/pgconfig"
@@ -14,8 +17,9 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// The server applies what Pool sets: application_name, search_path (quoted, so any schema
-// name works) and statement_timeout, which really cancels a slow statement.
+// The server applies what Pool sets: application_name and search_path (quoted, so any schema
+// name works); and the statement timeout really cancels a slow statement, on the server
+// (57014), leaving the connection usable.
 func TestPoolSettingsReachTheServer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -30,17 +34,14 @@ func TestPoolSettingsReachTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	var app, path, timeout string
-	if err := pool.QueryRow(ctx, `SELECT current_setting('application_name'), current_setting('search_path'),
-		current_setting('statement_timeout')`).Scan(&app, &path, &timeout); err != nil {
+	var app, path string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('application_name'), current_setting('search_path')`).Scan(&app, &path); err != nil {
 		t.Fatal(err)
 	}
-	if app != "pgcoord-config-test" || path != `"odd ""schema"" name"` || timeout != "200ms" {
-		t.Fatalf("server sees application_name %q, search_path %q, statement_timeout %q", app, path, timeout)
+	if app != "pgcoord-config-test" || path != `"odd ""schema"" name"` {
+		t.Fatalf("server sees application_name %q, search_path %q", app, path)
 	}
-	if _, err := pool.Exec(ctx, `SELECT pg_sleep(5)`); err == nil {
-		t.Fatal("a 5 s statement outlived the 200 ms statement_timeout")
-	}
+	assertStatementTimeout(t, pool)
 	if pool.Config().MaxConns != 2 {
 		t.Fatalf("MaxConns = %d", pool.Config().MaxConns)
 	}
@@ -54,5 +55,54 @@ func TestParseErrorsHidePassword(t *testing.T) {
 	}
 	if got := err.Error(); strings.Contains(got, "hunter2") {
 		t.Fatalf("parse error shows the password: %s", got)
+	}
+}
+
+// assertStatementTimeout checks that pool's statement timeout (well under 5 s) cancels a
+// 5 s statement on the server, and that the connection answers the next statement.
+func assertStatementTimeout(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var pgErr *pgconn.PgError
+	if _, err := conn.Exec(ctx, `SELECT pg_sleep(5)`); !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+		t.Fatalf("a 5 s statement under the statement timeout: %v, want SQLSTATE 57014 (cancelled)", err)
+	}
+	var one int
+	if err := conn.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil || conn.Conn().IsClosed() {
+		t.Fatalf("the connection after a cancelled statement: %v (closed %v)", err, conn.Conn().IsClosed())
+	}
+}
+
+// A context that ends for another reason than the statement timeout (the program stopping)
+// interrupts the connection at once, as pgx does by default: a wait for a notification,
+// which a cancel request does not end, returns long before the grace a timed-out statement
+// gets for its cancel request (5 s).
+func TestOtherCancellationsInterruptAtOnce(t *testing.T) {
+	pgtest.NeedsSession(t, "LISTEN")
+	t.Parallel()
+	cfg, err := pgconfig.Pool(pgtest.URL(t), pgconfig.Options{StatementTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.ConnectConfig(context.Background(), cfg.ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "LISTEN pgcoord_config_test"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := time.AfterFunc(200*time.Millisecond, cancel) // while it waits, most likely
+	defer stop.Stop()
+	t0 := time.Now()
+	err = conn.PgConn().WaitForNotification(ctx)
+	if err == nil || time.Since(t0) > 3*time.Second {
+		t.Fatalf("a cancelled wait for a notification returned %v after %v; want an error at once", err, time.Since(t0))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -70,4 +71,23 @@ func TestSchemaDroppedByPgBouncerIsDetected(t *testing.T) {
 	if err := schemaCheck(t, cfg); err != nil {
 		t.Fatalf("through the schema's alias: %v", err)
 	}
+}
+
+// Through a real PgBouncer in transaction mode, which refuses a statement_timeout startup
+// parameter, a pool with a statement timeout connects, and the timeout still cancels a slow
+// statement on the server.
+func TestStatementTimeoutThroughPgBouncer(t *testing.T) {
+	pgtest.NeedsPooler(t)
+	t.Parallel()
+	_, schema := pgtest.Schema(t)
+	cfg, err := pgconfig.Pool(pgtest.PoolerURL(t, schema), pgconfig.Options{Schema: schema, StatementTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	assertStatementTimeout(t, pool)
 }

@@ -161,10 +161,7 @@ func ExamplePool() *pgxpool.Pool {
 
 func dropExampleSchema(pool *pgxpool.Pool) {
 	schema := pool.Config().ConnConfig.RuntimeParams["search_path"]
-	pool.Close()
-	if BehindPooler() {
-		_ = editAliases(func(lines map[string]string) { delete(lines, pool.Config().ConnConfig.Database) })
-	}
+	pool.Close() // in pooler mode its alias stays (see unregisterAlias)
 	if direct, err := directPool("", 1); err == nil {
 		_, _ = direct.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 		direct.Close()
@@ -261,7 +258,10 @@ func newPool(t testing.TB, url, schema string, maxConns int32) *pgxpool.Pool {
 // viaPooler reports whether pools on url go through the pooler: in pooler mode, those on
 // the shared server's URL.
 func viaPooler(url string) bool {
-	return BehindPooler() && url != "" && url == shared.url
+	if !BehindPooler() || url == "" || connect() != nil {
+		return false
+	}
+	return url == shared.url // set once, before connect returned
 }
 
 // poolConfig is the config of a pool on url and schema: through the pooler if viaPooler.

@@ -11,14 +11,18 @@ import (
 	"github.com/pgcoord/pgcoord/semaphore"
 )
 
-// TestUIActionsDisabledByDefault: without AllowActions every action POST is refused with
-// 403, even a well-formed one, and changes nothing.
+// TestUIActionsDisabledByDefault: without AllowActions every action of the dashboard's
+// table is refused with 403, even a well-formed POST, and changes nothing.
 func TestUIActionsDisabledByDefault(t *testing.T) {
 	t.Parallel()
 	d := newDash(t, ui.Config{})
 	holdLease(t, d.pool, "order:1", "w", time.Minute, time.Time{}, nil)
 	d.page(t, "/leases") // gets the CSRF cookie
-	for _, path := range []string{"/actions/lease/expire", "/actions/semaphore/set-limit", "/actions/outbox/retry"} {
+	paths := ui.ActionPaths()
+	if len(paths) < 3 {
+		t.Fatalf("the table lists actions %v, want expire, set-limit and retry at least", paths)
+	}
+	for _, path := range paths {
 		code, body, _ := d.do(t, http.MethodPost, path, url.Values{"name": {"order:1"}, "key": {"k"}, "limit": {"2"}, "id": {"1"}, "confirmed": {"yes"}})
 		if code != http.StatusForbidden || !strings.Contains(body, "--allow-actions") {
 			t.Fatalf("POST %s = %d %q, want 403 naming --allow-actions", path, code, body)
@@ -44,7 +48,7 @@ func TestUIExpireLeaseAction(t *testing.T) {
 
 	code, _, resp := d.do(t, http.MethodPost, "/actions/lease/expire",
 		url.Values{"csrf": {csrf(t, page)}, "name": {"order:7"}, "confirmed": {"yes"}}, "Origin", d.url)
-	if code != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/leases?msg=") {
+	if code != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/leases?flash=") {
 		t.Fatalf("POST expire = %d to %q, want 303 back to /leases", code, resp.Header.Get("Location"))
 	}
 	i := leaseInfo(t, d.pool, "order:7")
@@ -78,9 +82,9 @@ func TestUIExpireLeaseAction(t *testing.T) {
 // semaphore.SetLimit and audits the old and new limits; bad limits are refused.
 func TestUISetLimitAction(t *testing.T) {
 	t.Parallel()
-	d := newDash(t, ui.Config{AllowActions: true, Token: "s3cret"})
+	d := newDash(t, ui.Config{AllowActions: true, Token: testToken})
 	permit(t, d.pool, "tenant:9", "w", 2, time.Minute, time.Time{})
-	auth := []string{"Authorization", "Bearer s3cret"}
+	auth := []string{"Authorization", "Bearer " + testToken}
 	_, page, _ := d.do(t, http.MethodGet, "/semaphores", nil, auth...)
 	token := csrf(t, page)
 	post := func(limit string) (int, string) {
@@ -102,7 +106,7 @@ func TestUISetLimitAction(t *testing.T) {
 	}
 	es := auditEntries(t, d.pool)
 	if len(es) != 1 || es[0].Action != "semaphore.set_limit" || es[0].Target != "tenant:9" ||
-		!strings.HasPrefix(es[0].Actor, "token:") || es[0].Details["limit"] != float64(5) || es[0].Details["previous_limit"] != float64(2) {
+		!strings.HasPrefix(es[0].Actor, "bearer token:") || es[0].Details["limit"] != float64(5) || es[0].Details["previous_limit"] != float64(2) {
 		t.Fatalf("audit rows %+v", es)
 	}
 	code, body, _ := d.do(t, http.MethodPost, "/actions/semaphore/set-limit",

@@ -15,7 +15,7 @@ import (
 // after it signs in with the token; the login form and its assets stay public.
 func TestUITokenAuth(t *testing.T) {
 	t.Parallel()
-	d := newDash(t, ui.Config{Token: "s3cret"})
+	d := newDash(t, ui.Config{Token: testToken})
 	for _, p := range []string{"/", "/leases", "/jobs", "/semaphores", "/metrics"} {
 		if code, _, resp := d.do(t, http.MethodGet, p, nil); code != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
 			t.Errorf("GET %s without token = %d, want 401 with WWW-Authenticate", p, code)
@@ -23,7 +23,7 @@ func TestUITokenAuth(t *testing.T) {
 		if code, _, _ := d.do(t, http.MethodGet, p, nil, "Authorization", "Bearer wrong"); code != http.StatusUnauthorized {
 			t.Errorf("GET %s with a wrong token = %d, want 401", p, code)
 		}
-		if code, _, _ := d.do(t, http.MethodGet, p, nil, "Authorization", "Bearer s3cret"); code != http.StatusOK {
+		if code, _, _ := d.do(t, http.MethodGet, p, nil, "Authorization", "Bearer "+testToken); code != http.StatusOK {
 			t.Errorf("GET %s with the token = %d, want 200", p, code)
 		}
 	}
@@ -40,25 +40,25 @@ func TestUITokenAuth(t *testing.T) {
 		t.Fatalf("browser GET /jobs = %d to %q, want 303 to the login form", code, resp.Header.Get("Location"))
 	}
 	contains(t, "login form", d.page(t, "/login?next=/jobs"), `name="token"`, `name="next" value="/jobs"`)
-	code, body, _ := d.do(t, http.MethodPost, "/login", url.Values{"token": {"guess"}, "next": {"/jobs"}})
+	code, body, _ := d.do(t, http.MethodPost, "/login", url.Values{"name": {"alice"}, "token": {"guess"}, "next": {"/jobs"}})
 	if code != http.StatusUnauthorized || !strings.Contains(body, "wrong token") {
 		t.Fatalf("login with a wrong token = %d, want 401", code)
 	}
 	if code, _, _ := d.do(t, http.MethodGet, "/jobs", nil); code != http.StatusUnauthorized {
 		t.Fatalf("a failed login let the browser in: %d", code)
 	}
-	code, _, resp = d.do(t, http.MethodPost, "/login", url.Values{"token": {"s3cret"}, "next": {"/jobs"}})
+	code, _, resp = d.do(t, http.MethodPost, "/login", url.Values{"name": {"alice"}, "token": {testToken}, "next": {"/jobs"}})
 	if code != http.StatusSeeOther || resp.Header.Get("Location") != "/jobs" {
 		t.Fatalf("login = %d to %q, want 303 to /jobs", code, resp.Header.Get("Location"))
 	}
 	for _, c := range resp.Cookies() {
-		if c.Name == "pgcoord_ui_auth" && (!c.HttpOnly || c.SameSite != http.SameSiteStrictMode || strings.Contains(c.Value, "s3cret")) {
-			t.Fatalf("login cookie %+v: want HttpOnly, SameSite=Strict, not the token itself", c)
+		if c.Name == "pgcoord_ui_auth" && (!c.HttpOnly || c.SameSite != http.SameSiteStrictMode || strings.Contains(c.Value, testToken) || c.MaxAge != int(ui.SessionTTL.Seconds())) {
+			t.Fatalf("login cookie %+v: want HttpOnly, SameSite=Strict, expiring after SessionTTL, not the token itself", c)
 		}
 	}
 	d.page(t, "/jobs")
 	// An open redirect after login is refused.
-	_, _, resp = d.do(t, http.MethodPost, "/login", url.Values{"token": {"s3cret"}, "next": {"//evil.example/"}})
+	_, _, resp = d.do(t, http.MethodPost, "/login", url.Values{"name": {"alice"}, "token": {testToken}, "next": {"//evil.example/"}})
 	if loc := resp.Header.Get("Location"); loc != "/" {
 		t.Fatalf("login with next=//evil.example/ redirects to %q, want /", loc)
 	}

@@ -63,7 +63,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.ExecPath(chromium(t)), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1400, 900))
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(alloc)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 4*pgtest.WaitLimit)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 20*pgtest.WaitLimit) // a backstop: each step has its own bound
 	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
 	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening) // starts the browser
 	go func() {
@@ -80,29 +80,25 @@ func browser(t *testing.T) context.Context {
 // css selects the first element matching a CSS selector.
 func css(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 
-// TestUIBrowser loads every page in headless Chromium, checks that its key content is
-// visible, watches a page refresh itself, and takes the three actions from their forms —
-// confirming the dialog — and sees their effect; screenshots of each step are saved.
+// EnvReadmeShot names a file where the browser test also saves the README's screenshot
+// of the dashboard (docs/img/dashboard.png): the Semaphores page's viewport.
+const EnvReadmeShot = "PGCOORD_UI_README_SCREENSHOT"
+
+// TestUIBrowser loads every page and every detail in headless Chromium with realistic
+// data, checks that what each is for is visible — the live system (relays and what they
+// hold, holders and since when, waiters), the links (key to permits and waiters, job to
+// runs, lease to fence register, outbox key to messages), the filters, the trends, the
+// payloads opening — watches a page refresh itself, and takes the four actions from their
+// forms, confirming the dialog, and sees their effect; screenshots of each step are saved.
 func TestUIBrowser(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
-	d := newDash(t, ui.Config{AllowActions: true, Refresh: 300 * time.Millisecond, DoctorEvery: time.Nanosecond})
+	d := newDash(t, ui.Config{AllowActions: true, ShowPayloads: true, Refresh: 300 * time.Millisecond, DoctorEvery: time.Nanosecond})
 	dir := artifacts(t)
-	now := dbNow(t, d.pool)
-	holdLease(t, d.pool, "order:42", "worker-a", 10*time.Minute, time.Time{}, map[string]string{"job": "charge"})
-	holdLease(t, d.pool, "order:43", "worker-b", time.Second, now.Add(-time.Hour), nil)
-	permit(t, d.pool, "tenant:big", "w1", 3, time.Minute, time.Time{})
-	permit(t, d.pool, "tenant:big", "w2", 3, time.Minute, time.Time{})
-	if err := semaphore.AddDemand(t.Context(), d.pool, "tenant:small", 4, nil); err != nil {
-		t.Fatal(err)
-	}
-	every := 24 * time.Hour
-	report := singleton.Job{Name: "weekly-report", Every: every}
-	tick(t, d.pool, report, now.Add(-5*every), true, nil)
-	tick(t, d.pool, report, now.Add(-2*every), true, errBoom)
-	tick(t, d.pool, report, time.Time{}, true, nil)
+	seedBrowser(t, d)
 	dead := outboxState(t, d.pool)
-	beginKey(t, d.pool, "payments", "dead-1", "reserved", true)
+	busyRelay(t, d.pool, "relay-eu-1")
+	idleRelay(t, d.pool, "relay-eu-2")
 
 	shot := func(name string) chromedp.Action[chromedp.Void] {
 		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
@@ -115,18 +111,36 @@ func TestUIBrowser(t *testing.T) {
 	}
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
+		step, cancel := context.WithTimeout(ctx, 2*pgtest.WaitLimit)
+		defer cancel()
+		if err := chromedp.Do(step, steps...); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
+	// text reads an element's text in one script, so a refresh of the page that replaces
+	// the element between finding it and reading it cannot fail the read.
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(css(sel)))
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(
+			`(() => { const e = document.querySelector(%q); return e ? e.innerText.trim() : "(no element)"; })()`, sel)))
 		if err != nil {
 			t.Fatalf("text of %s: %v", sel, err)
 		}
 		return s
 	}
+	// call calls an element's method (click, focus) in one script, for the same reason;
+	// a click's confirm() dialog is accepted (browser) before the script returns.
+	call := func(sel, method string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			ok, err := chromedp.Evaluate[bool](fmt.Sprintf(
+				`(() => { const e = document.querySelector(%q); if (!e) return false; e.%s(); return true; })()`, sel, method))(ctx, tg)
+			if err == nil && !ok {
+				err = fmt.Errorf("no element %s", sel)
+			}
+			return err
+		})
+	}
+	click := func(sel string) chromedp.Action[chromedp.Void] { return call(sel, "click") }
 	visible := func(name, path, sel string, want ...string) {
 		t.Helper()
 		do("load "+path, chromedp.Navigate(d.url+path), chromedp.WaitVisible(css(sel)), shot(name))
@@ -137,18 +151,47 @@ func TestUIBrowser(t *testing.T) {
 			}
 		}
 	}
-	visible("overview", "/", "#health", "1 lease(s) held, 1 expired without release", "replication", "Leases", "Semaphores", "Jobs",
+	visible("overview", "/", "#health", "lease(s) held, 1 expired without release", "replication", "Leases", "Semaphores", "Jobs",
 		"Outbox", "Idempotency", "payments/dead-1")
-	visible("leases", "/leases", "#leases", "order:42", "worker-a", "job=charge", "held", "expired")
-	visible("semaphores", "/semaphores", "#semaphores", "tenant:big", "2 / 3", "tenant:small", "starved")
-	visible("jobs", "/jobs", "#jobs", "weekly-report", "ok")
+	visible("leases", "/leases", "#leases", "order:42", "worker-a", "job=charge", "held", "expired", "Since")
+	visible("leases_filtered", "/leases?prefix=order:4", "#filter", "order:42", "order:43")
+	if n := count(t, ctx, "#leases tbody tr"); n != 2 {
+		t.Errorf("the filter order:4 lists %d leases, want 2", n)
+	}
+	visible("lease_detail", "/leases?name=order:42", "#lease-detail", "Lease order:42", "fence register", "behind the newest grant",
+		"newest grant", "worker-a")
+	visible("semaphores", "/semaphores", "#semaphores", "tenant:big", "2 / 2", "tenant:small", "starved", "Wait p50 / p99")
+	visible("semaphore_detail", "/semaphores?key=tenant:big", "#sem-detail", "Semaphore tenant:big", "worker-1", "worker-2",
+		"Waiters (first in line first)", "worker-3")
+	visible("jobs", "/jobs", "#jobs", "weekly-report", "nightly-export", "failing")
 	ticks, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('tr[data-job="weekly-report"] rect.tick').length`))
 	if err != nil || ticks != 6 {
 		t.Fatalf("the strip of weekly-report has %d ticks (%v), want 6", ticks, err)
 	}
-
-	visible("outbox", "/outbox", "#topics", "orders", "audit", "Delivered per minute", "boom: upstream refused")
-	visible("idempotency", "/idempotency", "#inflight", "payments", "dead-1", "stuck", "reserved")
+	visible("job_detail", "/jobs?job=nightly-export", "#job-detail", "Job nightly-export", "succeeded 2", "failed 1",
+		"boom: upstream refused", "job:nightly-export")
+	visible("outbox", "/outbox", "#topics", "orders", "audit", "Delivered per minute", "boom: upstream refused",
+		"Enqueued vs delivered per minute", "relay-eu-1", "relay-eu-2", "Retry all dead")
+	if n := count(t, ctx, "#trend polyline"); n != 2 {
+		t.Errorf("the trend chart has %d lines, want 2", n)
+	}
+	do("open a payload", click("#dead details summary"), chromedp.WaitVisible(css("#dead details pre")), shot("outbox_payload_open"))
+	if p := text("#dead details pre"); !strings.Contains(p, "poison") {
+		t.Errorf("the opened payload reads %q", p)
+	}
+	visible("outbox_key", "/outbox?topic=orders&key=b", "#key-messages", "Messages of key b in topic orders", "dead")
+	visible("idempotency", "/idempotency?prefix=order-&state=completed", "#found", "payments", "order-1", "order-2", "completed",
+		"dead-1", "stuck", "reserved")
+	if shotPath := os.Getenv(EnvReadmeShot); shotPath != "" {
+		do("README screenshot", chromedp.Navigate(d.url+"/semaphores?key=tenant:big"), chromedp.WaitVisible(css("#sem-detail")),
+			chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				png, err := chromedp.CaptureScreenshot()(ctx, tg)
+				if err != nil {
+					return err
+				}
+				return os.WriteFile(shotPath, png, 0o644)
+			}))
+	}
 
 	// The Leases page refreshes itself: a lease granted after it loaded appears.
 	do("load /leases", chromedp.Navigate(d.url+"/leases"), chromedp.WaitVisible(css("#leases")))
@@ -156,7 +199,7 @@ func TestUIBrowser(t *testing.T) {
 	do("wait for the new lease", chromedp.WaitVisible(css(`tr[data-name="order:44"]`)), shot("leases_refreshed"))
 
 	// Expire order:42 from its button, confirming the dialog.
-	do("expire from the page", chromedp.Click(css(`tr[data-name="order:42"] button`)),
+	do("expire from the page", click(`tr[data-name="order:42"] button`),
 		chromedp.WaitVisible(css("p.flash")), shot("leases_after_expire"))
 	if flash, badge := text("p.flash"), text(`tr[data-name="order:42"] .badge`); !strings.Contains(flash, `expired lease "order:42"`) || badge != "free" {
 		t.Fatalf("after expiring: flash %q, badge %q", flash, badge)
@@ -168,16 +211,16 @@ func TestUIBrowser(t *testing.T) {
 	// Set tenant:big's limit to 7 from its form.
 	input := css(`tr[data-key="tenant:big"] input[name=limit]`)
 	do("set the limit from the page", chromedp.Navigate(d.url+"/semaphores"), chromedp.WaitVisible(input),
-		chromedp.Click(input), chromedp.SetValue(input, "7"), // the page does not refresh under a form being filled in
-		chromedp.Click(css(`tr[data-key="tenant:big"] button`)),
+		call(`tr[data-key="tenant:big"] input[name=limit]`, "focus"), chromedp.SetValue(input, "7"), // the page does not refresh under a form being filled in
+		click(`tr[data-key="tenant:big"] button`),
 		chromedp.WaitVisible(css("p.flash")), shot("semaphores_after_set_limit"))
 	held := text(`tr[data-key="tenant:big"] .held`)
-	if s, err := semaphore.Get(t.Context(), d.pool, "tenant:big"); err != nil || s.Limit != 7 || held != "2 / 7" {
+	if s, err := semaphore.Get(t.Context(), d.pool, "tenant:big"); err != nil || s.Limit != 7 || !strings.HasPrefix(held, "2 / 7") {
 		t.Fatalf("after setting the limit: %d (%v), page shows %q", s.Limit, err, held)
 	}
 	// Retry the dead message of orders from its button.
-	retry := css(fmt.Sprintf(`tr[data-id="%d"] button`, dead.ID))
-	do("retry from the page", chromedp.Navigate(d.url+"/outbox"), chromedp.WaitVisible(retry), chromedp.Click(retry),
+	retry := fmt.Sprintf(`tr[data-id="%d"] button`, dead.ID)
+	do("retry from the page", chromedp.Navigate(d.url+"/outbox"), chromedp.WaitVisible(css(retry)), click(retry),
 		chromedp.WaitVisible(css("p.flash")), shot("outbox_after_retry"))
 	if flash := text("p.flash"); !strings.Contains(flash, fmt.Sprintf("outbox message %d (topic orders, key b) is pending again", dead.ID)) {
 		t.Fatalf("after retrying: flash %q", flash)
@@ -185,9 +228,57 @@ func TestUIBrowser(t *testing.T) {
 	if m, err := outbox.Get(t.Context(), d.pool, dead.ID); err != nil || m.State != outbox.Pending {
 		t.Fatalf("after retrying: %+v, %v; want pending", m, err)
 	}
+	// Retry all dead messages of topic audit from its button.
+	all := `tr[data-topic="audit"] button.retry-topic`
+	do("retry a topic from the page", chromedp.WaitVisible(css(all)), click(all),
+		chromedp.WaitVisible(css("p.flash")), shot("outbox_after_retry_topic"))
+	if flash := text("p.flash"); !strings.Contains(flash, "1 dead message(s) of topic audit are pending again") {
+		t.Fatalf("after retrying topic audit: flash %q", flash)
+	}
 	es := auditEntries(t, d.pool)
-	if len(es) != 3 || es[0].Action != "outbox.retry" || es[1].Action != "semaphore.set_limit" || es[2].Action != "lease.expire" {
+	if len(es) != 4 || es[0].Action != "outbox.retry_topic" || es[1].Action != "outbox.retry" || es[2].Action != "semaphore.set_limit" || es[3].Action != "lease.expire" {
 		t.Fatalf("audit entries %+v", es)
 	}
 	t.Logf("screenshots in %s", dir)
+}
+
+// count is the number of elements matching a CSS selector.
+func count(t *testing.T, ctx context.Context, sel string) int {
+	t.Helper()
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, sel)))
+	if err != nil {
+		t.Fatalf("count %s: %v", sel, err)
+	}
+	return n
+}
+
+// seedBrowser writes the browser test's data: leases held, expired and fenced; two
+// tenants, one at its limit with a waiter and one starved; two jobs with a history; keys
+// completed, in flight and stuck.
+func seedBrowser(t *testing.T, d *dash) {
+	t.Helper()
+	now := dbNow(t, d.pool)
+	old := holdLease(t, d.pool, "order:42", "worker-z", time.Second, now.Add(-time.Hour), nil)
+	fenceWrite(t, d.pool, "order:42", old.Token) // worker-z wrote; worker-a, granted since, has not yet
+	holdLease(t, d.pool, "order:42", "worker-a", 10*time.Minute, now.Add(-3*time.Minute), map[string]string{"job": "charge"})
+	holdLease(t, d.pool, "order:43", "worker-b", time.Second, now.Add(-time.Hour), nil)
+	holdLease(t, d.pool, "invoice:7", "worker-c", 5*time.Minute, time.Time{}, nil)
+	permit(t, d.pool, "tenant:big", "worker-1", 2, 10*time.Minute, now.Add(-40*time.Second))
+	permit(t, d.pool, "tenant:big", "worker-2", 2, time.Minute, time.Time{})
+	waiter(t, d.pool, "tenant:big", "worker-3", 2)
+	if err := semaphore.AddDemand(t.Context(), d.pool, "tenant:small", 4, nil); err != nil {
+		t.Fatal(err)
+	}
+	every := 24 * time.Hour
+	report := singleton.Job{Name: "weekly-report", Every: every}
+	tick(t, d.pool, report, now.Add(-5*every), true, nil)
+	tick(t, d.pool, report, now.Add(-2*every), true, errBoom)
+	tick(t, d.pool, report, time.Time{}, true, nil)
+	export := singleton.Job{Name: "nightly-export", Every: time.Hour}
+	for i, err := range []error{nil, nil, errBoom} {
+		tick(t, d.pool, export, now.Add(time.Duration(i-3)*time.Hour), true, err)
+	}
+	beginKey(t, d.pool, "payments", "dead-1", "reserved", true)
+	completeKey(t, d.pool, "payments", "order-1", `{"charged":true}`)
+	completeKey(t, d.pool, "payments", "order-2", `{"charged":true}`)
 }

@@ -1,13 +1,15 @@
 // Package ui is the operator dashboard served by `pgcoord ui`: pages for the overview,
 // leases, jobs, semaphores, the outbox and idempotency keys, drawn from the same public
-// API the CLI uses, plus the
+// API the CLI uses (and, for what it lacks — prefix filters, a key's waiters, the relays,
+// trends — from bounded read-only statements of its own), plus the
 // Prometheus metrics of package metrics at /metrics. Templates, CSS and JavaScript are
 // embedded in the binary (no CDN, works offline).
 //
-// Each page is one file registering itself in init (registerPage with its Overview card,
-// registerAction for its actions) plus one template in assets/: adding a page, its counts
-// on the Overview and its actions touches nothing else. The Overview's findings are those of `pgcoord doctor`, so a check
-// added to package doctor shows there by itself.
+// Every page and action is a row of one table, dashboard in routes.go, which New serves:
+// reading it shows the whole dashboard (paths, navigation order, Overview cards, actions).
+// Each page's code is one file (its loader, its Overview card, its actions) plus one
+// template in assets/; adding a page touches those and its row. The Overview's findings
+// are those of `pgcoord doctor`, so a check added to package doctor shows there by itself.
 //
 // # Guarantees
 //
@@ -18,8 +20,15 @@
 //     summaryRows rows per primitive (its counts say "at least" when there are more). The
 //     Overview's health checks are `pgcoord doctor`'s (package doctor), which page through
 //     every row: they run at most every Config.DoctorEvery, whatever the refresh rate.
+//   - Filters and details are query parameters, each at most 255 bytes of UTF-8 without
+//     control characters (else 400), applied in SQL: an escaped LIKE prefix over the
+//     primary key walked in order (filter.go). The details (a lease's fence register and
+//     audit rows, a key's permits and waiters, a job's runs, an outbox key's messages) and
+//     the Outbox page's relays and trend are bounded reads of pgcoord's own tables; they
+//     write nothing, and nothing is recorded for them on any hot path.
 //   - Times, ages and expiries are the database clock's (the DBNow the API returns).
-//   - Actions (expire a lease, set a semaphore limit, retry a dead outbox message) run only when Config.AllowActions is
+//   - Actions (expire a lease, set a semaphore limit, retry a dead outbox message, retry
+//     every dead message of a topic) run only when Config.AllowActions is
 //     set; otherwise every POST to an action is refused with 403. An action must be a POST
 //     carrying the CSRF token of the browser's session (an HMAC of its random cookie under
 //     a per-server secret) and the confirmation field that the page's confirm() sets; an
@@ -38,7 +47,8 @@
 //   - A page is not one snapshot: each list is read in its own statement.
 //   - The Outbox page's delivery rate counts only the newest outbox.DefaultRateScan
 //     messages: with more in the table it is a lower bound, and the chart says so.
-//   - Measurements taken inside worker processes (lease near misses, semaphore wait
-//     percentiles) are not in the database, so the dashboard cannot show them; the
-//     workers' own metrics endpoints can (package metrics, Opts.Leases/Semaphores).
+//   - Measurements taken inside worker processes (keep-alive renewal errors, client-side
+//     admission latencies, refused fenced writes) are not in the database, so the
+//     dashboard cannot show them; the workers' own metrics endpoints can (package
+//     metrics, Opts.Leases, Semaphores and Fenced).
 package ui

@@ -13,16 +13,23 @@ import (
 
 // funcs are the template helpers.
 var funcs = template.FuncMap{
-	"age":  age,
-	"dur":  humanDuration,
-	"ts":   timestamp,
-	"meta": formatMetadata,
-	"pct":  pct,
-	"mul":  func(a, b int) int { return a * b },
-	"add":  func(a, b int64) int64 { return a + b },
-	// payload is for templates guarded by ShowPayloads only.
-	"payload": payloadText,
+	"age":    age,
+	"dur":    humanDuration,
+	"ts":     timestamp,
+	"meta":   formatMetadata,
+	"pct":    pct,
+	"mul":    func(a, b int) int { return a * b },
+	"add":    func(a, b int64) int64 { return a + b },
+	"filter": func(path, what, prefix string) filterForm { return filterForm{path, what, prefix} },
+	// payload and short are for templates guarded by ShowPayloads only.
+	"payload":    payloadText,
+	"short":      shortPayload,
+	"trendScan":  func() int { return trendScan },
+	"detailRows": func() int { return detailRows },
 }
+
+// filterForm is what the "filter" template draws: a prefix filter of the list at Path.
+type filterForm struct{ Path, What, Prefix string }
 
 // maxPayloadShown is how much of a payload or response body a page shows.
 const maxPayloadShown = 2048
@@ -45,6 +52,18 @@ func payloadText(b []byte) string {
 	}
 	return s
 }
+
+// shortPayload is the start of a payload, for a table cell: its first shortPayloadRunes
+// characters (payloadText's), with "…" when there is more.
+func shortPayload(b []byte) string {
+	s := []rune(payloadText(b))
+	if len(s) <= shortPayloadRunes {
+		return string(s)
+	}
+	return string(s[:shortPayloadRunes]) + "…"
+}
+
+const shortPayloadRunes = 40
 
 // age is now - t for people ("5m12s"); "-" for the zero time.
 func age(t, now time.Time) string {

@@ -35,6 +35,9 @@ type dash struct {
 	client *http.Client
 }
 
+// testToken is a dashboard token of the minimum strength.
+const testToken = "0123456789abcdef0123456789abcdef"
+
 func newDash(t *testing.T, cfg ui.Config) *dash {
 	t.Helper()
 	pool := pgtest.Pool(t)
@@ -71,6 +74,10 @@ func (d *dash) do(t *testing.T, method, path string, form url.Values, headers ..
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i] == "Host" { // what a browser sends for a name resolved to this server
+			req.Host = headers[i+1]
+			continue
+		}
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	resp, err := d.client.Do(req)

@@ -9,10 +9,6 @@ import (
 	"github.com/pgcoord/pgcoord/idempotency"
 )
 
-func init() {
-	registerPage(page{rank: 50, path: "/idempotency", title: "Idempotency", tmpl: "idempotency", summarize: summarizeIdempotency, load: loadIdempotency})
-}
-
 type keyRow struct {
 	idempotency.KeyInfo
 	// Age is how long ago the key's first attempt began; Idle how long ago it last
@@ -39,12 +35,23 @@ type idempotencyData struct {
 	LookupErr string
 	Scope     string
 	Key       string
+	// Find is the search by scope, key prefix and state (idempotency_find.go).
+	Find keyFind
 }
 
 // loadIdempotency reads one page of keys in flight, the counts (two bounded lists) and,
-// when asked, one key: at most four queries.
+// when asked, one key and one page of a search: at most five queries.
 func loadIdempotency(ctx context.Context, s *Server, q url.Values) (any, error) {
 	d := idempotencyData{AfterScope: q.Get("after_scope"), AfterKey: q.Get("after_key"), Scope: q.Get("scope"), Key: q.Get("key")}
+	var err error
+	if d.Find, err = findParams(q); err != nil {
+		return nil, err
+	}
+	if d.Find.Active() {
+		if d.Find, err = findKeys(ctx, s, d.Find); err != nil {
+			return nil, err
+		}
+	}
 	keys, err := idempotency.List(ctx, s.cfg.Pool, &idempotency.ListOpts{
 		InFlight: true, AfterScope: d.AfterScope, AfterKey: d.AfterKey, Limit: pageSize + 1})
 	if err != nil {
@@ -102,14 +109,11 @@ func countKeys(ctx context.Context, s *Server) (keyCounts, error) {
 }
 
 // summarizeIdempotency counts keys in flight, stuck and completed: two bounded queries.
-func summarizeIdempotency(ctx context.Context, s *Server) summary {
-	sum := summary{Name: "Idempotency", Path: "/idempotency"}
+func summarizeIdempotency(ctx context.Context, s *Server) ([]count, error) {
 	c, err := countKeys(ctx, s)
 	if err != nil {
-		sum.Err = err.Error()
-		return sum
+		return nil, err
 	}
-	sum.Counts = []count{{"keys in flight", c.InFlight, c.InFlightMore}, {"stuck (holder died)", c.Stuck, c.InFlightMore},
-		{"completed", c.Completed, c.CompletedMore}}
-	return sum
+	return []count{{"keys in flight", c.InFlight, c.InFlightMore}, {"stuck (holder died)", c.Stuck, c.InFlightMore},
+		{"completed", c.Completed, c.CompletedMore}}, nil
 }

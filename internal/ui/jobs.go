@@ -8,10 +8,6 @@ import (
 	"github.com/pgcoord/pgcoord/singleton"
 )
 
-func init() {
-	registerPage(page{rank: 20, path: "/jobs", title: "Jobs", tmpl: "jobs", summarize: summarizeJobs, load: loadJobs})
-}
-
 // Tick states in the strip beyond the ledger's own (succeeded, failed, running, skipped,
 // replaced).
 const (
@@ -36,6 +32,8 @@ type jobRow struct {
 type jobsData struct {
 	Rows         []jobRow
 	After, Next  string
+	Prefix       string     // filters the list (?prefix=)
+	Detail       *jobDetail // the job asked for with ?job=
 	MaxStaleness time.Duration
 	StripTicks   int
 }
@@ -50,29 +48,43 @@ func jobStatus(overdue, failing bool) string {
 	return "ok"
 }
 
-// loadJobs reads one page of jobs and the recent ledger of each: 1 + jobsPageSize queries
-// at most.
+// loadJobs reads one page of jobs, filtered by name prefix, and the recent ledger of each:
+// 1 + jobsPageSize queries at most; and with ?job= the job's run history (job_detail.go).
 func loadJobs(ctx context.Context, s *Server, q url.Values) (any, error) {
-	after := q.Get("after")
-	jobs, err := singleton.ListJobs(ctx, s.cfg.Pool, &singleton.ListJobsOpts{After: after, Limit: jobsPageSize + 1})
+	d := jobsData{MaxStaleness: s.cfg.MaxStaleness, StripTicks: stripTicks}
+	var err error
+	if d.After, d.Prefix, err = pageParams(q); err != nil {
+		return nil, err
+	}
+	jobs, next, err := listJobs(ctx, s, d.Prefix, d.After, jobsPageSize)
 	if err != nil {
 		return nil, err
 	}
-	d := jobsData{After: after, MaxStaleness: s.cfg.MaxStaleness, StripTicks: stripTicks}
-	if len(jobs) > jobsPageSize {
-		jobs = jobs[:jobsPageSize]
-		d.Next = jobs[jobsPageSize-1].Name
-	}
+	d.Next = next
 	for _, j := range jobs {
 		runs, err := singleton.ListRuns(ctx, s.cfg.Pool, j.Name, &singleton.ListRunsOpts{Limit: stripTicks})
 		if err != nil {
 			return nil, err
 		}
-		overdue, failing := j.Stale(s.cfg.MaxStaleness), j.Failing()
-		d.Rows = append(d.Rows, jobRow{JobStatus: j, Overdue: overdue, Failing: failing,
-			Status: jobStatus(overdue, failing), Strip: strip(j, runs)})
+		d.Rows = append(d.Rows, s.jobRowOf(j, runs))
 	}
-	return d, nil
+	d.Detail, err = detail(q, "job", func(v string) (*jobDetail, error) { return loadJobDetail(ctx, s, v) })
+	return d, err
+}
+
+// listJobs reads one page of jobs whose names start with prefix, and the next page's After.
+func listJobs(ctx context.Context, s *Server, prefix, after string, limit int) ([]singleton.JobStatus, string, error) {
+	jobs, err := singleton.ListJobs(ctx, s.cfg.Pool, &singleton.ListJobsOpts{After: after, Prefix: prefix, Limit: limit + 1})
+	if err != nil {
+		return nil, "", err
+	}
+	jobs, next := pageOf(jobs, limit, func(j singleton.JobStatus) string { return j.Name })
+	return jobs, next, nil
+}
+
+func (s *Server) jobRowOf(j singleton.JobStatus, runs []singleton.RunInfo) jobRow {
+	overdue, failing := j.Stale(s.cfg.MaxStaleness), j.Failing()
+	return jobRow{JobStatus: j, Overdue: overdue, Failing: failing, Status: jobStatus(overdue, failing), Strip: strip(j, runs)}
 }
 
 // strip lays the job's recent runs on its schedule: one tick per slot, from the slot that
@@ -107,12 +119,10 @@ func strip(j singleton.JobStatus, runs []singleton.RunInfo) []tick {
 }
 
 // summarizeJobs counts jobs and flags the overdue and failing ones from one bounded query.
-func summarizeJobs(ctx context.Context, s *Server) summary {
-	sum := summary{Name: "Jobs", Path: "/jobs"}
+func summarizeJobs(ctx context.Context, s *Server) ([]count, error) {
 	jobs, err := singleton.ListJobs(ctx, s.cfg.Pool, &singleton.ListJobsOpts{Limit: summaryRows})
 	if err != nil {
-		sum.Err = err.Error()
-		return sum
+		return nil, err
 	}
 	more := len(jobs) == summaryRows
 	var overdue, failing, running int
@@ -126,7 +136,6 @@ func summarizeJobs(ctx context.Context, s *Server) summary {
 			overdue++
 		}
 	}
-	sum.Counts = []count{{"jobs", len(jobs), more}, {"running", running, more}, {"overdue", overdue, more},
-		{"failing", failing, more}}
-	return sum
+	return []count{{"jobs", len(jobs), more}, {"running", running, more}, {"overdue", overdue, more},
+		{"failing", failing, more}}, nil
 }

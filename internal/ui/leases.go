@@ -13,11 +13,6 @@ import (
 	"github.com/pgcoord/pgcoord/leases"
 )
 
-func init() {
-	registerPage(page{rank: 10, path: "/leases", title: "Leases", tmpl: "leases", summarize: summarizeLeases, load: loadLeases})
-	registerAction(action{path: "/actions/lease/expire", name: "lease.expire", run: expireLease, back: "/leases"})
-}
-
 // Lease states as the page shows them.
 const (
 	leaseHeld    = "held"
@@ -40,6 +35,9 @@ type leaseRow struct {
 type leasesData struct {
 	Rows        []leaseRow
 	After, Next string // this page starts after After; Next is the next page's After ("" if none)
+	// Prefix filters the list (?prefix=); Detail is the lease asked for with ?name=.
+	Prefix string
+	Detail *leaseDetail
 }
 
 func leaseRowOf(i leases.Info) leaseRow {
@@ -60,31 +58,34 @@ func leaseRowOf(i leases.Info) leaseRow {
 	return r
 }
 
-// loadLeases reads one page of leases: one query.
+// loadLeases reads one page of leases, filtered by name prefix (one query), and with
+// ?name= the lease's detail (lease_detail.go).
 func loadLeases(ctx context.Context, s *Server, q url.Values) (any, error) {
-	after := q.Get("after")
-	all, err := leases.List(ctx, s.cfg.Pool, &leases.ListOpts{After: after, Limit: pageSize + 1})
+	var d leasesData
+	var err error
+	if d.After, d.Prefix, err = pageParams(q); err != nil {
+		return nil, err
+	}
+	all, err := leases.List(ctx, s.cfg.Pool, &leases.ListOpts{After: d.After, Prefix: d.Prefix, Limit: pageSize + 1})
 	if err != nil {
 		return nil, err
 	}
-	d := leasesData{After: after}
-	if len(all) > pageSize {
-		all = all[:pageSize]
-		d.Next = all[pageSize-1].Name
-	}
+	all, d.Next = pageOf(all, pageSize, func(i leases.Info) string { return i.Name })
 	for _, i := range all {
 		d.Rows = append(d.Rows, leaseRowOf(i))
+	}
+	d.Detail, err = detail(q, "name", func(v string) (*leaseDetail, error) { return loadLeaseDetail(ctx, s, v) })
+	if err != nil {
+		return nil, err
 	}
 	return d, nil
 }
 
 // summarizeLeases counts leases by state from one bounded query.
-func summarizeLeases(ctx context.Context, s *Server) summary {
-	sum := summary{Name: "Leases", Path: "/leases"}
+func summarizeLeases(ctx context.Context, s *Server) ([]count, error) {
 	all, err := leases.List(ctx, s.cfg.Pool, &leases.ListOpts{Limit: summaryRows})
 	if err != nil {
-		sum.Err = err.Error()
-		return sum
+		return nil, err
 	}
 	more := len(all) == summaryRows
 	var held, expired, forced, late, nearMissed int
@@ -105,10 +106,9 @@ func summarizeLeases(ctx context.Context, s *Server) summary {
 			forced++
 		}
 	}
-	sum.Counts = []count{{"leases", len(all), more}, {"held", held, more}, {"renewing late", late, more},
+	return []count{{"leases", len(all), more}, {"held", held, more}, {"renewing late", late, more},
 		{"expired, not released", expired, more}, {"expired by an operator", forced, more},
-		{"with near misses", nearMissed, more}}
-	return sum
+		{"with near misses", nearMissed, more}}, nil
 }
 
 // expireLease is the operator's forced expiry (leases.Expire), in the action's transaction.

@@ -7,17 +7,13 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgcoord/pgcoord/outbox"
 )
-
-func init() {
-	registerPage(page{rank: 40, path: "/outbox", title: "Outbox", tmpl: "outbox", summarize: summarizeOutbox, load: loadOutbox})
-	registerAction(action{path: "/actions/outbox/retry", name: "outbox.retry", run: retryMessage, back: "/outbox"})
-}
 
 // rateMinutes is the window of the delivery-rate chart, one bar per minute.
 const rateMinutes = outbox.DefaultRateMinutes
@@ -70,23 +66,38 @@ func barsOf(counts []int64) (bars []rateBar, top int64) {
 type outboxData struct {
 	Topics []topicRow
 	Chart  rateChart
+	Trend  trendChart
 	Dead   []outbox.Message
 	DBNow  time.Time
-	// Topic filters the dead list; After and Next page it by id.
-	Topic, After, Next string
+	// Topic filters the dead list; After and Next page it by id. Prefix filters the
+	// topics.
+	Topic, After, Next, Prefix string
+	// Key, with Topic, asks for the key's messages (KeyMessages).
+	Key         string
+	KeyMessages []outbox.Message
+	Relays      []relayRow
+	RelaysMore  bool
 }
 
-// loadOutbox reads the topics' stats, the delivery rate and one page of dead messages:
-// three queries. The page reads the payloads only with ShowPayloads, and then only as much
-// of each as the page shows.
+// loadOutbox reads the topics' stats, the delivery rate, the enqueue/delivery trend, the
+// relays and one page of dead messages: five queries, six with ?topic=&key= (the key's
+// messages). The page reads the payloads only with ShowPayloads, and then only as much of
+// each as the page shows. ?prefix= filters the topics (among outbox.Stats' rows, which
+// the page reads whole anyway).
 func loadOutbox(ctx context.Context, s *Server, q url.Values) (any, error) {
-	d := outboxData{Topic: q.Get("topic"), After: q.Get("after")}
+	var d outboxData
+	err := params(q, map[string]*string{"topic": &d.Topic, "after": &d.After, "prefix": &d.Prefix, "key": &d.Key})
+	if err != nil {
+		return nil, err
+	}
 	var after int64
 	if d.After != "" {
-		var err error
 		if after, err = strconv.ParseInt(d.After, 10, 64); err != nil || after < 0 {
-			return nil, fmt.Errorf("after %q: want a message id", d.After)
+			return nil, userErrorf(http.StatusBadRequest, "after %q: want a message id", d.After)
 		}
+	}
+	if d.Key != "" && d.Topic == "" {
+		return nil, userErrorf(http.StatusBadRequest, "key %q: name its topic too (?topic=&key=)", d.Key)
 	}
 	stats, err := outbox.Stats(ctx, s.cfg.Pool, nil)
 	if err != nil {
@@ -103,6 +114,17 @@ func loadOutbox(ctx context.Context, s *Server, q url.Values) (any, error) {
 	dead, err := outbox.List(ctx, s.cfg.Pool, &outbox.ListOpts{State: outbox.Dead, Topic: d.Topic, After: after, Limit: pageSize + 1,
 		PayloadBytes: payloadBytes})
 	if err != nil {
+		return nil, err
+	}
+	if d.Key != "" {
+		if d.KeyMessages, err = loadKeyMessages(ctx, s, d.Topic, d.Key); err != nil {
+			return nil, err
+		}
+	}
+	if d.Relays, d.RelaysMore, err = loadRelays(ctx, s); err != nil {
+		return nil, err
+	}
+	if d.Trend, err = loadTrend(ctx, s); err != nil {
 		return nil, err
 	}
 	if len(dead) > pageSize {
@@ -122,6 +144,9 @@ func loadOutbox(ctx context.Context, s *Server, q url.Values) (any, error) {
 		oldest = max(oldest, st.OldestPendingAge())
 	}
 	for _, st := range stats {
+		if !strings.HasPrefix(st.Topic, d.Prefix) {
+			continue
+		}
 		d.Topics = append(d.Topics, topicRow{TopicStats: st, Waiting: max(st.Pending-st.Due-st.InFlight, 0), Scale: scale,
 			AgePct: pct(float64(st.OldestPendingAge()), float64(oldest)), Rate: perTopic[st.Topic]})
 	}
@@ -140,20 +165,17 @@ func chartOf(r outbox.Deliveries) rateChart {
 }
 
 // summarizeOutbox counts messages by state from outbox.Stats: one aggregate query.
-func summarizeOutbox(ctx context.Context, s *Server) summary {
-	sum := summary{Name: "Outbox", Path: "/outbox"}
+func summarizeOutbox(ctx context.Context, s *Server) ([]count, error) {
 	stats, err := outbox.Stats(ctx, s.cfg.Pool, nil)
 	if err != nil {
-		sum.Err = err.Error()
-		return sum
+		return nil, err
 	}
 	var pending, due, inFlight, dead int64
 	for _, st := range stats {
 		pending, due, inFlight, dead = pending+st.Pending, due+st.Due, inFlight+st.InFlight, dead+st.Dead
 	}
-	sum.Counts = []count{{"topics", len(stats), false}, {"pending", int(pending), false}, {"due", int(due), false},
-		{"in flight", int(inFlight), false}, {"dead", int(dead), false}}
-	return sum
+	return []count{{"topics", len(stats), false}, {"pending", int(pending), false}, {"due", int(due), false},
+		{"in flight", int(inFlight), false}, {"dead", int(dead), false}}, nil
 }
 
 // retryMessage makes a dead message pending again (outbox.Retry), in the action's
@@ -181,4 +203,22 @@ func retryMessage(ctx context.Context, tx pgx.Tx, _ *Server, form url.Values, _ 
 	msg := fmt.Sprintf("outbox message %d (topic %s, key %s) is pending again after %d failed attempts; it goes before the later messages of its key",
 		id, m.Topic, m.Key, m.Attempts)
 	return strconv.FormatInt(id, 10), details, msg, nil
+}
+
+// retryTopic makes every dead message of a topic pending again (outbox.RetryDead), in the
+// action's transaction: one statement.
+func retryTopic(ctx context.Context, tx pgx.Tx, _ *Server, form url.Values, _ string) (string, map[string]any, string, error) {
+	topic := form.Get("topic")
+	if topic == "" {
+		return "", nil, "", userErrorf(http.StatusBadRequest, "no topic given")
+	}
+	n, err := outbox.RetryDead(ctx, tx, &outbox.RetryDeadOpts{Topic: topic})
+	if err != nil {
+		return "", nil, "", err
+	}
+	if n == 0 {
+		return "", nil, "", userErrorf(http.StatusConflict, "topic %s has no dead messages: nothing to retry", topic)
+	}
+	msg := fmt.Sprintf("%d dead message(s) of topic %s are pending again, each before the later messages of its key", n, topic)
+	return topic, map[string]any{"retried": n}, msg, nil
 }

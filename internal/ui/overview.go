@@ -11,10 +11,6 @@ import (
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
-func init() {
-	registerPage(page{rank: 0, path: "/", title: "Overview", tmpl: "overview", load: loadOverview})
-}
-
 // doctorCache holds the latest findings of `pgcoord doctor`'s checks.
 type doctorCache struct {
 	mu       sync.Mutex
@@ -69,10 +65,15 @@ func loadOverview(ctx context.Context, s *Server, _ url.Values) (any, error) {
 			d.Attention++
 		}
 	}
-	for _, p := range pages {
-		if p.summarize != nil {
-			d.Summaries = append(d.Summaries, p.summarize(ctx, s))
+	for _, p := range s.pages {
+		if p.summarize == nil {
+			continue
 		}
+		sum := summary{Name: p.title, Path: p.path}
+		if sum.Counts, err = p.summarize(ctx, s); err != nil {
+			sum.Counts, sum.Err = nil, err.Error()
+		}
+		d.Summaries = append(d.Summaries, sum)
 	}
 	return d, nil
 }

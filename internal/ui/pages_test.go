@@ -107,9 +107,9 @@ func TestUILeasesPage(t *testing.T) {
 	if n := strings.Count(first, "<tr class="); n != 50 {
 		t.Fatalf("first page has %d leases, want 50", n)
 	}
-	contains(t, "first page", first, `href="?after=p%3a045"`) // after the 4 order:* leases
+	contains(t, "first page", first, `href="?prefix=&amp;after=p%3a045"`) // after the 4 order:* leases
 	second := d.page(t, "/leases?after=p:045")
-	contains(t, "second page", second, `data-name="p:046"`, `data-name="p:050"`, `href="?"`) // and a link to the first
+	contains(t, "second page", second, `data-name="p:046"`, `data-name="p:050"`, `href="?prefix="`) // and a link to the first
 	if n := strings.Count(second, "<tr class="); n != 5 {
 		t.Fatalf("second page has %d leases, want the 5 after p:045", n)
 	}

@@ -14,11 +14,6 @@ import (
 	"github.com/pgcoord/pgcoord/semaphore"
 )
 
-func init() {
-	registerPage(page{rank: 30, path: "/semaphores", title: "Semaphores", tmpl: "semaphores", summarize: summarizeSemaphores, load: loadSemaphores})
-	registerAction(action{path: "/actions/semaphore/set-limit", name: "semaphore.set_limit", run: setSemaphoreLimit, back: "/semaphores"})
-}
-
 type semRow struct {
 	semaphore.KeyStatus
 	// Status is over_limit, leaked or ok, as `pgcoord semaphores verify` says.
@@ -38,6 +33,9 @@ type semRow struct {
 type semaphoresData struct {
 	Rows        []semRow
 	After, Next string
+	// Prefix filters the list (?prefix=); Detail is the key asked for with ?key=.
+	Prefix string
+	Detail *semDetail
 }
 
 func semStatus(s semaphore.KeyStatus) string {
@@ -50,17 +48,22 @@ func semStatus(s semaphore.KeyStatus) string {
 	return "ok"
 }
 
-// loadSemaphores reads one page of keys: one query.
+// loadSemaphores reads one page of keys, filtered by prefix (one query), and with ?key=
+// the key's permits and waiters (semaphore_detail.go).
 func loadSemaphores(ctx context.Context, s *Server, q url.Values) (any, error) {
-	after := q.Get("after")
-	keys, err := semaphore.List(ctx, s.cfg.Pool, &semaphore.ListOpts{After: after, Limit: pageSize + 1})
+	var d semaphoresData
+	var err error
+	if d.After, d.Prefix, err = pageParams(q); err != nil {
+		return nil, err
+	}
+	keys, err := semaphore.List(ctx, s.cfg.Pool, &semaphore.ListOpts{After: d.After, Prefix: d.Prefix, Limit: pageSize + 1})
 	if err != nil {
 		return nil, err
 	}
-	d := semaphoresData{After: after}
-	if len(keys) > pageSize {
-		keys = keys[:pageSize]
-		d.Next = keys[pageSize-1].Key
+	keys, d.Next = pageOf(keys, pageSize, func(k semaphore.KeyStatus) string { return k.Key })
+	d.Detail, err = detail(q, "key", func(v string) (*semDetail, error) { return loadSemDetail(ctx, s, v) })
+	if err != nil {
+		return nil, err
 	}
 	var admitted, weight float64
 	for _, k := range keys {
@@ -80,12 +83,10 @@ func loadSemaphores(ctx context.Context, s *Server, q url.Values) (any, error) {
 }
 
 // summarizeSemaphores counts keys, permits and problems from one bounded query.
-func summarizeSemaphores(ctx context.Context, s *Server) summary {
-	sum := summary{Name: "Semaphores", Path: "/semaphores"}
+func summarizeSemaphores(ctx context.Context, s *Server) ([]count, error) {
 	keys, err := semaphore.List(ctx, s.cfg.Pool, &semaphore.ListOpts{Limit: summaryRows})
 	if err != nil {
-		sum.Err = err.Error()
-		return sum
+		return nil, err
 	}
 	more := len(keys) == summaryRows
 	var held, waiters, over, leaked int
@@ -99,9 +100,8 @@ func summarizeSemaphores(ctx context.Context, s *Server) summary {
 			leaked++
 		}
 	}
-	sum.Counts = []count{{"keys", len(keys), more}, {"permits held", held, more}, {"waiters", waiters, more},
-		{"keys over their limit", over, more}, {"keys with leaked permits", leaked, more}}
-	return sum
+	return []count{{"keys", len(keys), more}, {"permits held", held, more}, {"waiters", waiters, more},
+		{"keys over their limit", over, more}, {"keys with leaked permits", leaked, more}}, nil
 }
 
 // setSemaphoreLimit sets a key's limit (semaphore.SetLimit), in the action's transaction.

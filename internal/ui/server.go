@@ -2,27 +2,27 @@ package ui
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"embed"
 	"errors"
 	"fmt"
 	"html/template"
-	"io/fs"
 	"log/slog"
 	"net/http"
-	"net/url"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/ui/audit"
 	"github.com/pgcoord/pgcoord/metrics"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
+
+// check makes this package's argument errors (their text is the cause alone).
+var check = base.Check("")
 
 // Defaults of Config.
 const (
@@ -43,9 +43,17 @@ const (
 type Config struct {
 	// Pool is the database. Required.
 	Pool *pgxpool.Pool
-	// Token, if set, is required of every request (Bearer header or login cookie). It
-	// must be set when the server listens beyond loopback (see CheckListen).
+	// Addr is the address the server listens on (host:port). Without a token the dashboard
+	// answers only requests addressed to a loopback name (localhost, 127.0.0.1, [::1]) at
+	// this port (at any port when Addr names none), which defeats DNS rebinding.
+	Addr string
+	// Token, if set, is required of every request (Bearer header or login cookie): at
+	// least MinTokenLen characters. It must be set when the server listens beyond loopback
+	// (see CheckListen).
 	Token string
+	// Actor names the operator in the audit log when there is no token (with a token,
+	// each browser gives a name at login). Default "local".
+	Actor string
 	// AllowActions enables the operator actions (expire a lease, set a semaphore limit,
 	// retry a dead outbox message).
 	AllowActions bool
@@ -68,11 +76,16 @@ type Config struct {
 // Server is the dashboard: an http.Handler.
 type Server struct {
 	cfg    Config
-	secret []byte // per-server: keys the CSRF tokens and the login cookie
-	tmpl   *template.Template
-	mux    *http.ServeMux
-	nav    []navItem
-	doctor doctorCache
+	secret []byte // per-server: keys the CSRF tokens
+	// What the server keeps for its browsers, each bounded (guard.go).
+	sessions sessions
+	limiter  loginLimiter
+	flashes  flashes
+	tmpl     *template.Template
+	mux      *http.ServeMux
+	pages    []page // the dashboard's table (routes.go), in navigation order
+	nav      []navItem
+	doctor   doctorCache
 }
 
 //go:embed assets
@@ -82,10 +95,16 @@ var assets embed.FS
 // pgcoord.ErrInvalidArgument for a nil pool or a negative duration.
 func New(cfg Config) (*Server, error) {
 	if cfg.Pool == nil {
-		return nil, fmt.Errorf("%w: ui: nil pool", pgcoord.ErrInvalidArgument)
+		return nil, check.Invalid("ui: nil pool")
 	}
 	if cfg.Refresh < 0 || cfg.MaxStaleness < 0 || cfg.DoctorEvery < 0 {
-		return nil, fmt.Errorf("%w: ui: negative Refresh, MaxStaleness or DoctorEvery", pgcoord.ErrInvalidArgument)
+		return nil, check.Invalid("ui: negative Refresh, MaxStaleness or DoctorEvery")
+	}
+	if cfg.Token != "" && len(cfg.Token) < MinTokenLen {
+		return nil, check.Invalid("ui: the token is %d characters, fewer than %d: make one with `openssl rand -hex 16`", len(cfg.Token), MinTokenLen)
+	}
+	if cfg.Actor == "" {
+		cfg.Actor = "local"
 	}
 	if cfg.Refresh == 0 {
 		cfg.Refresh = DefaultRefresh
@@ -113,23 +132,17 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 
-	static, _ := fs.Sub(assets, "assets/static")
-	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
-	s.mux.HandleFunc("GET /login", s.loginPage)
-	s.mux.HandleFunc("POST /login", s.login)
-	s.mux.Handle("GET /metrics", metrics.Handler(coll))
-	for _, p := range pages {
-		s.nav = append(s.nav, navItem{Path: p.path, Title: p.title})
-		s.mux.HandleFunc("GET "+muxPath(p.path), s.pageHandler(p))
-	}
-	for _, a := range actions {
-		s.mux.HandleFunc("POST "+a.path, s.actionHandler(a))
-	}
+	s.route(dashboard(), metrics.Handler(coll))
 	return s, nil
 }
 
-// ServeHTTP serves the dashboard: security headers, then authentication, then the route.
+// ServeHTTP serves the dashboard: the Host check, security headers, then authentication,
+// then the route.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.hostAllowed(r.Host) {
+		http.Error(w, "misdirected request: without a token this dashboard answers only at localhost, 127.0.0.1 or [::1]", http.StatusMisdirectedRequest)
+		return
+	}
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -141,64 +154,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mux.ServeHTTP(w, r)
 }
-
-// muxPath is the route of a page: "/" matches only itself.
-func muxPath(p string) string {
-	if p == "/" {
-		return "/{$}"
-	}
-	return p
-}
-
-// page is one dashboard page, registered by its file's init.
-type page struct {
-	rank  int    // place in the navigation bar, lowest first
-	path  string // "/leases"
-	title string // in the navigation bar
-	tmpl  string // the template that draws the page's content
-	// load reads the page's data with a bounded number of queries.
-	load func(ctx context.Context, s *Server, q url.Values) (any, error)
-	// summarize, if set, is the primitive's part of the Overview, read with a bounded
-	// number of queries.
-	summarize func(ctx context.Context, s *Server) summary
-}
-
-// summary is one primitive's card on the Overview: its counts, or why they are missing.
-type summary struct {
-	Name, Path string
-	Counts     []count
-	Err        string
-}
-
-type count struct {
-	Label   string
-	Value   int
-	AtLeast bool // the primitive had more rows than the Overview reads
-}
-
-// action is one operator action, registered by its page's file.
-type action struct {
-	path string // POST route, "/actions/lease/expire"
-	name string // audit action, "lease.expire"
-	// run performs the action in tx from the form's fields and returns its target, the
-	// details to audit and a sentence for the operator. A *userError is shown as is.
-	run  func(ctx context.Context, tx pgx.Tx, s *Server, form url.Values, actor string) (target string, details map[string]any, msg string, err error)
-	back string // the page to return to
-}
-
-var (
-	pages   []page // in navigation order
-	actions []action
-)
-
-// registerPage adds a page; called from the init of the page's file.
-func registerPage(p page) {
-	pages = append(pages, p)
-	slices.SortStableFunc(pages, func(a, b page) int { return a.rank - b.rank })
-}
-
-// registerAction adds an action; called from the init of its page's file.
-func registerAction(a action) { actions = append(actions, a) }
 
 // userError is an action's refusal to show the operator, with its HTTP status.
 type userError struct {
@@ -225,7 +180,8 @@ type view struct {
 	AllowActions bool
 	ShowPayloads bool
 	RefreshMS    int64
-	Message      string
+	SignedIn     bool   // a token is required: the layout offers to sign out
+	Message      string // an action's result (flashes), never text from the URL
 	Error        string
 }
 
@@ -236,10 +192,15 @@ func (s *Server) pageHandler(p page) http.HandlerFunc {
 		v := view{
 			Title: p.title, Path: p.path, Nav: s.nav, Data: data,
 			CSRF: s.csrfToken(w, r), AllowActions: s.cfg.AllowActions, ShowPayloads: s.cfg.ShowPayloads,
-			RefreshMS: s.cfg.Refresh.Milliseconds(), Message: q.Get("msg"),
+			RefreshMS: s.cfg.Refresh.Milliseconds(), Message: s.flashes.get(q.Get("flash"), time.Now()),
+			SignedIn: s.cfg.Token != "",
 		}
 		status, tmpl := http.StatusOK, p.tmpl
-		if err != nil {
+		var ue *userError
+		switch {
+		case errors.As(err, &ue): // a bad filter or page link
+			v.Data, v.Error, status, tmpl = nil, ue.msg, ue.status, "error"
+		case err != nil:
 			s.cfg.Logger.Error("pgcoord ui: page failed", "page", p.path, "err", err)
 			v.Data, v.Error, status, tmpl = nil, err.Error(), http.StatusInternalServerError, "error"
 		}
@@ -279,9 +240,9 @@ func (s *Server) templateFailed(w http.ResponseWriter, name string, err error) {
 	http.Error(w, "template error", http.StatusInternalServerError)
 }
 
-// actionHandler runs an action: enabled, CSRF-checked and confirmed, in one transaction
-// with its audit row.
-func (s *Server) actionHandler(a action) http.HandlerFunc {
+// actionHandler runs an action of the page at back: enabled, CSRF-checked and
+// confirmed, in one transaction with its audit row; then it returns to back.
+func (s *Server) actionHandler(a action, back string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.cfg.AllowActions {
 			s.refuse(w, r, http.StatusForbidden, "actions are disabled: start the dashboard with --allow-actions")
@@ -300,7 +261,7 @@ func (s *Server) actionHandler(a action) http.HandlerFunc {
 			s.refuse(w, r, http.StatusBadRequest, "not confirmed: the action needs confirmed=yes (the page asks before it sends)")
 			return
 		}
-		actor := s.identity()
+		actor := s.actor(r)
 		var msg string
 		err := pgx.BeginFunc(r.Context(), s.cfg.Pool, func(tx pgx.Tx) error {
 			target, details, m, err := a.run(r.Context(), tx, s, r.PostForm, actor)
@@ -327,7 +288,7 @@ func (s *Server) actionHandler(a action) http.HandlerFunc {
 			return
 		}
 		s.cfg.Logger.Info("pgcoord ui: action", "action", a.name, "actor", actor, "remote_addr", r.RemoteAddr, "result", msg)
-		http.Redirect(w, r, a.back+"?msg="+url.QueryEscape(msg), http.StatusSeeOther)
+		http.Redirect(w, r, back+"?flash="+s.flashes.put(msg, time.Now()), http.StatusSeeOther)
 	}
 }
 

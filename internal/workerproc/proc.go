@@ -46,7 +46,7 @@ func Start(spec Spec) (*Proc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), envRole+"="+spec.Role, envURL+"="+spec.URL, envSchema+"="+spec.Schema)
+	cmd.Env = append(os.Environ(), envRole+"="+spec.Role, envURL+"="+spec.URL, envSchema+"="+spec.Schema, envName+"="+spec.Name)
 	for k, v := range spec.Params {
 		cmd.Env = append(cmd.Env, envParam+k+"="+v)
 	}
@@ -76,6 +76,11 @@ func Start(spec Spec) (*Proc, error) {
 	}()
 	return p, nil
 }
+
+// AppName is the application_name of the pool of the worker named name (Spec.Name): the
+// server shows its connections under it in pg_stat_activity. The server keeps its first
+// 63 bytes.
+func AppName(name string) string { return "pgcoord-worker " + name }
 
 // Name is the process's name (Spec.Name).
 func (p *Proc) Name() string { return p.name }

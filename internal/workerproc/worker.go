@@ -33,6 +33,7 @@ const (
 	envURL    = "PGCOORD_WORKER_URL"    // the database
 	envSchema = "PGCOORD_WORKER_SCHEMA" // the schema (search_path) of the worker's pool
 	envParam  = "PGCOORD_WORKER_P_"     // prefix of the role's parameters
+	envName   = "PGCOORD_WORKER_NAME"   // Spec.Name, for the pool's application_name
 )
 
 // Lifetime bounds a worker's own work, so an orphan never lingers: the context of its role
@@ -77,7 +78,7 @@ func run(name string, role Role) error {
 	ctx, cancel := context.WithTimeout(context.Background(), Lifetime)
 	defer cancel()
 	cfg, err := pgconfig.Pool(os.Getenv(envURL), pgconfig.Options{
-		AppName: "pgcoord-worker-" + name, Schema: os.Getenv(envSchema), MaxConns: 8,
+		AppName: AppName(os.Getenv(envName)), Schema: os.Getenv(envSchema), MaxConns: 8,
 	})
 	if err != nil {
 		return err

@@ -32,8 +32,8 @@
 // (at most MaxAttempts retries with their backoffs, plus a claim TTL after a crashed or
 // stalled relay), and an operator's outbox retry can bring a dead message back much later.
 // The default retention of GC, DefaultRetention (30 days), covers the outbox's default
-// prune age (7 days) with room for such retries; never prune the inbox faster than the
-// outbox prunes delivered messages.
+// retention (7 days, outbox.GC) with room for such retries; never collect the inbox faster
+// than the outbox collects delivered messages.
 //
 // # Failure modes
 //
@@ -56,11 +56,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/batch"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
+
+// check makes this package's argument errors ("inbox: cause").
+var check = base.Check("inbox")
 
 // Claim records, inside the consumer's transaction tx, that consumer applies message
 // messageID, and reports whether this is the first time: true means apply the message in
@@ -72,18 +76,18 @@ import (
 // pgcoord.ErrInvalidArgument, before any SQL runs.
 // On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func Claim(ctx context.Context, tx pgx.Tx, consumer string, messageID int64) (bool, error) {
-	if err := pgcoord.ValidateName("inbox consumer", consumer); err != nil {
+	if err := check.Name("inbox consumer", consumer); err != nil {
 		return false, err
 	}
 	if messageID < 1 {
-		return false, fmt.Errorf("%w: inbox: message id %d is not an outbox id", pgcoord.ErrInvalidArgument, messageID)
+		return false, check.Invalid("message id %d is not an outbox id", messageID)
 	}
-	if pgcoord.CheckDB(tx) != nil {
-		return false, fmt.Errorf("%w: inbox: nil transaction", pgcoord.ErrInvalidArgument)
+	if check.DB(tx) != nil {
+		return false, check.Invalid("nil transaction")
 	}
 	n, err := queries.InboxClaim(ctx, tx, dbsqlc.InboxClaimParams{Consumer: consumer, MessageID: messageID})
 	if err != nil {
-		return false, fmt.Errorf("inbox: claim %s/%d: %w", consumer, messageID, pgcoord.TranslateError(err))
+		return false, fmt.Errorf("inbox: claim %s/%d: %w", consumer, messageID, base.TranslateError(err))
 	}
 	return n == 1, nil
 }
@@ -97,15 +101,16 @@ const (
 
 // GCOpts are the options of GC. A nil *GCOpts means the defaults.
 type GCOpts struct {
-	// Retention: records older than this, by the database clock, are deleted. Default
-	// DefaultRetention (30 days).
-	Retention time.Duration
-	// Batch is how many records one DELETE removes at most. Default DefaultGCBatch
+	// OlderThan is the retention: records applied longer ago than this, by the database
+	// clock, are deleted. Default DefaultRetention (30 days); a negative value is refused.
+	OlderThan time.Duration
+	// Batch is how many records one statement deletes at most. Default DefaultGCBatch
 	// (1000); at most MaxGCBatch.
 	Batch int
 	// DryRun deletes nothing: GC returns how many records it would delete now.
 	DryRun bool
-	// Progress, if set, is called after each batch with the number deleted so far.
+	// Progress, if set, is called after each batch with the number deleted so far (with
+	// DryRun, once with the count).
 	Progress func(deleted int64)
 }
 
@@ -114,26 +119,26 @@ type GCOpts struct {
 // deleted; on error or when ctx ends, the number deleted until then with the error. Bad
 // options return an error wrapping pgcoord.ErrInvalidArgument before any SQL runs.
 func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err error) {
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return 0, err
 	}
 	var o GCOpts
 	if opts != nil {
 		o = *opts
 	}
-	if o.Retention == 0 {
-		o.Retention = DefaultRetention
+	if o.OlderThan == 0 {
+		o.OlderThan = DefaultRetention
 	}
 	if o.Batch == 0 {
 		o.Batch = DefaultGCBatch
 	}
-	if o.Retention < 0 {
-		return 0, fmt.Errorf("%w: inbox: negative retention %v", pgcoord.ErrInvalidArgument, o.Retention)
+	if o.OlderThan < 0 {
+		return 0, check.Invalid("negative retention %v", o.OlderThan)
 	}
 	if o.Batch < 1 || o.Batch > MaxGCBatch {
-		return 0, fmt.Errorf("%w: inbox: GC batch %d is outside 1..%d", pgcoord.ErrInvalidArgument, o.Batch, MaxGCBatch)
+		return 0, check.Invalid("GC batch %d is outside 1..%d", o.Batch, MaxGCBatch)
 	}
-	cutoff, err := queries.OutboxCutoff(ctx, db, dbarg.Interval(o.Retention))
+	cutoff, err := queries.OutboxCutoff(ctx, db, dbarg.Interval(o.OlderThan))
 	if err != nil {
 		return 0, fmt.Errorf("inbox: GC: %w", err)
 	}
@@ -145,7 +150,7 @@ func GC(ctx context.Context, db pgcoord.DBTX, opts *GCOpts) (deleted int64, err 
 			return queries.InboxGC(ctx, db, dbsqlc.InboxGCParams{Cutoff: cutoff, Batch: int32(o.Batch)})
 		})
 	if err != nil {
-		return deleted, fmt.Errorf("inbox: GC: %w", pgcoord.TranslateError(err))
+		return deleted, fmt.Errorf("inbox: GC: %w", base.TranslateError(err))
 	}
 	return deleted, nil
 }

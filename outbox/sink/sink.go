@@ -33,9 +33,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/outbox"
-	"github.com/pgcoord/pgcoord/pgcoord"
 )
+
+// check makes this package's argument errors ("sink: cause").
+var check = base.Check("sink")
 
 // Headers the webhook sink sets on every request.
 const (
@@ -64,11 +67,12 @@ type WebhookOpts struct {
 // headers as request headers (those whose names are valid HTTP header names). A 2xx
 // answer means delivered; anything else, or no answer within the timeout, is an error
 // (the relay retries the message). A bad endpoint or timeout returns an error wrapping
-// pgcoord.ErrInvalidArgument.
+// pgcoord.ErrInvalidArgument. No error shows the endpoint's user information or query
+// values (they are replaced by REDACTED), nor the control characters of an answer's body.
 func Webhook(endpoint string, opts *WebhookOpts) (outbox.Handler, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: sink: webhook URL %q: want http(s)://host/...", pgcoord.ErrInvalidArgument, endpoint)
+		return nil, check.Invalid("webhook URL %s: want http(s)://host/...", base.RedactURL(endpoint))
 	}
 	var o WebhookOpts
 	if opts != nil {
@@ -78,7 +82,7 @@ func Webhook(endpoint string, opts *WebhookOpts) (outbox.Handler, error) {
 		o.Timeout = DefaultWebhookTimeout
 	}
 	if o.Timeout < 0 {
-		return nil, fmt.Errorf("%w: sink: negative webhook timeout %v", pgcoord.ErrInvalidArgument, o.Timeout)
+		return nil, check.Invalid("negative webhook timeout %v", o.Timeout)
 	}
 	if o.Client == nil {
 		o.Client = &http.Client{}
@@ -86,6 +90,9 @@ func Webhook(endpoint string, opts *WebhookOpts) (outbox.Handler, error) {
 	return &webhook{url: u.String(), opts: o}, nil
 }
 
+// webhook's errors never show the endpoint's user information or query values (an API key
+// in ?api_key=... would otherwise reach the relay's log, the message's last_error, the CLI
+// and the dashboard), nor the raw control characters of an endpoint's answer.
 type webhook struct {
 	url  string
 	opts WebhookOpts
@@ -113,13 +120,13 @@ func (w *webhook) Handle(ctx context.Context, msg outbox.Message) error {
 	req.Header.Set(HeaderAttempt, strconv.Itoa(msg.Attempts+1))
 	resp, err := w.opts.Client.Do(req)
 	if err != nil {
-		return fmt.Errorf("sink: webhook: %w", err)
+		return fmt.Errorf("sink: webhook: %w", base.RedactURLError(err))
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // let the connection be reused
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("sink: webhook answered %s: %s", resp.Status, bytes.TrimSpace(body))
+		return fmt.Errorf("sink: webhook answered %s: %s", base.Printable(resp.Status), base.Printable(string(bytes.TrimSpace(body))))
 	}
 	return nil
 }

@@ -115,3 +115,37 @@ func TestJSONLines(t *testing.T) {
 		}
 	}
 }
+
+// A webhook endpoint's secrets (user information, query values such as ?api_key=) never
+// appear in an error, which the relay stores as the message's last_error and logs; nor do
+// the control characters of an endpoint's answer, which would reach an operator's terminal.
+func TestWebhookErrorsHideSecrets(t *testing.T) {
+	t.Parallel()
+	_, err := sink.Webhook("ftp://user:hunter2@files.example/drop?api_key=k3y", nil)
+	if err == nil || strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "k3y") || !strings.Contains(err.Error(), "files.example") {
+		t.Fatalf("bad scheme: %v; want an error naming the host without the password or the key", err)
+	}
+
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+		io.WriteString(w, "down\x1b]0;pwned\x07\x1b[2J\nfake row")
+	}))
+	h, err := sink.Webhook(srv.URL+"/hook?api_key=s3cret&v=1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = h.Handle(t.Context(), outbox.Message{ID: 1, Topic: "t", Key: "k"})
+	if err == nil || strings.ContainsAny(err.Error(), "\x1b\x07\n") || !strings.Contains(err.Error(), `\x1b]0;pwned`) {
+		t.Fatalf("answer with control characters: %q; want them escaped", err)
+	}
+	srv.Close() // now nothing listens: the client's error names the URL
+	err = h.Handle(t.Context(), outbox.Message{ID: 1, Topic: "t", Key: "k"})
+	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "api_key=REDACTED") {
+		t.Fatalf("unreachable endpoint: %v; want the URL with its query values redacted", err)
+	}
+	u := strings.Replace(srv.URL, "http://", "http://ops:pa55@", 1)
+	h, _ = sink.Webhook(u+"/hook", nil)
+	if err := h.Handle(t.Context(), outbox.Message{ID: 1, Topic: "t", Key: "k"}); err == nil || strings.Contains(err.Error(), "pa55") || strings.Contains(err.Error(), "ops") {
+		t.Fatalf("unreachable endpoint with user information: %v; want it redacted", err)
+	}
+}

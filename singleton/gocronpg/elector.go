@@ -7,9 +7,12 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/leases"
-	"github.com/pgcoord/pgcoord/pgcoord"
 )
+
+// check makes this package's argument errors ("gocronpg: cause").
+var check = base.Check("gocronpg")
 
 // ErrNotLeader is returned by Elector.IsLeader while this replica does not lead.
 var ErrNotLeader = errors.New("gocronpg: not the leader")
@@ -32,7 +35,7 @@ var _ gocron.Elector = (*Elector)(nil)
 // pgcoord.ErrInvalidArgument if e is nil.
 func NewElector(e *leases.Elector) (*Elector, error) {
 	if e == nil {
-		return nil, fmt.Errorf("%w: gocronpg: nil leases.Elector", pgcoord.ErrInvalidArgument)
+		return nil, check.Invalid("nil leases.Elector")
 	}
 	return &Elector{e: e}, nil
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgcoord/pgcoord/pgcoord"
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/singleton"
 )
 
@@ -30,7 +30,7 @@ type LockerConfig struct {
 	// that dies mid-run blocks the job (its next ticks are skipped) for at most TTL.
 	// Default singleton.DefaultTTL (30s).
 	TTL time.Duration
-	// Holder identifies this replica in the ledger. Default pgcoord.NewHolderID().
+	// Holder identifies this replica in the ledger. Default: a new "host/pid/random" identity.
 	Holder string
 	// Prefix is prepended to gocron's lock key (the job's name) to form the ledger's job
 	// name, to keep the jobs of several schedulers apart. Default "".
@@ -60,15 +60,14 @@ var _ gocron.Locker = (*Locker)(nil)
 // SQL.
 func NewLocker(pool *pgxpool.Pool, cfg *LockerConfig) (*Locker, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: gocronpg: nil pool", pgcoord.ErrInvalidArgument)
+		return nil, check.Invalid("nil pool")
 	}
 	if cfg == nil {
-		return nil, fmt.Errorf("%w: gocronpg: nil locker config", pgcoord.ErrInvalidArgument)
+		return nil, check.Invalid("nil locker config")
 	}
 	c := *cfg
 	if c.Window <= 0 || c.Window > singleton.MaxEvery || c.Window%time.Microsecond != 0 {
-		return nil, fmt.Errorf("%w: gocronpg: Window %v must be positive, at most %v and a whole number of microseconds",
-			pgcoord.ErrInvalidArgument, c.Window, singleton.MaxEvery)
+		return nil, check.Invalid("Window %v must be positive, at most %v and a whole number of microseconds", c.Window, singleton.MaxEvery)
 	}
 	if c.Origin.IsZero() {
 		c.Origin = time.Unix(0, 0).UTC().Add(-c.Window / 2).Truncate(time.Microsecond)
@@ -77,11 +76,11 @@ func NewLocker(pool *pgxpool.Pool, cfg *LockerConfig) (*Locker, error) {
 		c.TTL = singleton.DefaultTTL
 	}
 	if c.TTL < 3*time.Millisecond || c.TTL > singleton.MaxTTL {
-		return nil, fmt.Errorf("%w: gocronpg: TTL %v is outside %v..%v", pgcoord.ErrInvalidArgument, c.TTL, 3*time.Millisecond, singleton.MaxTTL)
+		return nil, check.Invalid("TTL %v is outside %v..%v", c.TTL, 3*time.Millisecond, singleton.MaxTTL)
 	}
 	if c.Holder == "" {
-		c.Holder = pgcoord.NewHolderID()
-	} else if err := pgcoord.ValidateName("holder", c.Holder); err != nil {
+		c.Holder = base.NewHolderID()
+	} else if err := check.Name("holder", c.Holder); err != nil {
 		return nil, err
 	}
 	if c.Logger == nil {

@@ -103,8 +103,9 @@ func TestLockerAcrossProcesses(t *testing.T) {
 		every = 500 * time.Millisecond
 		ticks = 8
 	)
-	// Room for the processes to start (under -race) before the first tick.
-	start := alignedStart(every, 3*time.Second)
+	// Room for the processes to start before the first tick: under -race beside CPU-bound
+	// processes (CI's PostgreSQL 17 leg) three of them have taken more than 10 s.
+	start := alignedStart(every, 2*pgtest.WaitLimit)
 	var procs []*workerproc.Proc
 	for i := range 3 {
 		p, err := workerproc.Start(workerproc.Spec{

@@ -133,10 +133,13 @@ $$;
 -- +goose StatementEnd
 
 -- pgcoord_name_ok tells whether p_name is a valid name for a lease, holder, key, job, scope
--- or topic: not NULL, 1 to 255 bytes.
+-- or topic: not NULL, 1 to 255 bytes, without a control character — C0, DEL, C1, the line
+-- and paragraph separators and the bidirectional controls — which, printed by the CLI or
+-- a log, could move a terminal's cursor, retitle its window, fake a row or reverse text.
 CREATE FUNCTION pgcoord_name_ok(p_name text) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$ SELECT p_name IS NOT NULL AND octet_length(p_name) BETWEEN 1 AND 255 $$;
+    AS $$ SELECT p_name IS NOT NULL AND octet_length(p_name) BETWEEN 1 AND 255
+                 AND p_name !~ '[\x01-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]' $$;
 
 -- pgcoord_ttl_ok tells whether p_ttl is a valid TTL or wait: not NULL, positive, at most 24
 -- hours, and without months or years, which have no fixed length ('1 mon -29 days'
@@ -144,12 +147,14 @@ CREATE FUNCTION pgcoord_name_ok(p_name text) RETURNS boolean
 CREATE FUNCTION pgcoord_ttl_ok(p_ttl interval) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$ SELECT p_ttl IS NOT NULL AND p_ttl > interval '0' AND p_ttl <= interval '24 hours'
-                 AND extract(month FROM p_ttl) = 0 AND extract(year FROM p_ttl) = 0 $$;
+                 AND date_part('month', p_ttl) = 0 AND date_part('year', p_ttl) = 0 $$;
 
 -- pgcoord_refuse_name raises pgcoord_refuse's error for a name that is not pgcoord_name_ok.
 CREATE FUNCTION pgcoord_refuse_name(p_what text, p_name text) RETURNS void
     LANGUAGE sql
-    AS $$ SELECT pgcoord_refuse(p_what, '1 to 255 bytes', octet_length(p_name) || ' bytes') $$;
+    AS $$ SELECT pgcoord_refuse(p_what, '1 to 255 bytes without control characters',
+                                CASE WHEN octet_length(p_name) BETWEEN 1 AND 255 THEN 'a control character'
+                                     ELSE octet_length(p_name) || ' bytes' END) $$;
 
 -- +goose Down
 DROP FUNCTION pgcoord_refuse_name(text, text);

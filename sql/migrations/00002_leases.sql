@@ -61,7 +61,7 @@ CREATE FUNCTION pgcoord_channel(topic text) RETURNS text
 -- pgcoord_lease_args refuses bad arguments of the granting functions: a name or holder that
 -- is not 1 to 255 bytes, a TTL outside (0, 24 hours] or with months (which have no fixed
 -- length: '1 mon -29 days' compares as 24 hours), metadata that is not a JSON object of
--- at most 8 kB (NULL means {}), or a synchronous_commit level a grant may not ask for.
+-- at most 8 kB (NULL means {}).
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_lease_args(p_name text, p_holder text, p_ttl interval, p_metadata jsonb)
 RETURNS void LANGUAGE plpgsql AS $$

@@ -72,7 +72,7 @@ BEGIN
         PERFORM pgcoord_refuse_name('job holder', p_holder);
     END IF;
     IF p_every IS NULL OR p_every <= interval '0' OR p_every > interval '366 days'
-       OR extract(month FROM p_every) <> 0 OR extract(year FROM p_every) <> 0 THEN
+       OR date_part('month', p_every) <> 0 OR date_part('year', p_every) <> 0 THEN
         PERFORM pgcoord_refuse('job interval', 'positive, at most 366 days and without months', p_every::text);
     END IF;
     IF NOT isfinite(p_origin) THEN

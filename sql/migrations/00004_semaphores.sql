@@ -70,6 +70,9 @@ CREATE TABLE pgcoord_semaphores (
 );
 
 CREATE INDEX pgcoord_semaphores_by_vtime ON pgcoord_semaphores (vtime, key) WHERE demand > 0;
+-- The key served last, whose virtual time a key becoming busy again starts from
+-- (pgcoord_semaphore_add_demand): one index probe, whatever the number of keys.
+CREATE INDEX pgcoord_semaphores_by_served_at ON pgcoord_semaphores (served_at) WHERE served_at IS NOT NULL;
 
 COMMENT ON TABLE pgcoord_semaphores IS 'pgcoord: one row per semaphore key: limit, weight, fairness accounting';
 
@@ -242,17 +245,19 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    -- Lock the key's row first (pgcoord_gc skips a locked key), creating it if needed.
-    PERFORM FROM pgcoord_semaphores WHERE key = p_key FOR UPDATE;
-    IF NOT FOUND THEN
+    -- The admission locks the key's row (pgcoord_gc skips a locked key). A key it does not
+    -- find — new, or collected since — is created, and the admission tried again.
+    FOR i IN 1..2 LOOP
+        SELECT * INTO r FROM pgcoord_semaphore_admit(p_key, p_holder, p_ttl, false);
+        IF FOUND THEN
+            RETURN NEXT r;
+            RETURN;
+        END IF;
+        PERFORM FROM pgcoord_semaphores WHERE key = p_key; -- locked by the admission if there
+        EXIT WHEN FOUND;
         INSERT INTO pgcoord_semaphores (key, permit_limit, created_at, updated_at)
         VALUES (p_key, p_limit, v_now, v_now) ON CONFLICT (key) DO NOTHING;
-    END IF;
-    SELECT * INTO r FROM pgcoord_semaphore_admit(p_key, p_holder, p_ttl, false);
-    IF FOUND THEN
-        RETURN NEXT r;
-        RETURN;
-    END IF;
+    END LOOP;
     UPDATE pgcoord_semaphores SET refused = refused + 1 WHERE key = p_key;
     IF p_wait IS NOT NULL THEN
         INSERT INTO pgcoord_semaphore_waiters (key, holder, since, wanted_until)
@@ -475,14 +480,21 @@ $$;
 -- letting a concurrent caller skip to the next key while the first is being served would
 -- hand the lower-priority key the turn. p_sync_commit is as in pgcoord_lease_acquire; on a
 -- standby it raises 25006.
+--
+-- Cost: the candidates are read in virtual-time order through pgcoord_semaphores_by_vtime
+-- (or, with p_keys, through the primary key), from a cursor planned for its first rows: a
+-- call reads the keys it passes over and the one it serves, not every key with demand. JIT
+-- is off: the planner prices a walk over every key, and compiling that costs more than the
+-- few rows a call reads.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_semaphore_next(
     p_holder text, p_ttl interval, p_keys text[] DEFAULT NULL, p_sync_commit text DEFAULT NULL
-) RETURNS SETOF pgcoord_semaphore_permits LANGUAGE plpgsql AS $$
+) RETURNS SETOF pgcoord_semaphore_permits LANGUAGE plpgsql SET jit = off AS $$
 DECLARE
     v_now timestamptz := pgcoord_now();
-    s pgcoord_semaphores;
+    v_key text;
     r pgcoord_semaphore_permits;
+    candidates refcursor;
 BEGIN
     IF NOT pgcoord_name_ok(p_holder) THEN
         PERFORM pgcoord_refuse_name('permit holder', p_holder);
@@ -507,19 +519,29 @@ BEGIN
     PERFORM pg_advisory_xact_lock(pgcoord_lock_key('semaphore:next'));
     -- Candidates in virtual-time order, one at a time: keys with a unit of demand that no
     -- live permit of Next holds (read without locking), of which a key at its limit is
-    -- passed over.
-    FOR s IN
-        SELECT * FROM pgcoord_semaphores k
-         WHERE k.demand > 0 AND (p_keys IS NULL OR k.key = ANY (p_keys))
-           AND k.demand > (SELECT count(*) FROM pgcoord_semaphore_permits p
-                            WHERE p.key = k.key AND p.reserved AND p.expires_at > v_now)
-         ORDER BY k.vtime, k.key
+    -- passed over. Two statements, so that each has a plan of its own.
+    IF p_keys IS NULL THEN
+        OPEN candidates FOR
+            SELECT k.key FROM pgcoord_semaphores k
+             WHERE k.demand > 0 AND k.demand > (SELECT count(*) FROM pgcoord_semaphore_permits p
+                                                 WHERE p.key = k.key AND p.reserved AND p.expires_at > v_now)
+             ORDER BY k.vtime, k.key;
+    ELSE
+        OPEN candidates FOR
+            SELECT k.key FROM pgcoord_semaphores k
+             WHERE k.key = ANY (p_keys) AND k.demand > 0
+               AND k.demand > (SELECT count(*) FROM pgcoord_semaphore_permits p
+                                WHERE p.key = k.key AND p.reserved AND p.expires_at > v_now)
+             ORDER BY k.vtime, k.key;
+    END IF;
     LOOP
-        SELECT * INTO r FROM pgcoord_semaphore_admit(s.key, p_holder, p_ttl, true);
+        FETCH candidates INTO v_key;
+        EXIT WHEN NOT FOUND;
+        SELECT * INTO r FROM pgcoord_semaphore_admit(v_key, p_holder, p_ttl, true);
         IF FOUND THEN
             UPDATE pgcoord_semaphores
                SET vtime = vtime + 1.0 / weight, served_at = pgcoord_clock()
-             WHERE key = s.key;
+             WHERE key = v_key;
             RETURN NEXT r;
             RETURN;
         END IF;

@@ -82,16 +82,18 @@ CREATE FUNCTION pgcoord_idempotency_held(p_scope text, p_key text) RETURNS boole
 -- pgcoord_idempotency_lookup returns the committed state of (scope, key): its row, or, for a
 -- key removed by GC whose tombstone has not expired, a row with state 'expired' carrying the
 -- tombstone's fingerprint and expiry; no row for an unknown key. It locks nothing. (A plain
--- SQL function: the planner inlines it, so a replay's lookup costs what the bare SELECT does.)
+-- SQL function: the planner inlines it, so a replay's lookup costs what the bare SELECT does.
+-- The LIMIT stops the Append at the key's row: the tombstones are read only for a key that
+-- is not there.)
 CREATE FUNCTION pgcoord_idempotency_lookup(p_scope text, p_key text)
 RETURNS SETOF pgcoord_idempotency_keys LANGUAGE sql STABLE AS $$
-    SELECT * FROM pgcoord_idempotency_keys WHERE scope = p_scope AND key = p_key
+    (SELECT * FROM pgcoord_idempotency_keys WHERE scope = p_scope AND key = p_key)
     UNION ALL
-    SELECT t.scope, t.key, t.fingerprint, 'expired'::text, ''::text, 0, NULL::text, NULL::bytea,
-           NULL::integer, NULL::jsonb, NULL::bytea, t.expires_at, t.expires_at, NULL::timestamptz, t.expires_at
-      FROM pgcoord_idempotency_tombstones t
-     WHERE t.scope = p_scope AND t.key = p_key AND t.expires_at > pgcoord_now()
-       AND NOT EXISTS (SELECT FROM pgcoord_idempotency_keys k WHERE k.scope = p_scope AND k.key = p_key)
+    (SELECT t.scope, t.key, t.fingerprint, 'expired'::text, ''::text, 0, NULL::text, NULL::bytea,
+            NULL::integer, NULL::jsonb, NULL::bytea, t.expires_at, t.expires_at, NULL::timestamptz, t.expires_at
+       FROM pgcoord_idempotency_tombstones t
+      WHERE t.scope = p_scope AND t.key = p_key AND t.expires_at > pgcoord_now())
+    LIMIT 1
 $$;
 
 -- pgcoord_idempotency_begin starts an attempt of (scope, key) for p_holder. Call it in the

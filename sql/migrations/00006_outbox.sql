@@ -7,8 +7,8 @@
 -- transaction commits, so no message is skipped (outbox/doc.go has the reasoning).
 --
 -- Order per key: every write path (the pgcoord_outbox_enqueue* functions, and the Go
--- library's statement) takes a transaction-level advisory lock on (topic, key) before the
--- INSERT, so two transactions writing one key are serialized: the
+-- library's statements) takes a transaction-level advisory lock on (topic, key) before the
+-- INSERT (pgcoord_outbox_lock), so two transactions writing one key are serialized: the
 -- second gets its id only after the first committed or rolled back, and ids of one key are
 -- in commit order. A relay claims only the oldest pending message of a key (its head) and
 -- the pending messages right behind it, so a key is delivered in id order, one relay at a
@@ -99,13 +99,10 @@ CREATE FUNCTION pgcoord_outbox_wake_flag() RETURNS text
 -- and sets the flag; later calls return at once. The lock, the flag and the notification
 -- are undone together by a rolled-back savepoint. It returns true.
 --
--- Writers call it in the statement that inserts, guarded so that only a transaction's
--- first message pays for a function call:
---   WHERE current_setting(pgcoord_outbox_wake_flag(), true) = 'on' OR pgcoord_outbox_wake()
--- and before they take their (topic, key) locks, so that a producer holds no key's lock
--- during the instant it may wait for a registering relay's commit. It is not a trigger: an
--- AFTER trigger's bookkeeping cost more than the check itself, on every statement. A row
--- INSERTed by hand therefore wakes no relay; the relays find it at their next poll.
+-- Writers call it through pgcoord_outbox_lock, in the statement that inserts, before they
+-- take their (topic, key) locks. It is not a trigger: an AFTER trigger's bookkeeping cost
+-- more than the check itself, on every statement. A row INSERTed by hand therefore wakes
+-- no relay; the relays find it at their next poll.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_outbox_wake() RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
@@ -160,6 +157,47 @@ CREATE FUNCTION pgcoord_outbox_lock_key(p_topic text, p_key text) RETURNS bigint
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     AS $$ SELECT pgcoord_lock_key('outbox:' || octet_length(p_topic)::text || ':' || p_topic || ':' || p_key) $$;
 
+-- pgcoord_outbox_lock is the enqueue protocol: every write path calls it for a message's
+-- (topic, key) in the statement that inserts, before the message's id is drawn. It makes
+-- the wake-up check (pgcoord_outbox_wake, a function call for the transaction's first
+-- message only) first, so that a producer holds no key's lock during the instant it may
+-- wait for a registering relay's commit, then takes the transaction-level advisory lock on
+-- (topic, key), held until the caller's transaction ends: writers of one key are
+-- serialized, so the key's ids are in commit order. It returns true. It is one expression
+-- (CASE orders the two steps), so the planner inlines it into the calling statement: no
+-- function call.
+CREATE FUNCTION pgcoord_outbox_lock(p_topic text, p_key text) RETURNS boolean
+    LANGUAGE sql
+    AS $$ SELECT CASE WHEN current_setting(pgcoord_outbox_wake_flag(), true) = 'on' OR pgcoord_outbox_wake()
+                      THEN pg_advisory_xact_lock(pgcoord_outbox_lock_key(p_topic, p_key)) IS NOT NULL END $$;
+
+-- pgcoord_outbox_insert writes messages in the caller's transaction and returns them in
+-- the order given: element i of each array is message i; NULL is_json, headers and delays
+-- stand for false, '{}' and no delay. It takes every lock of pgcoord_outbox_lock first, in
+-- (topic, key) order, so two batches never deadlock on each other; ids follow the arrays'
+-- order, so each key keeps the order it was given in. It checks nothing:
+-- pgcoord_outbox_enqueue_many calls it after its checks, and the Go library's EnqueueBatch
+-- after its own.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_outbox_insert(
+    p_topics text[], p_keys text[], p_payloads bytea[], p_is_json boolean[], p_headers jsonb[], p_delays interval[]
+) RETURNS SETOF pgcoord_outbox LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pgcoord_outbox_wake(); -- an empty batch too
+    PERFORM pgcoord_outbox_lock(k.topic, k.key)
+       FROM (SELECT DISTINCT m.topic, m.key FROM unnest(p_topics, p_keys) AS m(topic, key) ORDER BY 1, 2) k;
+    RETURN QUERY
+    INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
+    SELECT m.topic, m.key, m.payload, coalesce(m.is_json, false), coalesce(m.headers, '{}'),
+           pgcoord_now() + coalesce(m.delay, interval '0')
+      FROM unnest(p_topics, p_keys, p_payloads, p_is_json, p_headers, p_delays)
+           WITH ORDINALITY AS m(topic, key, payload, is_json, headers, delay, n)
+     ORDER BY m.n
+    RETURNING *;
+END
+$$;
+-- +goose StatementEnd
+
 -- pgcoord_outbox_enqueue_bytes writes one message in the caller's transaction and returns
 -- it: payload as bytes (p_is_json declares it JSON, checked here), headers a JSON object,
 -- p_delay (NULL or >= 0) postpones it by the database clock. It first takes a
@@ -190,8 +228,7 @@ BEGIN
         PERFORM pgcoord_refuse('outbox headers', 'a JSON object of at most 65536 bytes, or NULL',
                                jsonb_typeof(p_headers) || ' of ' || pg_column_size(p_headers) || ' bytes');
     END IF;
-    PERFORM pgcoord_outbox_wake();
-    PERFORM pg_advisory_xact_lock(pgcoord_outbox_lock_key(p_topic, p_key));
+    PERFORM pgcoord_outbox_lock(p_topic, p_key);
     RETURN QUERY
     INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
     VALUES (p_topic, p_key, p_payload, coalesce(p_is_json, false), coalesce(p_headers, '{}'),
@@ -246,17 +283,7 @@ BEGIN
                 WHERE jsonb_typeof(coalesce(h.v, '{}')) <> 'object' OR pg_column_size(h.v) > 65536) THEN
         RAISE EXCEPTION 'pgcoord: outbox headers must be JSON objects of at most 65536 bytes, or NULL' USING ERRCODE = '22023';
     END IF;
-    PERFORM pgcoord_outbox_wake();
-    PERFORM pg_advisory_xact_lock(pgcoord_outbox_lock_key(k.topic, k.key))
-       FROM (SELECT DISTINCT m.topic, m.key FROM unnest(p_topics, p_keys) AS m(topic, key) ORDER BY 1, 2) k;
-    RETURN QUERY
-    INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
-    SELECT m.topic, m.key, m.payload, coalesce(m.is_json, false), coalesce(m.headers, '{}'),
-           pgcoord_now() + coalesce(m.delay, interval '0')
-      FROM unnest(p_topics, p_keys, p_payloads, p_is_json, p_headers, p_delays)
-           WITH ORDINALITY AS m(topic, key, payload, is_json, headers, delay, n)
-     ORDER BY m.n
-    RETURNING *;
+    RETURN QUERY SELECT * FROM pgcoord_outbox_insert(p_topics, p_keys, p_payloads, p_is_json, p_headers, p_delays);
 END
 $$;
 -- +goose StatementEnd
@@ -378,37 +405,51 @@ BEGIN
         SELECT c.id FROM (SELECT p.id, p.n, sum(p.bytes) OVER (ORDER BY p.n) AS upto FROM picked p) c
          WHERE c.n = 1 OR c.upto <= p_max_bytes
     )
+    -- The rows by primary key only, as in pgcoord_outbox_settle (which says why).
     UPDATE pgcoord_outbox o
        SET claim_token = v_token, claimed_by = p_claimant, claim_expires_at = v_now + p_ttl
-      FROM capped
-     WHERE o.id = capped.id AND o.state = 'pending'
+     WHERE o.id = ANY (ARRAY(SELECT capped.id FROM capped)) AND o.state NOT IN ('delivered', 'dead')
     RETURNING o.*;
 END
 $$;
 -- +goose StatementEnd
 
--- pgcoord_outbox_settle records the outcome of one claim (p_token) in one statement:
+-- pgcoord_outbox_settle records the outcome of one claim (p_token) in one call:
 -- p_delivered are marked delivered; p_failed (with p_errors, one per id) count a failed
 -- attempt and go dead at p_max_attempts, else are due again after an exponential backoff
 -- (p_backoff * 2^(attempts-1), at most p_max_backoff, times a random 0.8..1.2), by the
 -- database clock; p_released are let go untried. Only rows still pending under p_token,
 -- and not yet settled, change: a claim taken over by another relay, or settled before,
--- changes nothing. Returns how many rows it changed. Bad arguments raise 22004 or 22023:
+-- changes nothing. Returns how many rows of each kind it changed (delivered, failed —
+-- dead included — dead, released): fewer than sent means another relay took the claim over
+-- after it expired. Bad arguments raise 22004 or 22023:
 -- a token not positive, p_errors not as long as p_failed, p_max_attempts below 1, a backoff
 -- not within 0 <= p_backoff <= p_max_backoff <= 366 days.
+--
+-- Each kind of outcome is one UPDATE whose rows are found by primary key only, so that
+-- every plan the planner may pick costs O(ids), however stale the table's statistics:
+-- WHERE id = ANY (ids), no join (joined with the ids, the table may be scanned and matched
+-- row by row: a plan chosen, after a bulk load or a TRUNCATE that autoanalyze has not seen,
+-- for the claim token's or the state's wrongly low estimate, costs O(backlog) per call),
+-- and the state tested with NOT IN, which the partial index of pending messages cannot
+-- serve (state = 'pending' lets the planner read that whole index instead).
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_outbox_settle(
     p_token bigint, p_delivered bigint[], p_failed bigint[], p_errors text[], p_released bigint[],
     p_max_attempts integer, p_backoff interval, p_max_backoff interval
-) RETURNS integer LANGUAGE plpgsql
--- The rows are found by primary key. Without this the planner, which estimates the claim
--- token to match about one row, scans the whole table instead (100x slower at 100k rows).
+) RETURNS TABLE (delivered integer, failed integer, dead integer, released integer) LANGUAGE plpgsql
+-- A table scan is never the way to a claim's rows, even when the planner thinks the table
+-- small (a bulk load it has not analyzed yet).
 SET enable_seqscan = off
 AS $$
 DECLARE
     v_now timestamptz := pgcoord_now();
-    v_n integer;
+    v_errors jsonb;
 BEGIN
+    delivered := 0;
+    failed := 0;
+    dead := 0;
+    released := 0;
     IF p_token IS NULL OR p_token < 1 THEN
         PERFORM pgcoord_refuse('claim token', 'positive', p_token::text);
     END IF;
@@ -424,30 +465,38 @@ BEGIN
         PERFORM pgcoord_refuse('backoff', 'within 0 <= backoff <= max backoff <= 366 days',
                                p_backoff || ' and ' || p_max_backoff);
     END IF;
-    WITH outcome AS (
-        SELECT d.id, 'd' AS kind, NULL::text AS err FROM unnest(p_delivered) AS d(id)
-        UNION ALL
-        SELECT f.id, 'f', f.err FROM unnest(p_failed, p_errors) AS f(id, err)
-        UNION ALL
-        SELECT r.id, 'r', NULL FROM unnest(p_released) AS r(id)
-    )
-    UPDATE pgcoord_outbox o
-       SET state = CASE
-                WHEN x.kind = 'd' THEN 'delivered'
-                WHEN x.kind = 'f' AND o.attempts + 1 >= p_max_attempts THEN 'dead'
-                ELSE 'pending' END,
-           delivered_at = CASE WHEN x.kind = 'd' THEN v_now END,
-           dead_at = CASE WHEN x.kind = 'f' AND o.attempts + 1 >= p_max_attempts THEN v_now END,
-           attempts = o.attempts + (x.kind = 'f')::int,
-           last_error = CASE WHEN x.kind = 'f' THEN left(x.err, 2000) ELSE o.last_error END,
-           available_at = CASE WHEN x.kind = 'f' THEN
-                v_now + least(p_max_backoff, p_backoff * power(2, least(o.attempts, 40))) * (0.8 + 0.4 * random())
-                ELSE o.available_at END,
-           claim_expires_at = NULL
-      FROM outcome x
-     WHERE o.id = x.id AND o.claim_token = p_token AND o.claim_expires_at IS NOT NULL AND o.state = 'pending';
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    RETURN v_n;
+    IF cardinality(p_delivered) > 0 THEN
+        UPDATE pgcoord_outbox o
+           SET state = 'delivered', delivered_at = v_now, claim_expires_at = NULL
+         WHERE o.id = ANY (p_delivered)
+           AND o.claim_token = p_token AND o.claim_expires_at IS NOT NULL AND o.state NOT IN ('delivered', 'dead');
+        GET DIAGNOSTICS delivered = ROW_COUNT;
+    END IF;
+    IF cardinality(p_failed) > 0 THEN
+        -- Each row's error by its id: one lookup in an object, not a join.
+        SELECT jsonb_object_agg(f.id, left(f.err, 2000)) INTO v_errors FROM unnest(p_failed, p_errors) AS f(id, err)
+         WHERE f.id IS NOT NULL;
+        WITH settled AS (
+            UPDATE pgcoord_outbox o
+               SET state = CASE WHEN o.attempts + 1 >= p_max_attempts THEN 'dead' ELSE 'pending' END,
+                   dead_at = CASE WHEN o.attempts + 1 >= p_max_attempts THEN v_now END,
+                   attempts = o.attempts + 1,
+                   last_error = v_errors ->> o.id::text,
+                   available_at = v_now + least(p_max_backoff, p_backoff * power(2, least(o.attempts, 40))) * (0.8 + 0.4 * random()),
+                   claim_expires_at = NULL
+             WHERE o.id = ANY (p_failed)
+               AND o.claim_token = p_token AND o.claim_expires_at IS NOT NULL AND o.state NOT IN ('delivered', 'dead')
+            RETURNING o.state)
+        SELECT count(*), count(*) FILTER (WHERE settled.state = 'dead') INTO failed, dead FROM settled;
+    END IF;
+    IF cardinality(p_released) > 0 THEN
+        UPDATE pgcoord_outbox o
+           SET claim_expires_at = NULL
+         WHERE o.id = ANY (p_released)
+           AND o.claim_token = p_token AND o.claim_expires_at IS NOT NULL AND o.state NOT IN ('delivered', 'dead');
+        GET DIAGNOSTICS released = ROW_COUNT;
+    END IF;
+    RETURN NEXT;
 END
 $$;
 -- +goose StatementEnd
@@ -472,6 +521,8 @@ DROP FUNCTION pgcoord_outbox_claim(text, integer, integer, bigint, interval, tex
 DROP FUNCTION pgcoord_outbox_enqueue(text, text, jsonb, jsonb, interval);
 DROP FUNCTION pgcoord_outbox_enqueue_many(text[], text[], bytea[], boolean[], jsonb[], interval[]);
 DROP FUNCTION pgcoord_outbox_enqueue_bytes(text, text, bytea, boolean, jsonb, interval);
+DROP FUNCTION pgcoord_outbox_insert(text[], text[], bytea[], boolean[], jsonb[], interval[]);
+DROP FUNCTION pgcoord_outbox_lock(text, text);
 DROP FUNCTION pgcoord_outbox_idle(text, interval);
 DROP TABLE pgcoord_outbox;
 DROP FUNCTION pgcoord_outbox_lock_key(text, text);

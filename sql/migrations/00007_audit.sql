@@ -8,7 +8,7 @@ CREATE TABLE pgcoord_audit (
     id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     -- at is the database clock of the action's transaction.
     at          timestamptz NOT NULL DEFAULT pgcoord_now(),
-    -- actor is who acted: the dashboard token's identity, or 'local' without a token.
+    -- actor is who acted: the CLI's --actor, or the dashboard's signed-in operator.
     actor       text        NOT NULL CHECK (octet_length(actor) BETWEEN 1 AND 255),
     -- remote_addr is the client address the request came from.
     remote_addr text        NOT NULL DEFAULT '',

@@ -10,5 +10,6 @@ RETURNING *;
 SELECT a.* FROM pgcoord_audit a
 WHERE (@before_id::bigint = 0 OR a.id < @before_id::bigint)
   AND (sqlc.narg('action')::text IS NULL OR a.action = sqlc.narg('action')::text)
+  AND starts_with(a.target, @target_prefix::text)
 ORDER BY a.id DESC
 LIMIT @max_rows::int;

@@ -23,6 +23,7 @@ WHERE k.scope = @scope::text AND k.key = @key::text;
 -- name: IdempotencyList :many
 -- held is whether a live attempt holds the key (its advisory lock is granted); an in-flight
 -- key nobody holds is stuck: its holder died and no retry has recovered it yet.
+-- scope_prefix ('' for all scopes) as in ListLeases.
 SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point,
        k.status, coalesce(octet_length(k.body), 0)::int AS body_bytes, k.created_at, k.updated_at,
        k.completed_at, k.expires_at,
@@ -30,6 +31,7 @@ SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_
        pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_idempotency_keys k
 WHERE (k.scope, k.key) > (@after_scope::text, @after_key::text)
+  AND k.scope >= @scope_prefix::text AND starts_with(k.scope, @scope_prefix::text)
   AND (NOT @in_flight_only::boolean OR k.state = 'in_flight')
   AND (NOT @stuck_only::boolean OR (k.state = 'in_flight' AND NOT pgcoord_idempotency_held(k.scope, k.key)))
 ORDER BY k.scope, k.key

@@ -32,9 +32,14 @@ SELECT l.*, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_leases l WHERE l.name = @name::text;
 
 -- name: ListLeases :many
+-- prefix ('' for all) matches by starts_with, exactly ('%' and '_' are plain characters); the
+-- bound name >= prefix starts the primary key's index scan at the prefix in any collation.
+-- There is no upper bound (one is exact only in the C collation), so a page that finds
+-- fewer matches than max_rows reads the index on to its end.
 SELECT l.*, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_leases l
 WHERE l.name > @after::text
+  AND l.name >= @prefix::text AND starts_with(l.name, @prefix::text)
   AND (NOT @held_only::boolean OR l.expires_at > pgcoord_now())
   AND (NOT @expired_only::boolean OR l.expires_at <= pgcoord_now())
 ORDER BY l.name

@@ -3,44 +3,23 @@
 -- reads and repairs are plain statements.
 
 -- name: OutboxEnqueue :one
--- pgcoord_outbox_enqueue_bytes as one plain statement, for the Go library, which checks
--- the message before sending it; plain SQL saves the function call on the hottest path.
--- The subquery l makes the wake-up check (see pgcoord_outbox_wake: a function call for
--- the transaction's first message only), then takes the key's lock; the inserted row is
--- projected from l's one row, so its id is drawn after both (the planner keeps a volatile
+-- Enqueue's statement: the enqueue protocol (pgcoord_outbox_lock, which the planner
+-- inlines) and the INSERT in one plain statement; pgcoord_outbox_insert would cost the
+-- hottest path a PL/pgSQL call per message. The inserted row is projected from the
+-- subquery l's one row, so its id is drawn after the lock (the planner keeps a volatile
 -- output of a subquery, used or not; unlike a function scan or a CTE, a subquery does not
 -- materialize its row). NULL headers and delay stand for the columns' defaults.
 INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
 SELECT @topic::text, @key::text, @payload::bytea, @is_json::boolean, coalesce(sqlc.narg('headers')::jsonb, '{}'),
        pgcoord_now() + coalesce(sqlc.narg('delay')::interval, interval '0')
-  FROM (SELECT pg_advisory_xact_lock(pgcoord_outbox_lock_key(@topic::text, @key::text))
-         WHERE current_setting(pgcoord_outbox_wake_flag(), true) = 'on' OR pgcoord_outbox_wake()) l
+  FROM (SELECT pgcoord_outbox_lock(@topic::text, @key::text)) l
 RETURNING id, created_at, available_at;
 
 -- name: OutboxEnqueueMany :many
--- pgcoord_outbox_enqueue_many as plain SQL, for the Go library, which checks the messages
--- first: the wake-up check (w) is made, then every (topic, key) lock is taken, in (topic,
--- key) order, before the first id is drawn (l is one row, joined before any row is
--- inserted), and ids follow the arrays' order.
-WITH w AS (
-    SELECT pgcoord_outbox_wake() AS woken
-), l AS (
-    SELECT count(*) AS locked FROM (
-        SELECT pg_advisory_xact_lock(pgcoord_outbox_lock_key(k.topic, k.key))
-          FROM w, (SELECT DISTINCT (@topics::text[])[i] AS topic, (@keys::text[])[i] AS key
-                     FROM generate_subscripts(@topics::text[], 1) AS i
-                    ORDER BY 1, 2) k
-         WHERE w.woken) x
-), ins AS (
-    INSERT INTO pgcoord_outbox (topic, key, payload, is_json, headers, available_at)
-    SELECT (@topics::text[])[i], (@keys::text[])[i], (@payloads::bytea[])[i], (@is_json::boolean[])[i],
-           coalesce((@headers::jsonb[])[i], '{}'), pgcoord_now() + coalesce((@delays::interval[])[i], interval '0')
-      FROM l, generate_subscripts(@topics::text[], 1) AS i
-     WHERE l.locked >= 0
-     ORDER BY i
-    RETURNING id, created_at, available_at
-)
-SELECT ins.id, ins.created_at, ins.available_at FROM ins ORDER BY ins.id;
+-- EnqueueBatch's statement: pgcoord_outbox_insert, reading back only the columns it sets.
+SELECT i.id, i.created_at, i.available_at
+  FROM pgcoord_outbox_insert(@topics::text[], @keys::text[], @payloads::bytea[], @is_json::boolean[],
+                             @headers::jsonb[], @delays::interval[]) i;
 
 -- name: OutboxClaim :many
 SELECT o.* FROM pgcoord_outbox_claim(@claimant::text, @max_rows::int, @key_limit::int, @max_bytes::bigint,
@@ -48,9 +27,10 @@ SELECT o.* FROM pgcoord_outbox_claim(@claimant::text, @max_rows::int, @key_limit
                                      @after_key::text) o;
 
 -- name: OutboxSettle :one
-SELECT pgcoord_outbox_settle(@token::bigint, @delivered::bigint[], @failed::bigint[], @errors::text[],
-                             @released::bigint[], @max_attempts::int, @backoff::interval,
-                             @max_backoff::interval)::int AS settled;
+SELECT s.delivered::int AS delivered, s.failed::int AS failed, s.dead::int AS dead, s.released::int AS released
+FROM pgcoord_outbox_settle(@token::bigint, @delivered::bigint[], @failed::bigint[], @errors::text[],
+                           @released::bigint[], @max_attempts::int, @backoff::interval,
+                           @max_backoff::interval) s;
 
 -- name: OutboxIdle :one
 SELECT pgcoord_outbox_idle(@claimant::text, sqlc.narg('ttl')::interval)::boolean AS tight;
@@ -80,7 +60,8 @@ SELECT coalesce(p.topic, d.topic)::text AS topic,
        coalesce(p.max_attempts, 0)::int AS max_attempts,
        pgcoord_now()::timestamptz AS db_now
 FROM p FULL JOIN d ON d.topic = p.topic
-WHERE sqlc.narg('only_topic')::text IS NULL OR coalesce(p.topic, d.topic) = sqlc.narg('only_topic')::text
+WHERE (sqlc.narg('only_topic')::text IS NULL OR coalesce(p.topic, d.topic) = sqlc.narg('only_topic')::text)
+  AND starts_with(coalesce(p.topic, d.topic), @topic_prefix::text)
 ORDER BY 1;
 
 -- name: OutboxList :many
@@ -94,6 +75,7 @@ SELECT o.id, o.topic, o.key, o.is_json, o.headers, o.state, o.created_at, o.avai
 FROM pgcoord_outbox o
 WHERE (sqlc.narg('state')::text IS NULL OR o.state = sqlc.narg('state')::text)
   AND (sqlc.narg('topic')::text IS NULL OR o.topic = sqlc.narg('topic')::text)
+  AND starts_with(o.topic, @topic_prefix::text)
   AND o.id > @after_id::bigint
 ORDER BY o.id
 LIMIT @max_rows::int;
@@ -111,9 +93,16 @@ UPDATE pgcoord_outbox
  WHERE id = @id::bigint AND state IN ('pending', 'dead');
 
 -- name: OutboxRetryDead :execrows
+-- At most max_rows dead messages (of topic, if set), found through the partial index of
+-- dead messages, which a retried message leaves. The ids are read once (an IN subquery with
+-- LIMIT may be run again per row and pick other rows, updating more than max_rows).
 UPDATE pgcoord_outbox
    SET state = 'pending', dead_at = NULL, attempts = 0, available_at = pgcoord_now()
- WHERE state = 'dead' AND (sqlc.narg('topic')::text IS NULL OR topic = sqlc.narg('topic')::text);
+ WHERE id = ANY (ARRAY(
+         SELECT d.id FROM pgcoord_outbox d
+          WHERE d.state = 'dead' AND (sqlc.narg('topic')::text IS NULL OR d.topic = sqlc.narg('topic')::text)
+          LIMIT @max_rows::int))
+   AND state = 'dead';
 
 -- name: OutboxCountDead :one
 SELECT count(*) FROM pgcoord_outbox

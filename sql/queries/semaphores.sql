@@ -38,6 +38,7 @@ SELECT p.* FROM pgcoord_semaphore_drain(@key::text) p;
 SELECT pgcoord_channel('semaphores')::text AS channel;
 
 -- name: ListSemaphores :many
+-- prefix ('' for all keys) as in ListLeases.
 -- oldest_waiter_since and oldest_permit_at are 'epoch' when there is none (waiters = 0,
 -- held = 0): a NULL would not scan into the time.Time sqlc gives them. recent_waits is the
 -- admission-wait histogram of the last 5 to 10 minutes by db_now, bucket by bucket: the
@@ -61,7 +62,9 @@ SELECT s.*, pgcoord_now()::timestamptz AS db_now,
        coalesce((SELECT min(p.acquired_at) FROM pgcoord_semaphore_permits p
          WHERE p.key = s.key AND p.expires_at > pgcoord_now()), 'epoch')::timestamptz AS oldest_permit_at
 FROM pgcoord_semaphores s
-WHERE s.key > @after::text AND (sqlc.narg('only_key')::text IS NULL OR s.key = sqlc.narg('only_key')::text)
+WHERE s.key > @after::text
+  AND s.key >= @prefix::text AND starts_with(s.key, @prefix::text)
+  AND (sqlc.narg('only_key')::text IS NULL OR s.key = sqlc.narg('only_key')::text)
 ORDER BY s.key
 LIMIT @max_rows::int;
 

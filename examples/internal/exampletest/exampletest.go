@@ -73,10 +73,17 @@ func StartMain(t testing.TB, env ...string) *Process {
 	}
 	cmd.Env = append(cmd.Env, envRunMain+"=1")
 	cmd.Env = append(cmd.Env, env...)
+	return Start(t, cmd)
+}
+
+// Start starts cmd (an example run some other way: a script, say) as a Process whose
+// standard output and error it keeps. The process is killed when t ends if it still runs.
+func Start(t testing.TB, cmd *exec.Cmd) *Process {
+	t.Helper()
 	p := &Process{cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &p.out, &p.out
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("exampletest: start main: %v", err)
+		t.Fatalf("exampletest: start %s: %v", cmd.Path, err)
 	}
 	go func() {
 		_ = cmd.Wait() // the exit code is in cmd.ProcessState
@@ -95,6 +102,12 @@ func RunMain(t testing.TB, env ...string) (code int, output string) {
 	t.Helper()
 	return StartMain(t, env...).Wait(t)
 }
+
+// Pid returns the process's id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Signal sends the process sig.
+func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
 // Stop sends the process SIGTERM and waits, at most pgtest.WaitLimit, for it to exit. It
 // fails t unless the process exits with code 0.
@@ -117,7 +130,7 @@ func (p *Process) Wait(t testing.TB) (code int, output string) {
 	case <-time.After(pgtest.WaitLimit):
 		_ = p.cmd.Process.Kill()
 		<-p.done
-		t.Fatalf("exampletest: main did not exit within %v; output:\n%s", pgtest.WaitLimit, p.out.String())
+		t.Fatalf("exampletest: %s did not exit within %v; output:\n%s", p.cmd.Path, pgtest.WaitLimit, p.out.String())
 	}
 	return p.cmd.ProcessState.ExitCode(), p.out.String()
 }

@@ -22,12 +22,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
+
+// check makes this package's argument errors (their text is the cause alone).
+var check = base.Check("")
 
 // Bounds of an entry's text fields (the CHECKs of pgcoord_audit).
 const (
@@ -46,7 +51,8 @@ type Entry struct {
 	ID int64
 	// At is when the action's transaction ran, by the database clock. Set by Record.
 	At time.Time
-	// Actor is who acted: a token's identity, or "local".
+	// Actor is who acted: a name (given at the dashboard's login, or the CLI's --actor,
+	// by default the OS user and host) with what identifies its credentials.
 	Actor string
 	// RemoteAddr is the client address of the request.
 	RemoteAddr string
@@ -56,6 +62,22 @@ type Entry struct {
 	Target string
 	// Details are the action's parameters and outcome; never nil after Record or List.
 	Details map[string]any
+}
+
+// MaxNameLen bounds an operator's own name (CheckActor), so that with what identifies its
+// credentials the actor still fits MaxActorLen.
+const MaxNameLen = 64
+
+// CheckActor checks the name an operator gives for the audit log (`--actor`, the
+// dashboard's login form): 1 to MaxNameLen bytes of UTF-8 without control characters.
+func CheckActor(name string) error {
+	switch {
+	case name == "" || len(name) > MaxNameLen:
+		return fmt.Errorf("%w: a name must be 1 to %d bytes", ErrInvalid, MaxNameLen)
+	case !utf8.ValidString(name) || strings.ContainsFunc(name, base.IsControl):
+		return fmt.Errorf("%w: a name must be UTF-8 without control characters", ErrInvalid)
+	}
+	return nil
 }
 
 func (e Entry) validate() error {
@@ -78,7 +100,7 @@ func Record(ctx context.Context, db pgcoord.DBTX, e Entry) (Entry, error) {
 	if err := e.validate(); err != nil {
 		return Entry{}, err
 	}
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return Entry{}, err
 	}
 	details := e.Details
@@ -106,6 +128,9 @@ type ListOpts struct {
 	Before int64
 	// Action, if set, lists only entries of that action.
 	Action string
+	// TargetPrefix, if set, lists only entries whose target starts with it, character for
+	// character ('%' and '_' are plain characters). At most 255 bytes.
+	TargetPrefix string
 	// Limit caps the number of entries. Default pgcoord.DefaultListLimit; at most
 	// pgcoord.MaxListLimit.
 	Limit int
@@ -113,25 +138,30 @@ type ListOpts struct {
 
 // List returns entries newest first, one page at a time, never nil.
 func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]Entry, error) {
-	if err := pgcoord.CheckDB(db); err != nil {
+	if err := check.DB(db); err != nil {
 		return nil, err
 	}
 	var o ListOpts
 	if opts != nil {
 		o = *opts
 	}
-	limit, err := pgcoord.ListLimit(o.Limit)
+	limit, err := check.ListLimit(o.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	if o.Before < 0 {
-		return nil, fmt.Errorf("%w: audit: Before %d is negative", pgcoord.ErrInvalidArgument, o.Before)
+		return nil, check.Invalid("audit: Before %d is negative", o.Before)
 	}
 	var action *string
 	if o.Action != "" {
 		action = &o.Action
 	}
-	rows, err := queries.ListAudit(ctx, db, dbsqlc.ListAuditParams{BeforeID: o.Before, Action: action, MaxRows: limit})
+	if o.TargetPrefix != "" {
+		if err := check.Name("prefix of an audit target", o.TargetPrefix); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := queries.ListAudit(ctx, db, dbsqlc.ListAuditParams{BeforeID: o.Before, Action: action, TargetPrefix: o.TargetPrefix, MaxRows: limit})
 	if err != nil {
 		return nil, fmt.Errorf("audit: list: %w", err)
 	}

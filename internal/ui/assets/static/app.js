@@ -29,8 +29,10 @@
   var refreshes = 0;
 
   // editing reports whether the operator is filling in a form of the page: a field has
-  // the focus, or holds a value other than the one the page was drawn with.
+  // the focus, or holds a value other than the one the page was drawn with; or reads a
+  // payload it opened (a refresh would close it).
   function editing() {
+    if (main.querySelector('details[open]')) return true;
     var a = document.activeElement;
     if (a && main.contains(a) && (a.tagName === 'INPUT' || a.tagName === 'SELECT' || a.tagName === 'TEXTAREA')) return true;
     var fields = main.querySelectorAll('input:not([type=hidden])');
@@ -58,6 +60,7 @@
       })
       .then(function (html) {
         if (html === null) return;
+        if (editing()) return; // the operator began typing or opened a payload meanwhile: keep it
         main.innerHTML = html;
         refreshes++;
         document.body.dataset.refreshes = String(refreshes);

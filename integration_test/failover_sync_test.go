@@ -1,0 +1,184 @@
+package integration_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/leases"
+	"github.com/pgcoord/pgcoord/semaphore"
+	"github.com/pgcoord/pgcoord/singleton"
+)
+
+// TestFailoverSyncGrantsSurvive runs the primary with synchronous_commit = local (ordinary
+// traffic does not wait for the standby) and a synchronous standby, and grants with
+// SyncCommit "on". It shows that such a grant waits for the standby while an ordinary one
+// does not, and that after the primary crashes and the standby is promoted every
+// acknowledged grant is still there: the holders keep their leases, permits and run, a
+// newcomer is refused, and the next grant's token is higher than every token the old
+// primary acknowledged.
+func TestFailoverSyncGrantsSurvive(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pair := startReplicaPair(t, replicaPairOpts{sync: true, syncCommit: "local"})
+	primary := pair.primary.pool("pgcoord-failover-primary")
+
+	// With the standby down, an ordinary grant commits at once; a durable one waits for it.
+	pair.standby.stop("fast")
+	if _, err := leases.TryAcquire(ctx, primary, "ordinary", time.Hour, nil); err != nil {
+		t.Fatalf("an ordinary grant with synchronous_commit = local and no standby: %v", err)
+	}
+	durableLease := pgtest.Go(func() (leases.Lease, error) {
+		return leases.Acquire(ctx, primary, "durable", time.Hour, &leases.AcquireOpts{SyncCommit: "on"})
+	})
+	durablePermit := pgtest.Go(func() (semaphore.Permit, error) {
+		return semaphore.Acquire(ctx, primary, "durable", 1, time.Hour, &semaphore.AcquireOpts{SyncCommit: "on"})
+	})
+	monitor := pair.primary.monitor()
+	pollUntil(t, "both durable grants to wait for the synchronous standby", func() (bool, error) {
+		var n int
+		err := monitor.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`).Scan(&n)
+		return n == 2, err
+	})
+	if durableLease.Returned() || durablePermit.Returned() {
+		t.Fatal("a durable grant returned before the synchronous standby confirmed it")
+	}
+	pair.standby.start()
+	if _, err := durableLease.Wait(t); err != nil {
+		t.Fatalf("the durable lease, once the standby is back: %v", err)
+	}
+	if _, err := durablePermit.Wait(t); err != nil {
+		t.Fatalf("the durable permit, once the standby is back: %v", err)
+	}
+	pair.waitStreaming(true)
+
+	// A history of grants, each acknowledged to its caller; the last of each stays held.
+	var acked int64
+	var last leases.Lease
+	for i := range 10 {
+		l, err := leases.TryAcquire(ctx, primary, "report", time.Hour, &leases.AcquireOpts{Holder: "worker-a", SyncCommit: "on"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked, last = max(acked, l.Token), l
+		if i < 9 {
+			if err := leases.Release(ctx, primary, l, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	permit, err := semaphore.TryAcquire(ctx, primary, "tenant", 1, time.Hour, &semaphore.AcquireOpts{SyncCommit: "on"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := hourlyJob
+	job.SyncCommit = "on"
+	run, err := singleton.ClaimTick(ctx, primary, job, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pair.primary.stop("immediate")
+	pair.standby.promote()
+	promoted := pair.standby.pool("pgcoord-failover-promoted")
+
+	info, err := leases.Get(ctx, promoted, "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Held() || info.Holder != last.Holder || info.Token != last.Token {
+		t.Fatalf("after the failover the lease is %+v, want the acknowledged grant %+v still held", info, last)
+	}
+	if _, err := leases.TryAcquire(ctx, promoted, "report", time.Hour, nil); !errors.Is(err, leases.ErrHeld) {
+		t.Fatalf("a newcomer after the failover: got %v, want ErrHeld (the durable grant survived)", err)
+	}
+	if _, err := semaphore.TryAcquire(ctx, promoted, "tenant", 1, time.Hour, nil); !errors.Is(err, semaphore.ErrFull) {
+		t.Fatalf("a second permit after the failover: got %v, want ErrFull (the durable permit survived)", err)
+	}
+	if _, err := singleton.ClaimTick(ctx, promoted, hourlyJob, nil); !errors.Is(err, singleton.ErrNoTick) {
+		t.Fatalf("claiming the tick again after the failover: got %v, want ErrNoTick (the durable claim survived)", err)
+	}
+
+	// Once the grant ends (an operator expires it), the next one has a higher token than
+	// every acknowledged one.
+	if _, err := leases.Expire(ctx, promoted, "report", "failover-test"); err != nil {
+		t.Fatal(err)
+	}
+	next, err := leases.TryAcquire(ctx, promoted, "report", time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Token <= acked {
+		t.Fatalf("the promoted standby granted token %d; the old primary had acknowledged %d", next.Token, acked)
+	}
+	t.Logf("tokens acknowledged by the old primary: lease %d, permit %d, run %d; first after promotion: %d",
+		acked, permit.Token, run.Token, next.Token)
+}
+
+// TestFailoverSyncCommitOption shows that a grant's SyncCommit option becomes the
+// synchronous_commit of the transaction that grants, for every kind of grant, and that
+// without it the server's setting stays. (TestFailoverSyncGrantsSurvive shows what the
+// setting does with a synchronous standby.)
+func TestFailoverSyncCommitOption(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	grants := []struct {
+		name  string
+		grant func(tx pgx.Tx, level string) error
+	}{
+		{"leases.TryAcquire", func(tx pgx.Tx, level string) error {
+			_, err := leases.TryAcquire(ctx, tx, "report", time.Minute, &leases.AcquireOpts{SyncCommit: level})
+			return err
+		}},
+		{"semaphore.TryAcquire", func(tx pgx.Tx, level string) error {
+			_, err := semaphore.TryAcquire(ctx, tx, "tenant", 1, time.Minute, &semaphore.AcquireOpts{SyncCommit: level})
+			return err
+		}},
+		{"semaphore.Next", func(tx pgx.Tx, level string) error {
+			if err := semaphore.AddDemand(ctx, tx, "tenant", 1, nil); err != nil {
+				return err
+			}
+			_, err := semaphore.Next(ctx, tx, time.Minute, &semaphore.NextOpts{SyncCommit: level})
+			return err
+		}},
+		{"singleton.ClaimTick", func(tx pgx.Tx, level string) error {
+			job := hourlyJob
+			job.SyncCommit = level
+			_, err := singleton.ClaimTick(ctx, tx, job, nil)
+			return err
+		}},
+	}
+	var server string
+	if err := pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&server); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range grants {
+		for _, level := range []string{"", "remote_write", "remote_apply"} {
+			want := level
+			if level == "" {
+				want = server
+			}
+			func() {
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(ctx) // each round grants afresh
+				if err := g.grant(tx, level); err != nil {
+					t.Fatalf("%s with SyncCommit %q: %v", g.name, level, err)
+				}
+				var got string
+				if err := tx.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&got); err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Errorf("%s with SyncCommit %q: the granting transaction commits with synchronous_commit %q, want %q", g.name, level, got, want)
+				}
+			}()
+		}
+	}
+}

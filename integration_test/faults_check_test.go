@@ -1,0 +1,309 @@
+//go:build unix
+
+package integration_test
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// check checks the history and the database against every invariant.
+func (h *faultHarness) check() {
+	hist := parseFaultHistory(h.t, h.lines)
+	h.t.Logf("history: %d register writes (%d ok, %d stale, %d unknown), %d grants, %d permits, %d ticks",
+		hist.count("ok")+hist.count("stale")+hist.count(""), hist.count("ok"), hist.count("stale"), hist.count(""),
+		len(hist.grants), len(hist.permits), hist.ticks)
+	var ledger string
+	if err := h.admin.QueryRow(h.ctx, `SELECT coalesce(string_agg(state || ' ' || n, ', '), 'empty') FROM
+			(SELECT state, count(*) AS n FROM pgcoord_job_runs GROUP BY state ORDER BY state) s`).Scan(&ledger); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Logf("cron ledger: %s", ledger)
+	if hist.idle() {
+		h.t.Fatal("a workload did nothing: the run proves nothing")
+	}
+	h.checkRegisters(hist)
+	h.checkGrants(hist)
+	h.checkPermits(hist)
+	h.checkTicks()
+	h.checkCharges()
+	h.checkOutbox()
+}
+
+// idle reports whether a workload of the history did nothing the checks can judge: no
+// register write accepted, no permit or no tick.
+func (hist *faultHistory) idle() bool {
+	return hist.count("ok") == 0 || len(hist.permits) == 0 || hist.ticks == 0
+}
+
+// settle lets the workers run on, without faults, until every workload has done something
+// the checks can judge, or limit passes (check then says which did nothing): on a loaded
+// machine the fault window can end before a workload got going.
+func (h *faultHarness) settle(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		h.mu.Lock()
+		lines := slices.Clone(h.lines)
+		h.mu.Unlock()
+		if !parseFaultHistory(h.t, lines).idle() {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkOutbox drains what the workers' relays left, then checks that every committed
+// message was applied exactly once, no rolled-back one was, and each key's messages were
+// first applied in order.
+func (h *faultHarness) checkOutbox() {
+	relay, err := newFaultRelay(h.admin, "drain")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var pending int
+		if err := h.admin.QueryRow(h.ctx, `SELECT count(*) FROM pgcoord_outbox WHERE topic = $1 AND state = 'pending'`,
+			faultTopic).Scan(&pending); err != nil {
+			h.t.Fatal(err)
+		}
+		if pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%d outbox messages still pending 60s after the faults", pending)
+		}
+		if n, err := relay.RunBatch(h.ctx); err != nil {
+			h.t.Fatal(err)
+		} else if n == 0 {
+			time.Sleep(50 * time.Millisecond) // the rest are in backoff or under an expiring claim
+		}
+	}
+	var messages, notOnce, phantom, outOfOrder int
+	err = h.admin.QueryRow(h.ctx, `SELECT
+			(SELECT count(*) FROM pgcoord_outbox WHERE topic = $1),
+			(SELECT count(*) FROM pgcoord_outbox o WHERE o.topic = $1
+			   AND (SELECT count(*) FROM fault_applied a WHERE a.message_id = o.id) <> 1),
+			(SELECT count(*) FROM fault_applied a WHERE NOT EXISTS (SELECT FROM pgcoord_outbox o WHERE o.id = a.message_id)),
+			(SELECT count(*) FROM (SELECT message_id, lag(message_id) OVER (PARTITION BY key ORDER BY seq) AS prev
+			                         FROM fault_applied) x WHERE prev > message_id)`, faultTopic).
+		Scan(&messages, &notOnce, &phantom, &outOfOrder)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Logf("outbox: %d committed messages", messages)
+	if messages == 0 {
+		h.t.Error("no outbox message committed: the workload did nothing")
+	}
+	if notOnce > 0 {
+		h.t.Errorf("%d committed outbox messages not applied exactly once", notOnce)
+	}
+	if phantom > 0 {
+		h.t.Errorf("%d applied messages were never committed (rolled back)", phantom)
+	}
+	if outOfOrder > 0 {
+		h.t.Errorf("%d messages first applied before an earlier message of their key", outOfOrder)
+	}
+}
+
+// checkCharges checks that each idempotency key charged at most once, and exactly once if
+// its response was stored.
+func (h *faultHarness) checkCharges() {
+	var keys, doubled, missing int
+	err := h.admin.QueryRow(h.ctx, `SELECT
+			(SELECT count(*) FROM pgcoord_idempotency_keys WHERE scope = $1 AND state = 'completed'),
+			(SELECT count(*) FROM (SELECT key FROM fault_charges GROUP BY key HAVING count(*) > 1) d),
+			(SELECT count(*) FROM pgcoord_idempotency_keys k WHERE k.scope = $1 AND k.state = 'completed'
+			   AND NOT EXISTS (SELECT FROM fault_charges c WHERE c.key = k.key))`, faultPayScope).Scan(&keys, &doubled, &missing)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Logf("idempotency: %d keys completed", keys)
+	if keys == 0 {
+		h.t.Error("no idempotency key completed: the workload did nothing")
+	}
+	if doubled > 0 {
+		h.t.Errorf("%d idempotency keys charged more than once", doubled)
+	}
+	if missing > 0 {
+		h.t.Errorf("%d idempotency keys completed without their charge", missing)
+	}
+}
+
+// checkRegisters checks the registers' history for linearizability, with the test's own
+// final read of each register, and their committed tokens for monotonicity.
+func (h *faultHarness) checkRegisters(hist *faultHistory) {
+	h.resolveGrants(hist)
+	ops := hist.porcupineOps()
+	for i := range faultRegisters {
+		reg := fmt.Sprintf("reg-%d", i)
+		call := time.Now().UnixNano()
+		var token, value int64
+		if err := h.admin.QueryRow(h.ctx, `SELECT token, value FROM fault_register WHERE name = $1`, reg).Scan(&token, &value); err != nil {
+			h.t.Fatal(err)
+		}
+		ops = append(ops, porcupine.Operation{ClientId: len(hist.clients), Call: call, Return: time.Now().UnixNano(),
+			Input: regInput{reg: reg}, Output: regOutput{known: true, token: token, value: value}})
+	}
+	res, _ := porcupine.CheckOperationsVerbose(registerModel, ops, time.Minute)
+	switch res {
+	case porcupine.Ok:
+	case porcupine.Illegal:
+		h.t.Error("the fenced registers' history is not linearizable: a stale write was accepted or a read saw a lost write")
+	default:
+		h.t.Error("porcupine could not decide within a minute")
+	}
+
+	rows, err := h.admin.Query(h.ctx, `SELECT name, token FROM fault_register_log ORDER BY id`)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer rows.Close()
+	last := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var token int64
+		if err := rows.Scan(&name, &token); err != nil {
+			h.t.Fatal(err)
+		}
+		if token < last[name] {
+			h.t.Errorf("%s: a write with token %d committed after one with token %d", name, token, last[name])
+		}
+		last[name] = token
+	}
+	if err := rows.Err(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// resolveGrants gives each grant attempt whose reply was lost the token it committed, from
+// the database's log of grants, or drops it when it committed none: the attempt's holder
+// was granted, on that register, a token above the one of its latest answered attempt
+// before it. (If that grant was in fact made by a later attempt of the holder, placing it
+// at the lost attempt — which porcupine may linearize anywhere after its call — only adds
+// possible orders.)
+func (h *faultHarness) resolveGrants(hist *faultHistory) {
+	type holderReg struct{ holder, reg string }
+	logged := map[holderReg][]int64{}
+	rows, err := h.admin.Query(h.ctx, `SELECT holder, name, token FROM fault_grant_log ORDER BY token`)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k holderReg
+		var token int64
+		if err := rows.Scan(&k.holder, &k.reg, &token); err != nil {
+			h.t.Fatal(err)
+		}
+		logged[k] = append(logged[k], token)
+	}
+	if err := rows.Err(); err != nil {
+		h.t.Fatal(err)
+	}
+	answered := map[holderReg]int64{} // the token of the holder's latest answered grant
+	for _, id := range hist.order {
+		op := hist.ops[id]
+		if !op.grant {
+			continue
+		}
+		k := holderReg{op.worker, op.reg}
+		switch op.outcome {
+		case "granted":
+			answered[k] = op.token
+		case "":
+			op.outcome = "lost" // committed nothing, unless the log says otherwise
+			for _, token := range logged[k] {
+				if token > answered[k] {
+					op.outcome, op.token = "granted", token
+					break
+				}
+			}
+		}
+	}
+}
+
+// checkGrants checks that no token was granted twice and no two grants were trusted at once.
+func (h *faultHarness) checkGrants(hist *faultHistory) {
+	type key struct {
+		reg   string
+		token int64
+	}
+	seen := map[key]string{}
+	byReg := map[string][]faultGrant{}
+	for _, g := range hist.grants {
+		k := key{g.reg, g.token}
+		if w, dup := seen[k]; dup && w != g.worker {
+			h.t.Errorf("%s: token %d granted to %s and to %s", g.reg, g.token, w, g.worker)
+		}
+		seen[k] = g.worker
+		byReg[g.reg] = append(byReg[g.reg], g)
+	}
+	for reg, gs := range byReg {
+		// A grant whose holder was paused between its reply and its trust line may have an
+		// empty interval: it never trusted the grant at all.
+		gs = slices.DeleteFunc(gs, func(g faultGrant) bool { return g.until <= g.from })
+		slices.SortFunc(gs, func(a, b faultGrant) int { return int(a.from - b.from) })
+		for i, a := range gs {
+			for _, b := range gs[i+1:] {
+				if b.from >= a.until {
+					break
+				}
+				if a.token != b.token {
+					h.t.Errorf("%s: grant %d (%s) trusted until %v, grant %d (%s) from %v: two holders trusted at once",
+						reg, a.token, a.worker, time.Unix(0, a.until), b.token, b.worker, time.Unix(0, b.from))
+				}
+			}
+		}
+	}
+}
+
+// checkPermits checks that no instant of the database clock had more than the limit of
+// live permits.
+func (h *faultHarness) checkPermits(hist *faultHistory) {
+	type edge struct {
+		at    int64
+		delta int
+	}
+	var edges []edge
+	for _, p := range hist.permits {
+		edges = append(edges, edge{p.start, +1}, edge{p.end, -1})
+	}
+	// At equal instants, ends before starts: a slot freed at t can be taken at t.
+	slices.SortFunc(edges, func(a, b edge) int {
+		if a.at != b.at {
+			return int(a.at - b.at)
+		}
+		return a.delta - b.delta
+	})
+	live, most := 0, 0
+	for _, e := range edges {
+		live += e.delta
+		most = max(most, live)
+	}
+	if most > faultSemLimit {
+		h.t.Errorf("%d permits of %s live at one instant, limit %d", most, faultSemKey, faultSemLimit)
+	}
+}
+
+// checkTicks checks the cron job's effects against its ledger.
+func (h *faultHarness) checkTicks() {
+	var doubled, missing int
+	err := h.admin.QueryRow(h.ctx, `SELECT
+			(SELECT count(*) FROM (SELECT tick FROM fault_effects GROUP BY tick HAVING count(*) > 1) d),
+			(SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = $1 AND r.state = 'succeeded'
+			   AND NOT EXISTS (SELECT FROM fault_effects e WHERE e.tick = (extract(epoch FROM r.scheduled_for) * 1e6)::bigint))`,
+		faultCronJob).Scan(&doubled, &missing)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if doubled > 0 {
+		h.t.Errorf("%d cron ticks recorded their effect more than once", doubled)
+	}
+	if missing > 0 {
+		h.t.Errorf("%d cron ticks succeeded in the ledger without their effect", missing)
+	}
+}

@@ -1,0 +1,127 @@
+//go:build unix
+
+package integration_test
+
+import (
+	"math"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// porcupineOps returns the register writes and reads for porcupine. A write without a
+// reply may or may not have happened: it stays open until the end of the history. A read
+// without a reply tells nothing and is left out.
+//
+// The grants of the registers' leases matter too: the fence refuses a token lower than the
+// newest grant even before that grant's holder writes. Each write carries what the grants
+// say about it, in real time: it may be refused if a higher grant was called before the write
+// returned (it may have committed before the write's check), and it must be refused if a
+// higher grant returned before the write was called. Grants whose reply was lost count
+// with the token they committed (resolveGrants) and no return: they make a refusal
+// possible, never necessary.
+func (hi *faultHistory) porcupineOps() []porcupine.Operation {
+	grants := map[string][]*faultOp{}
+	for _, id := range hi.order {
+		if op := hi.ops[id]; op.grant && op.outcome == "granted" {
+			grants[op.reg] = append(grants[op.reg], op)
+		}
+	}
+	var ops []porcupine.Operation
+	for _, id := range hi.order {
+		op := hi.ops[id]
+		if op.grant || (op.ret == 0 && !op.write) {
+			continue
+		}
+		in := regInput{write: op.write, reg: op.reg, token: op.token, value: op.val}
+		ret := op.ret
+		if ret == 0 {
+			ret = math.MaxInt64
+		}
+		if op.write {
+			for _, g := range grants[op.reg] {
+				if g.token > op.token && g.call < ret {
+					in.refusable = true
+				}
+				if g.token > op.token && g.ret != 0 && g.ret < op.call {
+					in.mustRefuse = true
+				}
+			}
+		}
+		o := porcupine.Operation{ClientId: hi.clients[op.worker], Call: op.call, Return: ret, Input: in}
+		switch op.outcome {
+		case "":
+			o.Output = regOutput{}
+		case "read":
+			o.Output = regOutput{known: true, token: op.token, value: op.val}
+		default:
+			o.Output = regOutput{known: true, accepted: op.outcome == "ok"}
+		}
+		ops = append(ops, o)
+	}
+	return ops
+}
+
+// The fenced register's sequential specification: a write is accepted if and only if its
+// token is not lower than the register's and no higher grant of the register's lease came
+// before it (see porcupineOps), and then sets both; a read returns both.
+type (
+	regState struct{ token, value int64 }
+	regInput struct {
+		write        bool
+		reg          string
+		token, value int64
+		// What the lease's grants say: a higher grant may have come before the write's
+		// check (it may be refused), or surely did (it must be).
+		refusable, mustRefuse bool
+	}
+	regOutput struct {
+		known        bool // false: the write's outcome is unknown (no reply)
+		accepted     bool // a write's outcome
+		token, value int64
+	}
+)
+
+var registerModel = (&porcupine.NondeterministicModel{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byReg := map[string][]porcupine.Operation{}
+		var regs []string
+		for _, op := range history {
+			r := op.Input.(regInput).reg
+			if _, ok := byReg[r]; !ok {
+				regs = append(regs, r)
+			}
+			byReg[r] = append(byReg[r], op)
+		}
+		var out [][]porcupine.Operation
+		for _, r := range regs {
+			out = append(out, byReg[r])
+		}
+		return out
+	},
+	Init: func() []any { return []any{regState{}} },
+	Step: func(state, input, output any) []any {
+		s, in, out := state.(regState), input.(regInput), output.(regOutput)
+		if !in.write {
+			if out.token == s.token && out.value == s.value {
+				return []any{s}
+			}
+			return nil
+		}
+		current := in.token >= s.token
+		next := regState{in.token, in.value}
+		switch {
+		case !out.known && current && !in.mustRefuse:
+			return []any{s, next} // it may or may not have committed
+		case !out.known:
+			return []any{s}
+		case out.accepted && current && !in.mustRefuse:
+			return []any{next}
+		case out.accepted:
+			return nil // a stale write was accepted
+		case !current || in.refusable:
+			return []any{s}
+		default:
+			return nil // a current write was refused
+		}
+	},
+}).ToModel()

@@ -1,0 +1,182 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// rounds splits d into rounds of about round each: at least one, and at least 3 when that
+// leaves rounds of 50ms or more.
+func rounds(d, round time.Duration) int {
+	n := int(d / round)
+	n = max(n, min(3, int(d/(50*time.Millisecond))), 1)
+	return n
+}
+
+// measure runs p's scenario (and its floor, alternating) at concurrency c.
+func measure(ctx context.Context, pool *pgxpool.Pool, p pair, c int, o Options) (Result, error) {
+	n := rounds(o.Duration, o.Round)
+	per := o.Duration / time.Duration(n)
+	res := Result{Scenario: p.a.Name, Concurrency: c, Floor: p.a.Name, Rounds: n}
+	if p.floor != nil {
+		res.Floor = p.floor.Name
+	}
+	if o.Progress != nil {
+		o.Progress(Progress{Scenario: res.Scenario, Floor: res.Floor, Concurrency: c, Rounds: n, RoundLength: per})
+	}
+	where := fmt.Sprintf("bench: %s c=%d", p.a.Name, c)
+
+	conns := make([]*pgxpool.Conn, 0, c)
+	defer func() {
+		for _, conn := range conns {
+			conn.Release()
+		}
+	}()
+	for range c {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return res, fmt.Errorf("%s: acquire connection: %w", where, err)
+		}
+		conns = append(conns, conn)
+	}
+	aOps, err := newWorkers(ctx, p.a, conns)
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", where, err)
+	}
+	var fOps []Op
+	if p.floor != nil {
+		if fOps, err = newWorkers(ctx, *p.floor, conns); err != nil {
+			return res, fmt.Errorf("%s: floor %w", where, err)
+		}
+	}
+
+	hists := make([]histogram, c)
+	aRates := make([]float64, 0, n)
+	fRates := make([]float64, 0, n)
+	for range n {
+		ops, rate, err := runRound(ctx, aOps, per, hists)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", where, err)
+		}
+		res.Ops += ops
+		aRates = append(aRates, rate)
+		if p.floor != nil {
+			_, rate, err := runRound(ctx, fOps, per, nil)
+			if err != nil {
+				return res, fmt.Errorf("%s: floor %s: %w", where, p.floor.Name, err)
+			}
+			fRates = append(fRates, rate)
+		}
+	}
+	if p.floor == nil {
+		fRates = aRates
+	}
+	res.OpsPerSec, res.FloorOpsPerSec, res.Ratio = ratioOfMedians(aRates, fRates)
+	var all histogram
+	for i := range hists {
+		all.merge(&hists[i])
+	}
+	res.P50, res.P99 = all.quantile(0.50), all.quantile(0.99)
+	return res, nil
+}
+
+func newWorkers(ctx context.Context, s Scenario, conns []*pgxpool.Conn) ([]Op, error) {
+	ops := make([]Op, len(conns))
+	for i, conn := range conns {
+		op, err := s.NewWorker(ctx, Worker{ID: i, Concurrency: len(conns), Conn: conn})
+		if err != nil {
+			return nil, fmt.Errorf("%s: worker %d: %w", s.Name, i, err)
+		}
+		if op == nil {
+			return nil, fmt.Errorf("%s: worker %d: NewWorker returned a nil Op", s.Name, i)
+		}
+		ops[i] = op
+	}
+	return ops, nil
+}
+
+// runRound runs every op in its own goroutine, again and again, until d has passed (an op
+// started before then completes and counts). It returns the number of ops completed and
+// their rate over the round's wall time. It records each op's latency in hists[worker]
+// when hists is not nil. The first error stops the round and is returned.
+func runRound(ctx context.Context, ops []Op, d time.Duration, hists []histogram) (int64, float64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	counts := make([]int64, len(ops))
+	start := time.Now()
+	end := start.Add(d)
+	for i, op := range ops {
+		var h *histogram
+		if hists != nil {
+			h = &hists[i]
+		}
+		wg.Go(func() {
+			var n int64
+			for {
+				t0 := time.Now()
+				if !t0.Before(end) {
+					break
+				}
+				if err := op(ctx); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("worker %d: %w", i, err)
+						cancel() // the other workers' errors are consequences
+					}
+					mu.Unlock()
+					break
+				}
+				if h != nil {
+					h.record(time.Since(t0))
+				}
+				n++
+			}
+			counts[i] = n
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return 0, 0, firstErr
+	}
+	var total int64
+	for _, n := range counts {
+		total += n
+	}
+	return total, float64(total) / elapsed.Seconds(), nil
+}
+
+// median returns the median of xs (the mean of the middle two for an even count), 0 for
+// none. It does not modify xs.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	m := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[m]
+	}
+	return (s[m-1] + s[m]) / 2
+}
+
+// ratioOfMedians returns the medians of a and of floor and their ratio (0 when the floor's
+// median is 0).
+func ratioOfMedians(a, floor []float64) (ma, mf, ratio float64) {
+	ma, mf = median(a), median(floor)
+	if mf > 0 {
+		ratio = ma / mf
+	}
+	return ma, mf, ratio
+}

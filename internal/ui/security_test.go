@@ -1,0 +1,151 @@
+package ui_test
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgcoord/pgcoord/internal/ui"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// DNS rebinding: a page of attacker.example whose name now resolves to 127.0.0.1 sends
+// its requests with Host attacker.example. Without a token the dashboard must answer
+// nothing to it — no page, no CSRF token, no /metrics, no action — and a POST from that
+// origin is refused even with a loopback Host.
+func TestUIRefusesRebindingAndForeignOrigins(t *testing.T) {
+	t.Parallel()
+	d := newDash(t, ui.Config{AllowActions: true, ShowPayloads: true})
+	holdLease(t, d.pool, "order:7", "worker-a", time.Minute, time.Time{}, nil)
+	port := d.url[strings.LastIndex(d.url, ":")+1:]
+	evil := "attacker.example:" + port
+	for _, p := range []string{"/", "/leases", "/outbox", "/metrics", "/static/app.css", "/login"} {
+		code, body, _ := d.do(t, http.MethodGet, p, nil, "Host", evil, "Accept", "text/html")
+		if code != http.StatusMisdirectedRequest || strings.Contains(body, "csrf") {
+			t.Errorf("GET %s with Host %s = %d, want 421 and nothing of the page", p, evil, code)
+		}
+	}
+	page := d.page(t, "/leases")
+	form := url.Values{"csrf": {csrf(t, page)}, "name": {"order:7"}, "confirmed": {"yes"}}
+	if code, _, _ := d.do(t, http.MethodPost, "/actions/lease/expire", form, "Host", evil, "Origin", "http://"+evil); code != http.StatusMisdirectedRequest {
+		t.Errorf("rebound POST = %d, want 421", code)
+	}
+	if code, _, _ := d.do(t, http.MethodPost, "/actions/lease/expire", form, "Origin", "http://"+evil); code != http.StatusForbidden {
+		t.Errorf("POST from origin %s = %d, want 403", evil, code)
+	}
+	if i := leaseInfo(t, d.pool, "order:7"); !i.Held() {
+		t.Fatal("a refused request expired the lease")
+	}
+	// The dashboard's own names keep working: loopback addresses and localhost.
+	for _, host := range []string{"localhost:" + port, "127.0.0.1:" + port} {
+		if code, _, _ := d.do(t, http.MethodGet, "/leases", nil, "Host", host); code != http.StatusOK {
+			t.Errorf("GET /leases with Host %s = %d, want 200", host, code)
+		}
+	}
+	_, page, _ = d.do(t, http.MethodGet, "/leases", nil, "Host", "localhost:"+port) // its cookies are localhost's
+	form.Set("csrf", csrf(t, page))
+	if code, body, _ := d.do(t, http.MethodPost, "/actions/lease/expire", form, "Origin", "http://localhost:"+port, "Host", "localhost:"+port); code != http.StatusSeeOther {
+		t.Errorf("POST from the dashboard's own origin = %d (%s), want 303", code, body)
+	}
+}
+
+// With a served port (Config.Addr), a loopback name at another port is another site.
+func TestUIHostNeedsTheServedPort(t *testing.T) {
+	t.Parallel()
+	d := newDash(t, ui.Config{Addr: "127.0.0.1:1"}) // what the server believes it serves
+	port := d.url[strings.LastIndex(d.url, ":")+1:]
+	if code, _, _ := d.do(t, http.MethodGet, "/", nil, "Host", "localhost:"+port); code != http.StatusMisdirectedRequest {
+		t.Errorf("Host localhost:%s for a dashboard served at port 1 = %d, want 421", port, code)
+	}
+	if code, _, _ := d.do(t, http.MethodGet, "/", nil, "Host", "localhost:1"); code != http.StatusOK {
+		t.Errorf("Host localhost:1 for a dashboard served at port 1 = %d, want 200", code)
+	}
+}
+
+// from returns a client of d's dashboard that connects from the loopback address ip.
+func from(d *dash, ip string) *dash {
+	c := newDashClient(d)
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	c.client.Transport = &http.Transport{DialContext: dialer.DialContext}
+	return c
+}
+
+// Login: a strong token is required, guessing is slowed down (the right token is refused
+// too while a client is locked out), a login lasts SessionTTL and ends at sign-out for
+// good, and a redirect after it never leaves the dashboard.
+func TestUILoginDefenses(t *testing.T) {
+	t.Parallel()
+	if _, err := ui.New(ui.Config{Pool: newDash(t, ui.Config{}).pool, Token: "s3cret"}); !errors.Is(err, pgcoord.ErrInvalidArgument) || !strings.Contains(err.Error(), "openssl rand") {
+		t.Fatalf("a 6-character token: %v, want ErrInvalidArgument saying how to make one", err)
+	}
+
+	d := newDash(t, ui.Config{Token: testToken, AllowActions: true})
+	for i := range 5 {
+		if code, _, _ := d.do(t, http.MethodPost, "/login", url.Values{"name": {"mallory"}, "token": {"guess"}}); code != http.StatusUnauthorized {
+			t.Fatalf("wrong guess %d = %d, want 401", i+1, code)
+		}
+	}
+	code, body, resp := d.do(t, http.MethodPost, "/login", url.Values{"name": {"mallory"}, "token": {testToken}})
+	if code != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, "too many") {
+		t.Fatalf("login after 5 wrong guesses = %d, want 429 with Retry-After, even with the right token", code)
+	}
+
+	for _, next := range []string{"/\t/evil.example", "/%09/evil.example", "//evil.example/", `/\evil.example`, "https://evil.example/", "/\n/evil.example", "/nowhere"} {
+		alice := newDashClient(newDash(t, ui.Config{Token: testToken}))
+		_, _, resp := alice.do(t, http.MethodPost, "/login", url.Values{"name": {"alice"}, "token": {testToken}, "next": {next}})
+		if loc := resp.Header.Get("Location"); loc != "/" {
+			t.Errorf("login with next=%q redirects to %q, want /", next, loc)
+		}
+		code, body, _ := alice.do(t, http.MethodGet, "/login?next="+url.QueryEscape(next), nil)
+		if code != http.StatusOK || !strings.Contains(body, `name="next" value="/"`) {
+			t.Errorf("login form with next=%q: %d, want it to carry next=/", next, code)
+		}
+	}
+
+	alice := from(d, "127.0.0.2") // another client address than the locked-out one
+	code, _, resp = alice.do(t, http.MethodPost, "/login", url.Values{"name": {"alice"}, "token": {testToken}, "next": {"/jobs?x=1"}})
+	if code != http.StatusSeeOther || resp.Header.Get("Location") != "/jobs?x=1" {
+		t.Fatalf("login = %d to %q, want 303 to /jobs?x=1", code, resp.Header.Get("Location"))
+	}
+	var session *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "pgcoord_ui_auth" {
+			session = c
+		}
+	}
+	if session == nil || session.MaxAge != int(ui.SessionTTL.Seconds()) {
+		t.Fatalf("login cookie %+v, want one expiring after SessionTTL", session)
+	}
+	page := alice.page(t, "/leases")
+	contains(t, "a signed-in page", page, `action="/logout"`)
+	if code, _, _ := alice.do(t, http.MethodPost, "/logout", url.Values{"csrf": {csrf(t, page)}}); code != http.StatusSeeOther {
+		t.Fatalf("logout = %d, want 303", code)
+	}
+	// The cookie, replayed as a thief who copied it would, no longer signs anyone in.
+	stolen := newDashClient(d)
+	if code, _, _ := stolen.do(t, http.MethodGet, "/leases", nil, "Cookie", session.Name+"="+session.Value); code != http.StatusUnauthorized {
+		t.Fatalf("GET with the cookie of a signed-out session = %d, want 401", code)
+	}
+}
+
+// A link cannot make the dashboard speak: ?msg= and a made-up ?flash= show nothing, while
+// an action's own result shows on the page it returns to.
+func TestUIMessagesComeFromTheServer(t *testing.T) {
+	t.Parallel()
+	d := newDash(t, ui.Config{AllowActions: true})
+	lie := "Your session expired: call +1 555 0100 to restore access"
+	for _, q := range []string{"?msg=", "?flash=", "?flash=0123abcd&msg="} {
+		if body := d.page(t, "/leases"+q+url.QueryEscape(lie)); strings.Contains(body, "555 0100") {
+			t.Fatalf("GET /leases%s<text> shows the text", q)
+		}
+	}
+	holdLease(t, d.pool, "order:8", "worker-a", time.Minute, time.Time{}, nil)
+	page := d.page(t, "/leases")
+	_, _, resp := d.do(t, http.MethodPost, "/actions/lease/expire",
+		url.Values{"csrf": {csrf(t, page)}, "name": {"order:8"}, "confirmed": {"yes"}})
+	contains(t, "the page an action returns to", d.page(t, resp.Header.Get("Location")), `class="flash"`, "order:8")
+}

@@ -1,0 +1,84 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/pgcoord/pgcoord/internal/base"
+	"github.com/pgcoord/pgcoord/internal/dbarg"
+	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+)
+
+// cursor is where the next claim resumes in (topic, key) order: keys are served round
+// robin, so a deep backlog of some keys never starves the others.
+type cursor struct{ topic, key string }
+
+func (c cursor) atStart() bool { return c == cursor{} }
+
+// batch claims one batch from the relay's cursor, delivers it and records the outcomes;
+// it returns how many messages it claimed, and whether the claim started from the first
+// key (so that claiming nothing means nothing is ready).
+func (r *Relay) batch(ctx context.Context) (n int, fromStart bool, err error) {
+	r.mu.Lock()
+	cur := r.cur
+	r.mu.Unlock()
+	sent := time.Now()
+	rows, err := queries.OutboxClaim(ctx, r.pool, dbsqlc.OutboxClaimParams{
+		Claimant: r.cfg.Claimant, MaxRows: int32(r.cfg.BatchSize), KeyLimit: int32(r.cfg.KeyBatchSize),
+		MaxBytes: int64(r.cfg.BatchBytes), Ttl: dbarg.Interval(r.cfg.ClaimTTL), Topics: r.topics(),
+		AfterTopic: cur.topic, AfterKey: cur.key,
+	})
+	if err != nil {
+		return 0, cur.atStart(), fmt.Errorf("outbox: claim: %w", base.TranslateError(err))
+	}
+	slices.SortFunc(rows, func(a, b dbsqlc.PgcoordOutbox) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Key, b.Key), cmp.Compare(a.ID, b.ID))
+	})
+	next := cursor{} // the walk reached the last key: start again from the first
+	if r.maybeCut(rows) {
+		// A limit may have cut the walk short (what it cut off lies after the last key in
+		// (topic, key) order): resume after that key.
+		last := rows[len(rows)-1]
+		next = cursor{last.Topic, last.Key}
+	}
+	r.mu.Lock()
+	r.cur = next
+	r.mu.Unlock()
+	if len(rows) == 0 {
+		return 0, cur.atStart(), nil
+	}
+	r.stats.claims.Add(1)
+	r.stats.claimed.Add(int64(len(rows)))
+	token := dbarg.Deref(rows[0].ClaimToken)
+
+	// Deliver until a tenth of the TTL before the claim ends, by the local clock counted
+	// from the moment the claim was sent.
+	dctx, cancel := context.WithDeadline(ctx, sent.Add(r.cfg.ClaimTTL-r.cfg.ClaimTTL/10))
+	defer cancel()
+	outcomes := r.deliver(dctx, groupByKey(rows))
+	return len(rows), cur.atStart(), r.settle(ctx, token, rows, outcomes)
+}
+
+func (r *Relay) topics() []string {
+	if len(r.cfg.Topics) == 0 {
+		return nil
+	}
+	return r.cfg.Topics
+}
+
+// maybeCut reports whether a claim of rows may have been cut short by BatchSize or
+// BatchBytes: it has BatchSize messages, or its payloads come within one message's
+// largest payload of BatchBytes.
+func (r *Relay) maybeCut(rows []dbsqlc.PgcoordOutbox) bool {
+	if len(rows) == 0 {
+		return false
+	}
+	bytes := 0
+	for _, row := range rows {
+		bytes += len(row.Payload)
+	}
+	return len(rows) == r.cfg.BatchSize || bytes > r.cfg.BatchBytes-MaxPayload
+}
