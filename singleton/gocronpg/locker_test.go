@@ -210,9 +210,11 @@ func TestLockerEachTickOnceAcrossSchedulers(t *testing.T) {
 func TestLockerHeartbeatsAndRecords(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	// A day-long window: the test never crosses a slot boundary.
+	// A day-long window: the test never crosses a slot boundary. Each heartbeat has TTL/3
+	// to answer: 2 s leaves it room under -race on a starved machine.
+	const ttl = 2 * time.Second
 	newLocker := func(holder string) *gocronpg.Locker {
-		l, err := gocronpg.NewLocker(pool, &gocronpg.LockerConfig{Window: 24 * time.Hour, TTL: 300 * time.Millisecond, Holder: holder, Logger: testLogger(t)})
+		l, err := gocronpg.NewLocker(pool, &gocronpg.LockerConfig{Window: 24 * time.Hour, TTL: ttl, Holder: holder, Logger: testLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,11 +232,11 @@ func TestLockerHeartbeatsAndRecords(t *testing.T) {
 	if _, ok := b.Current("report"); ok {
 		t.Fatal("another locker reports a current run")
 	}
-	// Outlive several TTLs: the heartbeats keep the run's lease live.
-	waitFor(t, 10*time.Second, "the run's lease extended by heartbeats past 3 TTLs", func() bool {
+	// Outlive two TTLs: the heartbeats keep the run's lease live.
+	waitFor(t, 2*ttl+pgtest.WaitLimit, "the run's lease extended by heartbeats past 2 TTLs", func() bool {
 		var extended bool
-		if err := pool.QueryRow(ctx, `SELECT expires_at > $1::timestamptz + interval '900 milliseconds' AND expires_at > now()
-			FROM pgcoord_job_runs WHERE job = 'report'`, run.ExpiresAt).Scan(&extended); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT expires_at > $1::timestamptz + $2 * interval '1 second' AND expires_at > now()
+			FROM pgcoord_job_runs WHERE job = 'report'`, run.ExpiresAt, (2 * ttl).Seconds()).Scan(&extended); err != nil {
 			t.Fatal(err)
 		}
 		return extended
