@@ -1,12 +1,16 @@
 package integration_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/internal/pgconfig"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/semaphore"
@@ -179,6 +183,65 @@ func TestFailoverSyncCommitOption(t *testing.T) {
 					t.Errorf("%s with SyncCommit %q: the granting transaction commits with synchronous_commit %q, want %q", g.name, level, got, want)
 				}
 			}()
+		}
+	}
+}
+
+// TestFailoverTimedOutSyncGrantIsNotAcknowledged: a grant whose commit waits for the
+// synchronous standby past a deadline fails with an error, both through a pool of pgx's
+// defaults whose context ends (pgx closes the connection) and through pgcoord's own pools
+// past their statement timeout (the CLI's --statement-timeout: a timeout of unknown
+// outcome). A cancel request would end the wait, commit the grant on the primary alone and
+// report success with only a warning: an acknowledged grant that the failover below loses.
+func TestFailoverTimedOutSyncGrantIsNotAcknowledged(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pair := startReplicaPair(t, replicaPairOpts{sync: true, syncCommit: "local"})
+	pair.standby.stop("fast")
+	durable := &leases.AcquireOpts{SyncCommit: "on"}
+	url := fmt.Sprintf("postgres://app@127.0.0.1:%d/coord?sslmode=disable", pair.primary.port)
+	newPool := func(opts pgconfig.Options) *pgxpool.Pool {
+		cfg, err := pgconfig.Pool(url, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
+	}
+
+	plain := newPool(pgconfig.Options{AppName: "pgcoord-failover-deadline"})
+	dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	lease, err := leases.TryAcquire(dctx, plain, "with-deadline", time.Hour, durable)
+	cancel()
+	if err == nil {
+		t.Fatalf("a grant waiting for an absent synchronous standby past its context's deadline was acknowledged: %+v", lease)
+	}
+	timed := newPool(pgconfig.Options{AppName: "pgcoord-failover-timeout", StatementTimeout: 500 * time.Millisecond})
+	lease, err = leases.TryAcquire(ctx, timed, "with-timeout", time.Hour, durable)
+	if timedOut, unknown := pgconfig.IsStatementTimeout(err); !timedOut || !unknown {
+		t.Fatalf("a grant waiting for an absent synchronous standby past the statement timeout: %+v, %v; want a timeout of unknown outcome", lease, err)
+	}
+	// The primary may have committed them locally (the cancel requests pgconn sends as it
+	// closes a connection end the waits): exactly the grants that must not be acknowledged.
+	// After a failover they are gone.
+	pair.primary.stop("immediate")
+	pair.standby.start()
+	pair.standby.promote()
+	promoted := pair.standby.pool("pgcoord-failover-promoted")
+	for _, name := range []string{"with-deadline", "with-timeout"} {
+		info, err := leases.Get(ctx, promoted, name)
+		if errors.Is(err, leases.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Held() {
+			t.Fatalf("the promoted standby holds the grant %+v, which never reached it before the failover", info)
 		}
 	}
 }

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/pgcoord/pgcoord/internal/base"
+	"github.com/pgcoord/pgcoord/internal/pgconfig"
 	"github.com/pgcoord/pgcoord/internal/ui/audit"
 )
 
@@ -65,9 +65,12 @@ func (a *app) run(ctx context.Context, args []string) int {
 		return exitCodeOf(err)
 	}
 	err = a.explainMissingTable(err)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil && a.statementTimeout > 0 {
-		err = fmt.Errorf("%w (a statement ran longer than --statement-timeout %v)", err, a.statementTimeout)
+	if timedOut, unknown := pgconfig.IsStatementTimeout(err); timedOut && ctx.Err() == nil && a.statementTimeout > 0 {
+		if unknown {
+			err = fmt.Errorf("%w (a statement ran longer than --statement-timeout %v; if it was a write, whether it committed is unknown: check before you retry)", err, a.statementTimeout)
+		} else {
+			err = fmt.Errorf("%w (a statement ran longer than --statement-timeout %v)", err, a.statementTimeout)
+		}
 	}
 	// An error may quote what the database holds (a holder, a stored error): printable
 	// line by line, so it cannot drive the terminal.

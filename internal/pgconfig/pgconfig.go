@@ -21,7 +21,9 @@ type Options struct {
 	// resolves it (see ErrSchemaNotApplied).
 	Schema string
 	// StatementTimeout, if positive, bounds every statement: one still running after it is
-	// cancelled (SQLSTATE 57014) by a cancel request, which works through any pooler.
+	// cancelled (SQLSTATE 57014) by a cancel request, which works through any pooler. A
+	// statement that may commit fails with a timeout error instead, its outcome unknown:
+	// see IsStatementTimeout.
 	StatementTimeout time.Duration
 	// MaxConns, if positive, caps the pool's size.
 	MaxConns int32

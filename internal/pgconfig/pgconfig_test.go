@@ -59,7 +59,9 @@ func TestParseErrorsHidePassword(t *testing.T) {
 }
 
 // assertStatementTimeout checks that pool's statement timeout (well under 5 s) cancels a
-// 5 s statement on the server, and that the connection answers the next statement.
+// slow statement on the server: inside a transaction block with SQLSTATE 57014, the
+// connection answering the next statement; outside one (it would commit on its own) with a
+// timeout error whose outcome is unknown, never a reply.
 func assertStatementTimeout(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
@@ -68,13 +70,42 @@ func assertStatementTimeout(t *testing.T, pool *pgxpool.Pool) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	var pgErr *pgconn.PgError
-	if _, err := conn.Exec(ctx, `SELECT pg_sleep(5)`); !errors.As(err, &pgErr) || pgErr.Code != "57014" {
-		t.Fatalf("a 5 s statement under the statement timeout: %v, want SQLSTATE 57014 (cancelled)", err)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var one int
-	if err := conn.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil || conn.Conn().IsClosed() {
+	var pgErr *pgconn.PgError
+	if _, err := tx.Exec(ctx, `SELECT pg_sleep(5)`); !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+		t.Fatalf("a 5 s statement in a transaction under the statement timeout: %v, want SQLSTATE 57014 (cancelled)", err)
+	} else if timedOut, unknown := pgconfig.IsStatementTimeout(err); !timedOut || unknown {
+		t.Fatalf("IsStatementTimeout(%v) = %v, %v; want a timeout with a known outcome", err, timedOut, unknown)
+	}
+	if err := tx.Rollback(ctx); err != nil || conn.Conn().IsClosed() {
 		t.Fatalf("the connection after a cancelled statement: %v (closed %v)", err, conn.Conn().IsClosed())
+	}
+
+	// Outside a transaction block the statement would commit on its own: no reply counts.
+	const marker = "pgcoord-timeout-autocommit"
+	_, err = conn.Exec(ctx, `SELECT pg_sleep(60) /* `+marker+` */`)
+	if timedOut, unknown := pgconfig.IsStatementTimeout(err); !timedOut || !unknown || !conn.Conn().IsClosed() {
+		t.Fatalf("a 60 s statement outside a transaction: %v (timeout %v, unknown %v, closed %v); want a timeout of unknown outcome on a closed connection",
+			err, timedOut, unknown, conn.Conn().IsClosed())
+	}
+	// ...and its cancel request still stopped it on the server, long before its 60 s.
+	deadline := time.Now().Add(pgtest.WaitLimit)
+	for {
+		var running int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()`,
+			marker+" */").Scan(&running); err != nil {
+			t.Fatal(err)
+		}
+		if running == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the timed-out statement still runs on the server %v later", pgtest.WaitLimit)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -104,8 +104,12 @@ $$;
 
 -- pgcoord_lease_acquire grants the lease to p_holder if it is free or expired, with a new
 -- fence token, and returns the granted row. If p_holder already holds it (an earlier
--- attempt committed but its reply was lost) it returns that grant unchanged. Otherwise it
--- returns no row, and it has written nothing, locked nothing and waited for nothing.
+-- attempt committed but its reply was lost) it returns that grant unchanged, after locking
+-- its row: the lock gives this transaction a commit of its own, which waits for a
+-- synchronous standby like the grant's, so the grant is acknowledged only once it is as
+-- durable as a fresh one (an earlier attempt whose wait for the standby was cancelled
+-- committed on the primary alone). Otherwise it returns no row, and it has written nothing,
+-- locked nothing and waited for nothing.
 -- p_sync_commit, if not NULL, is the synchronous_commit level of the caller's transaction
 -- (e.g. 'on' to wait for a synchronous standby when the server runs with 'local'). Bad
 -- arguments raise 22004 (NULL) or 22023 (pgcoord_lease_args); on a standby it raises 25006.
@@ -143,7 +147,11 @@ BEGIN
     SELECT * INTO r FROM pgcoord_leases WHERE name = p_name;
     IF FOUND THEN
         IF r.holder = p_holder AND r.expires_at > v_now THEN
-            RETURN NEXT r; -- our own live grant, from an attempt whose reply was lost
+            -- Our own live grant, from an attempt whose reply was lost: lock it (see above).
+            SELECT * INTO r FROM pgcoord_leases WHERE name = p_name FOR UPDATE;
+            IF r.holder = p_holder AND r.expires_at > v_now THEN
+                RETURN NEXT r;
+            END IF;
         END IF;
         RETURN;
     END IF;
