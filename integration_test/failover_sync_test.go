@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/internal/doctor"
 	"github.com/pgcoord/pgcoord/internal/pgconfig"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/leases"
@@ -58,6 +61,15 @@ func TestFailoverSyncGrantsSurvive(t *testing.T) {
 		t.Fatalf("the durable permit, once the standby is back: %v", err)
 	}
 	pair.waitStreaming(true)
+	// pgcoord doctor says what a failover keeps on this server: only the SyncCommit grants.
+	findings, err := doctor.Run(ctx, pair.primary.monitor(), doctor.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(findings, func(f doctor.Finding) bool { return f.Check == "replication" }); i < 0 ||
+		findings[i].Status != doctor.Info || !strings.Contains(findings[i].Summary, "only grants made with SyncCommit survive a failover") {
+		t.Errorf("doctor with a synchronous standby and synchronous_commit = local: %+v", findings)
+	}
 
 	// A history of grants, each acknowledged to its caller; the last of each stays held.
 	var acked int64

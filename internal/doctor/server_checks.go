@@ -181,7 +181,20 @@ func checkReplication(ctx context.Context, pool *pgxpool.Pool, _ Options) Findin
 				"point-in-time recovery starts a new timeline and keeps tokens increasing, a plain snapshot does " +
 				"not. See docs/failover.md."}
 	case sync > 0 && syncCommit != "off" && syncCommit != "local":
-		return Finding{Status: OK, Summary: fmt.Sprintf("primary with %d standby(s), %d synchronous (synchronous_commit=%s)", standbys, sync, syncCommit)}
+		return Finding{Status: OK,
+			Summary: fmt.Sprintf("primary with %d standby(s), %d synchronous (synchronous_commit=%s): acknowledged grants survive a failover to a synchronous standby",
+				standbys, sync, syncCommit),
+			Explain: "Every commit waits for a synchronous standby, so a grant, claim, fenced write or outbox message " +
+				"acknowledged here is on it. That holds through a failover only if the failover promotes a " +
+				"synchronous standby (Patroni: synchronous_mode). Fence tokens stay increasing across any promotion. " +
+				"See docs/ha.md."}
+	case sync > 0:
+		return Finding{Status: Info,
+			Summary: fmt.Sprintf("primary with %d standby(s), %d synchronous, but synchronous_commit=%s: only grants made with SyncCommit survive a failover",
+				standbys, sync, syncCommit),
+			Explain: "Ordinary commits do not wait for the synchronous standby. Grants, claims and ticks made with the " +
+				"SyncCommit option do, and survive a failover to it; others may be lost with the primary (fence tokens " +
+				"stay increasing: they are floored by the timeline). See docs/failover.md."}
 	default:
 		return Finding{Status: Info,
 			Summary: fmt.Sprintf("primary with %d asynchronous standby(s) (synchronous_standby_names=%q, synchronous_commit=%s)", standbys, syncNames, syncCommit),
