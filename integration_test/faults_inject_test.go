@@ -102,8 +102,10 @@ func (h *faultHarness) restartServer(mode string) {
 
 // stopWorkers lets every worker finish and waits for them, bounded.
 func (h *faultHarness) stopWorkers() {
-	h.workerProxy.SetLatency(0)
-	h.workerProxy.SetRate(0)
+	if h.workerProxy != nil {
+		h.workerProxy.SetLatency(0)
+		h.workerProxy.SetRate(0)
+	}
 	h.mu.Lock()
 	live := slices.Collect(maps.Values(h.workers))
 	h.mu.Unlock()

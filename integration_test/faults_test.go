@@ -80,6 +80,19 @@ CREATE TABLE fault_applied (seq bigserial PRIMARY KEY, message_id bigint NOT NUL
 
 func TestFaults(t *testing.T) {
 	t.Parallel()
+	seed := faultSeed(t)
+	duration := faultDuration(t, 20*time.Second)
+	h := newFaultHarness(t, seed)
+	h.startWorkers()
+	h.injectFaults(duration)
+	h.settle(2 * time.Minute)
+	h.stopWorkers()
+	h.check()
+}
+
+// faultSeed returns the run's seed (PGCOORD_FAULT_SEED, or a new one) and has a failure
+// say how to replay it.
+func faultSeed(t *testing.T) uint64 {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(envFaultSeed); s != "" {
 		var err error
@@ -87,26 +100,27 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("%s=%q: %v", envFaultSeed, s, err)
 		}
 	}
-	duration := 20 * time.Second
-	if d := os.Getenv(envFaultDuration); d != "" {
-		var err error
-		if duration, err = time.ParseDuration(d); err != nil {
-			t.Fatalf("%s=%q: %v", envFaultDuration, d, err)
-		}
-	}
-	t.Logf("seed %d, faults for %v (replay with %s=%d)", seed, duration, envFaultSeed, seed)
-	defer func() {
+	t.Logf("seed %d (replay with %s=%d)", seed, envFaultSeed, seed)
+	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("FAILED with seed %d: replay with %s=%d", seed, envFaultSeed, seed)
 		}
-	}()
+	})
+	return seed
+}
 
-	h := newFaultHarness(t, seed)
-	h.startWorkers()
-	h.injectFaults(duration)
-	h.settle(2 * time.Minute)
-	h.stopWorkers()
-	h.check()
+// faultDuration returns how long faults are injected: PGCOORD_FAULT_DURATION, or def.
+func faultDuration(t *testing.T, def time.Duration) time.Duration {
+	d := os.Getenv(envFaultDuration)
+	if d == "" {
+		return def
+	}
+	duration, err := time.ParseDuration(d)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", envFaultDuration, d, err)
+	}
+	t.Logf("faults for %v", duration)
+	return duration
 }
 
 // faultHarness is one run of the suite: the server, the proxies, the workers and what
@@ -116,10 +130,10 @@ type faultHarness struct {
 	ctx         context.Context
 	rng         *rand.Rand
 	seed        uint64
-	container   string // the server's container
-	workerProxy *netProxy
+	container   string    // the server's container
+	workerProxy *netProxy // nil when the workers reach the server directly
 	adminProxy  *netProxy // never faulted: the test's own view of the server
-	workerURL   string
+	workerURLs  []string  // worker i connects through workerURLs[i % len]
 	admin       *pgxpool.Pool
 
 	mu      sync.Mutex
@@ -145,25 +159,33 @@ func newFaultHarness(t *testing.T, seed uint64) *faultHarness {
 		v.Host = p.Addr()
 		return v.String()
 	}
-	h.workerURL = via(h.workerProxy)
-	root := pgtest.NewPool(t, via(h.adminProxy), "")
-	if _, err := root.Exec(h.ctx, "CREATE SCHEMA "+faultSchema); err != nil {
+	h.prepare(via(h.adminProxy), []string{via(h.workerProxy)})
+	return h
+}
+
+// prepare opens the admin pool on adminURL, creates the fault schema there (afresh) with
+// pgcoord migrated and the workloads' tables, and has the workers connect through
+// workerURLs (each worker through the next).
+func (h *faultHarness) prepare(adminURL string, workerURLs []string) {
+	t := h.t
+	h.workerURLs = workerURLs
+	root := pgtest.NewPool(t, adminURL, "")
+	if _, err := root.Exec(h.ctx, "DROP SCHEMA IF EXISTS "+faultSchema+" CASCADE; CREATE SCHEMA "+faultSchema); err != nil {
 		t.Fatal(err)
 	}
-	h.admin = pgtest.NewPool(t, via(h.adminProxy), faultSchema)
+	h.admin = pgtest.NewPool(t, adminURL, faultSchema)
 	if _, err := pgcoord.Migrate(h.ctx, h.admin, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.admin.Exec(h.ctx, fmt.Sprintf(faultTables, faultRegisters)); err != nil {
 		t.Fatal(err)
 	}
-	return h
 }
 
 // startWorker starts a worker named name and collects its lines.
 func (h *faultHarness) startWorker(name string) {
 	h.started++
-	w, err := startWorker(h.t, name, faultRole, h.workerURL, faultSchema, map[string]string{
+	w, err := startWorker(h.t, name, faultRole, h.workerURLs[h.started%len(h.workerURLs)], faultSchema, map[string]string{
 		"NAME": name, "SEED": strconv.FormatUint(h.seed+uint64(h.started), 10),
 	})
 	if err != nil {
