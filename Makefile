@@ -28,6 +28,17 @@ soak: ## run the fault-injection suite for SOAK (default 10m); PGCOORD_FAULT_SEE
 	source scripts/test-env.sh && PGCOORD_FAULT_DURATION=$${SOAK:-10m} \
 	  go test -race -count=1 -timeout 0 -run '^TestFaults$$' -v ./integration_test
 
+.PHONY: ha-test
+ha-test: ## fail a three-node Patroni cluster over under every workload (HA_MODE=sync|strict|async; docs/ha.md)
+	trap 'scripts/ha-cluster.sh down' EXIT; \
+	eval "$$(scripts/ha-cluster.sh up $${HA_MODE:-sync})"; \
+	PGCOORD_HA_URL=$$PGCOORD_HA_URL PGCOORD_HA_PROXY_URL=$$PGCOORD_HA_PROXY_URL PGCOORD_HA_MODE=$${HA_MODE:-sync} \
+	  go test -race -count=1 -timeout 0 -run '^TestHAFailovers$$' -v ./integration_test
+
+.PHONY: ha-soak
+ha-soak: ## ha-test for ROUNDS rounds of every fault (default 5)
+	$(MAKE) ha-test PGCOORD_HA_ROUNDS=$${ROUNDS:-5}
+
 .PHONY: build
 build: ## build bin/pgcoord
 	go build -o bin/pgcoord ./cmd/pgcoord
