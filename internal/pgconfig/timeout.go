@@ -55,9 +55,10 @@ func IsStatementTimeout(err error) (timedOut, unknown bool) {
 }
 
 // cancelHandler cancels a statement that ran past its timeout with a cancel request, and
-// closes the connection only if the server has not answered within cancelGrace. A context
-// that ended for another reason (the program is stopping) interrupts the connection at once,
-// as pgx does by default: a cancel request would not interrupt a connection waiting for a
+// closes the connection only if the server has not answered within cancelGrace; a statement
+// that may commit it does not let answer (see withStatementTimeout). A context that ended
+// for another reason (the program is stopping) interrupts the connection at once, as pgx
+// does by default: a cancel request would not interrupt a connection waiting for a
 // notification, which the server does not answer.
 //
 // Unlike pgconn.CancelRequestContextWatcherHandler it lets the cancel request finish even
