@@ -92,7 +92,7 @@ func TestHAFailovers(t *testing.T) {
 	}
 	checkHACLI(t, mode, direct, proxied)
 	if len(c.remedies) > 0 {
-		t.Logf("where Patroni did not recover by itself (see docs/ha.md, Patroni 3.0): %s", strings.Join(c.remedies, "; "))
+		t.Logf("where Patroni did not recover by itself (see docs/ha.md): %s", strings.Join(c.remedies, "; "))
 	}
 	if endTL := c.timeline(); endTL <= startTL {
 		t.Errorf("the cluster stayed on timeline %d: no failover happened", startTL)
