@@ -10,8 +10,9 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// check checks the history and the database against every invariant.
-func (h *faultHarness) check() {
+// check checks the history and the database against every invariant, and returns the
+// history it parsed.
+func (h *faultHarness) check() *faultHistory {
 	hist := parseFaultHistory(h.t, h.lines)
 	h.t.Logf("history: %d register writes (%d ok, %d stale, %d unknown), %d grants, %d permits, %d ticks",
 		hist.count("ok")+hist.count("stale")+hist.count(""), hist.count("ok"), hist.count("stale"), hist.count(""),
@@ -31,6 +32,7 @@ func (h *faultHarness) check() {
 	h.checkTicks()
 	h.checkCharges()
 	h.checkOutbox()
+	return hist
 }
 
 // idle reports whether a workload of the history did nothing the checks can judge: no

@@ -86,9 +86,9 @@ func TestHAFailovers(t *testing.T) {
 	// A pool opened now connects to the primary of the end; the harness's may hold
 	// connections it opened before the last failover.
 	h.admin = pgtest.NewPool(t, direct, faultSchema)
-	h.check()
+	hist := h.check()
 	if mode != "async" {
-		h.checkAcknowledgedGrantsKept()
+		h.checkAcknowledgedGrantsKept(hist)
 	}
 	checkHACLI(t, mode, direct, proxied)
 	if len(c.remedies) > 0 {
@@ -125,7 +125,7 @@ func checkHACLI(t *testing.T, mode string, urls ...string) {
 // checkAcknowledgedGrantsKept checks that every grant a worker was told it holds was
 // committed on the cluster that survived: with a synchronous standby, a failover loses no
 // acknowledged commit.
-func (h *faultHarness) checkAcknowledgedGrantsKept() {
+func (h *faultHarness) checkAcknowledgedGrantsKept(hist *faultHistory) {
 	type grant struct {
 		reg   string
 		token int64
@@ -146,7 +146,6 @@ func (h *faultHarness) checkAcknowledgedGrantsKept() {
 	if err := rows.Err(); err != nil {
 		h.t.Fatal(err)
 	}
-	hist := parseFaultHistory(h.t, h.lines)
 	lost := 0
 	for _, g := range hist.grants {
 		if !kept[grant{g.reg, g.token}] {

@@ -28,14 +28,17 @@ urls() {
   echo "PGCOORD_HA_PROXY_URL='postgres://postgres:postgres@127.0.0.1:$port/postgres?connect_timeout=2&sslmode=disable'"
 }
 
-# members prints Patroni's view of the cluster as JSON, asked of the first node that answers.
-members() {
+# list prints Patroni's view of the cluster (patronictl list with the given flags), asked of
+# the first node that answers (a frozen node cannot be asked, a cut-off one cannot read etcd).
+list() {
   local i
   for i in 1 2 3; do
-    docker exec "pgcoord-ha-$i" patronictl -c /etc/patroni.yml list -f json 2>/dev/null && return 0
+    docker exec "pgcoord-ha-$i" patronictl -c /etc/patroni.yml list "$@" 2>/dev/null && return 0
   done
   return 1
 }
+
+members() { list -f json; }
 
 # ready reads members' JSON and succeeds when it shows a running leader, two replicas
 # streaming and, unless the mode is async, one of them synchronous.
@@ -86,16 +89,10 @@ up() {
   urls
 }
 
-status() {
-  docker exec pgcoord-ha-1 patronictl -c /etc/patroni.yml list 2>/dev/null ||
-    docker exec pgcoord-ha-2 patronictl -c /etc/patroni.yml list 2>/dev/null ||
-    docker exec pgcoord-ha-3 patronictl -c /etc/patroni.yml list
-}
-
 case ${1:-} in
   up) up "${2:-sync}" ;;
   down) down ;;
-  status) status ;;
+  status) list ;;
   urls) urls ;;
   *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
