@@ -45,6 +45,22 @@ func msg(key, payload string) outbox.Message {
 	return outbox.Message{Topic: "t", Key: key, Payload: []byte(payload)}
 }
 
+// walkOrder returns n keys of topic, distinct, in the order a lone relay's claim walks
+// them: by bucket (a hash of topic and key, which depends on the schema), then key.
+func walkOrder(t *testing.T, db pgcoord.DBTX, topic string, n int) []string {
+	t.Helper()
+	rows, err := db.Query(t.Context(), `SELECT k FROM (SELECT 'k' || g AS k FROM generate_series(1, $2) g) s
+		ORDER BY pgcoord_outbox_bucket($1, k), k`, topic, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
 // dbNow returns the database clock.
 func dbNow(t *testing.T, db pgcoord.DBTX) time.Time {
 	t.Helper()

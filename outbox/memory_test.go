@@ -77,11 +77,12 @@ func TestClaimCutByBytesResumesAfterItsKey(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	big := bytes.Repeat([]byte("x"), 1000)
+	k := walkOrder(t, pool, "t", 2) // claims walk k[0] first
 	var msgs []outbox.Message
 	for range 6 {
-		msgs = append(msgs, outbox.Message{Topic: "t", Key: "a", Payload: big})
+		msgs = append(msgs, outbox.Message{Topic: "t", Key: k[0], Payload: big})
 	}
-	msgs = append(msgs, outbox.Message{Topic: "t", Key: "b", Payload: []byte("small")})
+	msgs = append(msgs, outbox.Message{Topic: "t", Key: k[1], Payload: []byte("small")})
 	enqueue(t, pool, msgs...)
 	h := &claimBytes{}
 	r := newRelay(t, pool, h, outbox.Config{BatchBytes: 2500})
@@ -92,8 +93,8 @@ func TestClaimCutByBytesResumesAfterItsKey(t *testing.T) {
 	h.mu.Lock()
 	got := slices.Clone(h.order)
 	h.mu.Unlock()
-	if want := []string{"a1000", "a1000", "b5"}; !slices.Equal(got, want) {
-		t.Fatalf("delivered %v, want %v: the second claim resumes after key a", got, want)
+	if want := []string{k[0] + "1000", k[0] + "1000", k[1] + "5"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v: the second claim resumes after key %s", got, want, k[0])
 	}
 
 	// A payload larger than the cap is claimed alone.

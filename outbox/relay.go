@@ -119,6 +119,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if registered {
 			r.setIdle(context.WithoutCancel(ctx), false)
 		}
+		r.leave(context.WithoutCancel(ctx))
 	}()
 	for ctx.Err() == nil {
 		n, fromStart, err := r.batch(ctx)
@@ -196,12 +197,42 @@ func (r *Relay) setIdle(ctx context.Context, idle bool) (tight, ok bool) {
 	return tight, true
 }
 
+// Leave gives up the relay's share of the keys at once (see "Several relays" in the
+// package documentation): the other relays of its topics split its range of buckets from
+// their next claim, rather than when its latest claim expires. Run leaves when it returns;
+// call Leave after the last RunBatch of a relay driven by the caller's own loop. A relay
+// that claims again joins again. It returns an error wrapping pgcoord.ErrReadOnly on a
+// standby.
+func (r *Relay) Leave(ctx context.Context) error {
+	if err := queries.OutboxLeave(ctx, r.pool, r.cfg.Claimant); err != nil {
+		return fmt.Errorf("outbox: leave: %w", base.TranslateError(err))
+	}
+	return nil
+}
+
+// leave is Leave for Run's exit, bounded and logged.
+func (r *Relay) leave(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := r.Leave(ctx); err != nil {
+		r.cfg.Logger.Warn("outbox: relay cannot give up its share of the keys; the others split it when its claim expires",
+			"claimant", r.cfg.Claimant, "error", err)
+	}
+}
+
 // RunBatch claims one batch, delivers it and records the outcomes, as one round of Run
 // does, and returns how many messages it claimed: 0 when none was ready (after a batch
-// that no limit cut short, the next one starts again from the first key). For a relay
-// driven by the caller's own loop or schedule (a cron job draining the outbox), and for
-// tests. It may run beside Run. On a standby it returns an error wrapping
+// that no limit cut short, the next one starts again from the first key of its range).
+// For a relay driven by the caller's own loop or schedule (a cron job draining the
+// outbox), and for tests. It may run beside Run. On a standby it returns an error wrapping
 // pgcoord.ErrReadOnly.
+//
+// Like Run, it makes the relay one of the relays that share the keys, until its claim
+// expires (ClaimTTL) or it calls Leave: a batch comes from the relay's own range of keys
+// while that has any ready, so with other relays live (or left behind without Leave by
+// an earlier Relay with another Claimant) one batch may hold only part of what is ready,
+// and claiming until RunBatch returns 0 drains it all. Reuse one Relay rather than create
+// one per batch.
 func (r *Relay) RunBatch(ctx context.Context) (int, error) {
 	n, _, err := r.batch(ctx)
 	return n, err

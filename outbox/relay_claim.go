@@ -1,10 +1,8 @@
 package outbox
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/pgcoord/pgcoord/internal/base"
@@ -12,8 +10,9 @@ import (
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 )
 
-// cursor is where the next claim resumes in (topic, key) order: keys are served round
-// robin, so a deep backlog of some keys never starves the others.
+// cursor is the key after which the next claim resumes its walk (of the relay's range of
+// buckets, see pgcoord_outbox_claim): keys are served round robin, so a deep backlog of
+// some keys never starves the others.
 type cursor struct{ topic, key string }
 
 func (c cursor) atStart() bool { return c == cursor{} }
@@ -34,13 +33,12 @@ func (r *Relay) batch(ctx context.Context) (n int, fromStart bool, err error) {
 	if err != nil {
 		return 0, cur.atStart(), fmt.Errorf("outbox: claim: %w", base.TranslateError(err))
 	}
-	slices.SortFunc(rows, func(a, b dbsqlc.PgcoordOutbox) int {
-		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Key, b.Key), cmp.Compare(a.ID, b.ID))
-	})
-	next := cursor{} // the walk reached the last key: start again from the first
+	// The rows come in claim order: key by key, in the order the claim walked them, each
+	// key's messages by id.
+	next := cursor{} // the walk found every ready key: start again from the first
 	if r.maybeCut(rows) {
 		// A limit may have cut the walk short (what it cut off lies after the last key in
-		// (topic, key) order): resume after that key.
+		// claim order): resume after that key.
 		last := rows[len(rows)-1]
 		next = cursor{last.Topic, last.Key}
 	}

@@ -17,7 +17,8 @@ type outcome struct {
 	done bool  // false: released untried
 }
 
-// groupByKey splits rows, sorted by (topic, key, id), into one slice per key.
+// groupByKey splits rows, in claim order (each key's messages together, by id), into one
+// slice per key.
 func groupByKey(rows []dbsqlc.PgcoordOutbox) [][]dbsqlc.PgcoordOutbox {
 	var groups [][]dbsqlc.PgcoordOutbox
 	start := 0

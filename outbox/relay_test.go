@@ -211,7 +211,10 @@ func TestRetryBackoffDeadAndRetry(t *testing.T) {
 func TestPoisonMessageParksOnlyItsKey(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	enqueue(t, pool, msg("a", "a1"), msg("a", "a2"), msg("b", "b1"), msg("a", "a3"), msg("b", "b2"))
+	// Keys a, b and c, named so that a claim walks them in this order.
+	k := walkOrder(t, pool, "t", 3)
+	a, b, c := k[0], k[1], k[2]
+	enqueue(t, pool, msg(a, "a1"), msg(a, "a2"), msg(b, "b1"), msg(a, "a3"), msg(b, "b2"))
 	clock := pgtest.NewClock(t, pool)
 	clock.Freeze(dbNow(t, pool))
 	rec := &recorder{fail: map[string]bool{"a1": true}}
@@ -223,7 +226,7 @@ func TestPoisonMessageParksOnlyItsKey(t *testing.T) {
 	if s := r.Stats(); s.Released != 2 || s.Delivered != 2 || s.Failed != 1 {
 		t.Fatalf("stats %+v: want a2, a3 released untried", s)
 	}
-	enqueue(t, pool, msg("b", "b3"), msg("c", "c1")) // the clock stands: a1's backoff (1m) has not passed
+	enqueue(t, pool, msg(b, "b3"), msg(c, "c1")) // the clock stands: a1's backoff (1m) has not passed
 	runBatch(t, r)
 	if got := strings.Join(rec.payloads(), ","); got != "a1,b1,b2,b3,c1" {
 		t.Fatalf("while a1 waits, delivered %q; want b3 and c1 only", got)

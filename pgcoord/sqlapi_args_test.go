@@ -143,8 +143,8 @@ func argsFixture(t *testing.T, pool *pgxpool.Pool) {
 		`SELECT count(*) FROM pgcoord_semaphore_acquire('tenant:full', 'w1', 1, '1 hour')`,
 		`SELECT count(*) FROM pgcoord_idempotency_begin('api', 'req-1', '\x01', 'attempt-1', '1 day')`,
 		`SELECT count(*) FROM pgcoord_outbox_enqueue('orders', 'o-1', '{"n": 1}')`,
-		`SELECT count(*) FROM pgcoord_outbox_enqueue('orders', 'o-2', '{"n": 2}')`,
 		`SELECT count(*) FROM pgcoord_outbox_claim('relay-0', 1, 1, 1048576, '1 hour')`, // o-1
+		`SELECT count(*) FROM pgcoord_outbox_enqueue('orders', 'o-2', '{"n": 2}')`,
 	} {
 		var n int
 		if err := pool.QueryRow(t.Context(), q).Scan(&n); err != nil || n != 1 {

@@ -121,6 +121,7 @@ type PgcoordOutbox struct {
 	ID             int64
 	Topic          string
 	Key            string
+	Bucket         *int32
 	Payload        []byte
 	IsJson         bool
 	Headers        json.RawMessage
@@ -147,6 +148,13 @@ type PgcoordOutboxInbox struct {
 	Consumer  string
 	MessageID int64
 	AppliedAt time.Time
+}
+
+// pgcoord: outbox relays sharing the keys by bucket ranges
+type PgcoordOutboxRelay struct {
+	Claimant string
+	Topics   []string
+	Until    time.Time
 }
 
 // pgcoord: one row per semaphore key: limit, weight, fairness accounting

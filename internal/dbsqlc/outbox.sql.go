@@ -75,7 +75,7 @@ func (q *Queries) OutboxChannel(ctx context.Context, db DBTX) (string, error) {
 }
 
 const outboxClaim = `-- name: OutboxClaim :many
-SELECT o.id, o.topic, o.key, o.payload, o.is_json, o.headers, o.state, o.created_at, o.available_at, o.attempts, o.claim_token, o.claimed_by, o.claim_expires_at, o.last_error, o.delivered_at, o.dead_at FROM pgcoord_outbox_claim($1::text, $2::int, $3::int, $4::bigint,
+SELECT o.id, o.topic, o.key, o.bucket, o.payload, o.is_json, o.headers, o.state, o.created_at, o.available_at, o.attempts, o.claim_token, o.claimed_by, o.claim_expires_at, o.last_error, o.delivered_at, o.dead_at FROM pgcoord_outbox_claim($1::text, $2::int, $3::int, $4::bigint,
                                      $5::interval, $6::text[], $7::text,
                                      $8::text) o
 `
@@ -113,6 +113,7 @@ func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParam
 			&i.ID,
 			&i.Topic,
 			&i.Key,
+			&i.Bucket,
 			&i.Payload,
 			&i.IsJson,
 			&i.Headers,
@@ -276,7 +277,7 @@ func (q *Queries) OutboxEnqueueMany(ctx context.Context, db DBTX, arg OutboxEnqu
 }
 
 const outboxGet = `-- name: OutboxGet :one
-SELECT o.id, o.topic, o.key, o.payload, o.is_json, o.headers, o.state, o.created_at, o.available_at, o.attempts, o.claim_token, o.claimed_by, o.claim_expires_at, o.last_error, o.delivered_at, o.dead_at FROM pgcoord_outbox o WHERE o.id = $1::bigint
+SELECT o.id, o.topic, o.key, o.bucket, o.payload, o.is_json, o.headers, o.state, o.created_at, o.available_at, o.attempts, o.claim_token, o.claimed_by, o.claim_expires_at, o.last_error, o.delivered_at, o.dead_at FROM pgcoord_outbox o WHERE o.id = $1::bigint
 `
 
 func (q *Queries) OutboxGet(ctx context.Context, db DBTX, id int64) (PgcoordOutbox, error) {
@@ -286,6 +287,7 @@ func (q *Queries) OutboxGet(ctx context.Context, db DBTX, id int64) (PgcoordOutb
 		&i.ID,
 		&i.Topic,
 		&i.Key,
+		&i.Bucket,
 		&i.Payload,
 		&i.IsJson,
 		&i.Headers,
@@ -317,6 +319,16 @@ func (q *Queries) OutboxIdle(ctx context.Context, db DBTX, arg OutboxIdleParams)
 	var tight bool
 	err := row.Scan(&tight)
 	return tight, err
+}
+
+const outboxLeave = `-- name: OutboxLeave :exec
+DELETE FROM pgcoord_outbox_relays WHERE claimant = $1::text
+`
+
+// A relay that stops gives up its range of buckets at once (see pgcoord_outbox_relays).
+func (q *Queries) OutboxLeave(ctx context.Context, db DBTX, claimant string) error {
+	_, err := db.Exec(ctx, outboxLeave, claimant)
+	return err
 }
 
 const outboxList = `-- name: OutboxList :many

@@ -14,12 +14,34 @@
 -- the pending messages right behind it, so a key is delivered in id order, one relay at a
 -- time, while different keys flow in parallel. A failing head parks its key only.
 --
+-- Several relays: each key falls in one of 1024 buckets (a hash of topic and key), and the
+-- live relays of one topic set split the buckets into equal ranges, one each
+-- (pgcoord_outbox_relays, renewed by their claims). A claim walks its own range first, so
+-- concurrent claims walk disjoint keys instead of counting heads another claim is about
+-- to lock; it walks the other ranges only when its own has nothing ready. The ranges only
+-- steer the walk: what a claim may take is decided, as with one relay, by the head's lock
+-- and state, so a range held by a relay that died is taken by the others once theirs run
+-- dry, and no guarantee depends on the ranges being right.
+--
 -- Fencing: each claim stamps its rows with a token from pgcoord_next_token() (tokens only go
 -- up and are never reused) and an expiry by the database clock.
 -- Settling (delivered, retry, dead, release) matches the token: a relay paused past its
 -- claim, whose rows were claimed again by another relay, changes nothing.
 
 -- +goose Up
+-- pgcoord_outbox_lock_key is the advisory-lock key of (topic, key), which writers of the
+-- key hold until they commit (the topic's length keeps "a:b" + "c" apart from "a" + "b:c").
+-- Every part of it is immutable (note the ::text: int || text is only stable), so the
+-- planner inlines it into the calling statement instead of calling a function per row.
+CREATE FUNCTION pgcoord_outbox_lock_key(p_topic text, p_key text) RETURNS bigint
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$ SELECT pgcoord_lock_key('outbox:' || octet_length(p_topic)::text || ':' || p_topic || ':' || p_key) $$;
+
+-- pgcoord_outbox_bucket is the bucket of (topic, key), 0 to 1023: bits of its lock key.
+CREATE FUNCTION pgcoord_outbox_bucket(p_topic text, p_key text) RETURNS integer
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$ SELECT (pgcoord_outbox_lock_key(p_topic, p_key) & 1023)::integer $$;
+
 CREATE TABLE pgcoord_outbox (
     id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     -- Topic and key (1 to 255 bytes each), payload (at most 1 MiB) and headers (a JSON
@@ -29,6 +51,8 @@ CREATE TABLE pgcoord_outbox (
     -- with INSERT, which would skip the checks, the per-key order lock and the wake-up.
     topic            text        NOT NULL,
     key              text        NOT NULL,
+    -- The key's bucket, 0 to 1023: relays split the buckets between them (see above).
+    bucket           integer     GENERATED ALWAYS AS (pgcoord_outbox_bucket(topic, key)) STORED,
     payload          bytea       NOT NULL,
     -- The payload is a JSON document (validated when written).
     is_json          boolean     NOT NULL DEFAULT false,
@@ -53,8 +77,9 @@ CREATE TABLE pgcoord_outbox (
 WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
       autovacuum_vacuum_insert_scale_factor = 0.01);
 
--- The hot set: pending messages only, by key then id (the per-key heads, and Stats).
-CREATE INDEX pgcoord_outbox_pending ON pgcoord_outbox (topic, key, id) WHERE state = 'pending';
+-- The hot set: pending messages only, by bucket, key then id (the per-key heads, walked
+-- one bucket range at a time, and Stats). A lookup of one key names its bucket too.
+CREATE INDEX pgcoord_outbox_pending ON pgcoord_outbox (bucket, topic, key, id) WHERE state = 'pending';
 CREATE INDEX pgcoord_outbox_dead ON pgcoord_outbox (topic, id) WHERE state = 'dead';
 
 COMMENT ON TABLE pgcoord_outbox IS 'pgcoord: transactional outbox messages (pending, delivered, dead)';
@@ -84,6 +109,17 @@ CREATE TABLE pgcoord_outbox_idle (
 );
 
 COMMENT ON TABLE pgcoord_outbox_idle IS 'pgcoord: outbox relays waiting for a notification';
+
+-- The relays that claim, by topic set (NULL: every topic), each until its latest claim
+-- expires (every claim renews it) or until it leaves: the live relays of one topic set, in
+-- claimant order, own equal ranges of the buckets.
+CREATE TABLE pgcoord_outbox_relays (
+    claimant text        PRIMARY KEY,
+    topics   text[],
+    until    timestamptz NOT NULL
+);
+
+COMMENT ON TABLE pgcoord_outbox_relays IS 'pgcoord: outbox relays sharing the keys by bucket ranges';
 
 -- pgcoord_outbox_wake_flag is the name of the transaction-local setting that says this
 -- transaction has checked for idle relays, namespaced by the install schema (two schemas'
@@ -148,14 +184,6 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
-
--- pgcoord_outbox_lock_key is the advisory-lock key of (topic, key), which writers of the
--- key hold until they commit (the topic's length keeps "a:b" + "c" apart from "a" + "b:c").
--- Every part of it is immutable (note the ::text: int || text is only stable), so the
--- planner inlines it into the calling statement instead of calling a function per row.
-CREATE FUNCTION pgcoord_outbox_lock_key(p_topic text, p_key text) RETURNS bigint
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    AS $$ SELECT pgcoord_lock_key('outbox:' || octet_length(p_topic)::text || ':' || p_topic || ':' || p_key) $$;
 
 -- pgcoord_outbox_lock is the enqueue protocol: every write path calls it for a message's
 -- (topic, key) in the statement that inserts, before the message's id is drawn. It makes
@@ -305,29 +333,52 @@ END
 $$;
 -- +goose StatementEnd
 
--- pgcoord_outbox_claim claims a batch for p_claimant until now + p_ttl and returns it,
--- every row stamped with one new claim token. It walks the keys with pending messages in
--- (topic, key) order after (p_after_topic, p_after_key) — one index probe per key, so a
--- deep backlog of one key costs one probe, not one per message — and takes the keys whose
+-- pgcoord_outbox_claim claims a batch for p_claimant until now + p_ttl and returns it in
+-- claim order (key by key, each key's messages by id), every row stamped with one new claim
+-- token. It walks the keys with pending messages — one index probe per key, so a deep
+-- backlog of one key costs one probe, not one per message — and takes the keys whose
 -- oldest pending message (the head) is due and not under a live claim, at most p_limit
 -- messages in all: from each such key its head and the messages right behind it, at most
 -- p_key_limit, stopping at the first one not due. Heads locked by a concurrent claim are
 -- skipped (FOR UPDATE SKIP LOCKED). The batch's payloads add up to at most p_max_bytes,
 -- except that a claim always takes at least one message: a larger one is claimed alone.
--- p_topics, if not NULL, restricts the claim to those topics. What the limits cut off is a
--- suffix in (topic, key, id) order, so the caller resumes after the last key it got, and
--- from the start once a claim was cut by neither limit: keys are served round robin. Bad
--- arguments raise 22004 or 22023: a claimant not of 1 to 255 bytes, limits outside 1 to
--- 10,000 (p_key_limit at most p_limit), p_max_bytes below 1, a TTL outside (0, 24 hours],
--- an invalid topic.
+-- p_topics, if not NULL, restricts the claim to those topics.
+--
+-- Which keys it walks: the claim makes p_claimant a member of the relays of its topic set
+-- until now + p_ttl (pgcoord_outbox_relays; DELETE its row there to leave at once). The live members, in claimant order, split the
+-- 1024 buckets into equal ranges, and the claim walks its own range in (bucket, topic, key)
+-- order, from after (p_after_topic, p_after_key) if that key is in the range (else from the
+-- range's start) round to it. Only if that finds nothing ready does it walk the other
+-- ranges, the next relay's first. So concurrent relays walk disjoint keys, and a claim
+-- that returns nothing found nothing ready anywhere. What the limits cut off is a suffix in
+-- claim order, so the caller resumes after the last key it got, and from '' once a claim
+-- was cut by neither limit: keys are served round robin.
+--
+-- Bad arguments raise 22004 or 22023: a claimant not of 1 to 255 bytes, limits outside 1
+-- to 10,000 (p_key_limit at most p_limit), p_max_bytes below 1, a TTL outside (0, 24
+-- hours], an invalid topic.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_outbox_claim(
     p_claimant text, p_limit integer, p_key_limit integer, p_max_bytes bigint, p_ttl interval,
     p_topics text[] DEFAULT NULL, p_after_topic text DEFAULT '', p_after_key text DEFAULT ''
-) RETURNS SETOF pgcoord_outbox LANGUAGE plpgsql AS $$
+) RETURNS SETOF pgcoord_outbox LANGUAGE plpgsql
+-- The batch's rows are found by primary key (see pgcoord_outbox_settle), the keys through
+-- the pending index: a table scan is never the way, even on a table not analyzed yet.
+SET enable_seqscan = off
+AS $$
 DECLARE
     v_now timestamptz := pgcoord_now();
     v_token bigint;
+    v_group text[];
+    v_n integer;            -- live relays of the topic set
+    v_i integer;            -- this relay's place among them
+    v_lo integer;           -- its range of buckets: v_lo <= bucket < v_hi
+    v_hi integer;
+    v_from integer;         -- the bucket of the key to resume after
+    v_heads bigint[] := '{}'; -- the ready heads, in walk order
+    v_total bigint := 0;    -- the messages they would give
+    v_seg integer;
+    v_ids bigint[];
 BEGIN
     IF NOT pgcoord_name_ok(p_claimant) THEN
         PERFORM pgcoord_refuse_name('outbox claimant', p_claimant);
@@ -348,68 +399,117 @@ BEGIN
         PERFORM pgcoord_refuse('outbox claim topics', 'topics of 1 to 255 bytes', 'a NULL, empty or longer topic');
     END IF;
     v_token := pgcoord_next_token();
-    RETURN QUERY
-    WITH RECURSIVE heads (topic, key, id, ready, total) AS (
-        SELECT coalesce(p_after_topic, ''), coalesce(p_after_key, ''), 0::bigint, false, 0::bigint
-        UNION ALL
-        -- The next key's head, whether it is ready, and how many messages it would give;
-        -- the walk stops once the ready keys give p_limit.
-        SELECT n.topic, n.key, n.id, x.ready,
-               h.total + CASE WHEN x.ready THEN
-                   (SELECT count(*) FROM (SELECT FROM pgcoord_outbox p
-                                           WHERE p.state = 'pending' AND p.topic = n.topic AND p.key = n.key
-                                           ORDER BY p.id LIMIT p_key_limit) c)
-               ELSE 0 END
-          FROM heads h
-         CROSS JOIN LATERAL (
-            SELECT o.topic, o.key, o.id, o.available_at, o.claim_expires_at
-              FROM pgcoord_outbox o
-             WHERE o.state = 'pending' AND (o.topic, o.key) > (h.topic, h.key)
-             ORDER BY o.topic, o.key, o.id LIMIT 1) n
-         CROSS JOIN LATERAL (
-            SELECT n.available_at <= v_now
-                   AND (n.claim_expires_at IS NULL OR n.claim_expires_at <= v_now)
-                   AND (p_topics IS NULL OR n.topic = ANY (p_topics)) AS ready) x
-         WHERE h.total < p_limit
-    ),
-    locked AS (
+
+    -- Membership, until this claim expires. A relay that joins also deletes the
+    -- registrations that ran out, skipping those another relay is deleting (so no claim
+    -- waits for another's in a cycle).
+    IF p_topics IS NOT NULL THEN
+        v_group := ARRAY(SELECT DISTINCT t FROM unnest(p_topics) t ORDER BY 1);
+    END IF;
+    UPDATE pgcoord_outbox_relays r SET topics = v_group, until = v_now + p_ttl WHERE r.claimant = p_claimant;
+    IF NOT FOUND THEN
+        DELETE FROM pgcoord_outbox_relays r
+         WHERE r.claimant = ANY (ARRAY(SELECT x.claimant FROM pgcoord_outbox_relays x
+                                        WHERE x.until <= v_now FOR UPDATE SKIP LOCKED));
+        INSERT INTO pgcoord_outbox_relays AS r (claimant, topics, until) VALUES (p_claimant, v_group, v_now + p_ttl)
+        ON CONFLICT (claimant) DO UPDATE SET topics = excluded.topics, until = excluded.until;
+    END IF;
+    SELECT count(*), count(*) FILTER (WHERE r.claimant COLLATE "C" < p_claimant COLLATE "C") INTO v_n, v_i
+      FROM pgcoord_outbox_relays r WHERE r.until > v_now AND r.topics IS NOT DISTINCT FROM v_group;
+    v_n := greatest(v_n, 1);
+    v_i := least(v_i, v_n - 1);
+    v_lo := v_i * 1024 / v_n;
+    v_hi := (v_i + 1) * 1024 / v_n;
+    v_from := pgcoord_outbox_bucket(p_after_topic, p_after_key);
+    IF coalesce(p_after_topic, '') = '' OR coalesce(p_after_key, '') = '' OR v_from NOT BETWEEN v_lo AND v_hi - 1 THEN
+        v_from := v_lo;
+        p_after_topic := '';
+        p_after_key := '';
+    END IF;
+
+    -- The walk, in segments of (bucket, topic, key) order, each from after its first bound
+    -- to before its second (no key or topic is ''): 1 and 2 the own range from the cursor
+    -- round to it, 3 and 4 the other ranges from the next relay's on. It stops once the
+    -- ready keys give p_limit, and after the own range if that gave any.
+    FOR v_seg IN 1..4 LOOP
+        EXIT WHEN v_total >= p_limit OR (v_seg = 3 AND v_total > 0);
+        CONTINUE WHEN v_seg = 2 AND p_after_key = '';
+        WITH RECURSIVE heads (bucket, topic, key, id, ready, total, step) AS (
+            SELECT CASE v_seg WHEN 1 THEN v_from WHEN 2 THEN v_lo WHEN 3 THEN v_hi ELSE 0 END,
+                   CASE v_seg WHEN 1 THEN p_after_topic ELSE '' END,
+                   CASE v_seg WHEN 1 THEN p_after_key ELSE '' END,
+                   0::bigint, false, v_total, 0
+            UNION ALL
+            -- The next key's head, whether it is ready, and how many messages it would give.
+            SELECT n.bucket, n.topic, n.key, n.id, x.ready,
+                   h.total + CASE WHEN x.ready THEN
+                       (SELECT count(*) FROM (SELECT FROM pgcoord_outbox p
+                                               WHERE p.state = 'pending' AND p.bucket = n.bucket
+                                                 AND p.topic = n.topic AND p.key = n.key
+                                               ORDER BY p.id LIMIT p_key_limit) c)
+                   ELSE 0 END,
+                   h.step + 1
+              FROM heads h
+             CROSS JOIN LATERAL (
+                SELECT o.bucket, o.topic, o.key, o.id, o.available_at, o.claim_expires_at
+                  FROM pgcoord_outbox o
+                 WHERE o.state = 'pending' AND (o.bucket, o.topic, o.key) > (h.bucket, h.topic, h.key)
+                   AND (o.bucket, o.topic, o.key) < (CASE v_seg WHEN 1 THEN v_hi WHEN 2 THEN v_from WHEN 3 THEN 1024 ELSE v_lo END,
+                                                     CASE v_seg WHEN 2 THEN p_after_topic ELSE '' END,
+                                                     CASE v_seg WHEN 2 THEN p_after_key ELSE '' END)
+                 ORDER BY o.bucket, o.topic, o.key, o.id LIMIT 1) n
+             CROSS JOIN LATERAL (
+                SELECT n.available_at <= v_now
+                       AND (n.claim_expires_at IS NULL OR n.claim_expires_at <= v_now)
+                       AND (p_topics IS NULL OR n.topic = ANY (p_topics)) AS ready) x
+             WHERE h.total < p_limit
+        )
+        SELECT v_heads || ARRAY(SELECT h.id FROM heads h WHERE h.ready ORDER BY h.step), coalesce(max(h.total), v_total)
+          INTO v_heads, v_total FROM heads h;
+    END LOOP;
+
+    WITH locked AS (
         -- Each ready head by primary key (a plan that scans the pending rows instead costs
         -- O(pending) per claim), locked unless a concurrent claim holds it.
-        SELECT o.id, o.topic, o.key
-          FROM heads h
+        SELECT o.id, o.bucket, o.topic, o.key, h.step
+          FROM unnest(v_heads) WITH ORDINALITY h(id, step)
          CROSS JOIN LATERAL (
-            SELECT o.id, o.topic, o.key FROM pgcoord_outbox o
+            SELECT o.id, o.bucket, o.topic, o.key FROM pgcoord_outbox o
              WHERE o.id = h.id AND o.state = 'pending' AND o.available_at <= v_now
                AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= v_now)
                FOR UPDATE SKIP LOCKED) o
-         WHERE h.ready
     ),
     picked AS (
-        -- In (topic, key, id) order, the walk's: whatever LIMIT and the byte cap below cut
-        -- off lies after every message claimed, so the caller's cursor skips none of it.
-        SELECT m.id, m.bytes, row_number() OVER (ORDER BY l.topic, l.key, m.id) AS n FROM locked l CROSS JOIN LATERAL (
+        -- In walk order: whatever LIMIT and the byte cap below cut off lies after every
+        -- message claimed, so the caller's cursor skips none of it.
+        SELECT m.id, m.bytes, row_number() OVER (ORDER BY l.step, m.id) AS n FROM locked l CROSS JOIN LATERAL (
             SELECT s.id, s.bytes FROM (
                 SELECT o.id, octet_length(o.payload) AS bytes,
                        bool_and(o.available_at <= v_now AND (o.claim_expires_at IS NULL OR o.claim_expires_at <= v_now))
                                 OVER (ORDER BY o.id) AS ok
                   FROM pgcoord_outbox o
-                 WHERE o.state = 'pending' AND o.topic = l.topic AND o.key = l.key AND o.id >= l.id
+                 WHERE o.state = 'pending' AND o.bucket = l.bucket AND o.topic = l.topic AND o.key = l.key
+                   AND o.id >= l.id
                  ORDER BY o.id LIMIT p_key_limit) s
              WHERE s.ok) m
-         ORDER BY l.topic, l.key, m.id
+         ORDER BY l.step, m.id
          LIMIT p_limit
-    ),
-    capped AS (
-        -- The messages, in claim order, while the payloads so far fit p_max_bytes (the
-        -- first one always: octet_length reads the stored size, not the payload).
-        SELECT c.id FROM (SELECT p.id, p.n, sum(p.bytes) OVER (ORDER BY p.n) AS upto FROM picked p) c
-         WHERE c.n = 1 OR c.upto <= p_max_bytes
     )
-    -- The rows by primary key only, as in pgcoord_outbox_settle (which says why).
-    UPDATE pgcoord_outbox o
-       SET claim_token = v_token, claimed_by = p_claimant, claim_expires_at = v_now + p_ttl
-     WHERE o.id = ANY (ARRAY(SELECT capped.id FROM capped)) AND o.state NOT IN ('delivered', 'dead')
-    RETURNING o.*;
+    -- The messages, in claim order, while the payloads so far fit p_max_bytes (the first
+    -- one always: octet_length reads the stored size, not the payload).
+    SELECT ARRAY(SELECT c.id FROM (SELECT p.id, p.n, sum(p.bytes) OVER (ORDER BY p.n) AS upto FROM picked p) c
+                  WHERE c.n = 1 OR c.upto <= p_max_bytes ORDER BY c.n)
+      INTO v_ids;
+
+    -- The rows by primary key only, as in pgcoord_outbox_settle (which says why), returned
+    -- in claim order.
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE pgcoord_outbox o
+           SET claim_token = v_token, claimed_by = p_claimant, claim_expires_at = v_now + p_ttl
+         WHERE o.id = ANY (v_ids) AND o.state NOT IN ('delivered', 'dead')
+        RETURNING o.*)
+    SELECT c.* FROM claimed c JOIN unnest(v_ids) WITH ORDINALITY k(id, n) ON k.id = c.id ORDER BY k.n;
 END
 $$;
 -- +goose StatementEnd
@@ -525,7 +625,9 @@ DROP FUNCTION pgcoord_outbox_insert(text[], text[], bytea[], boolean[], jsonb[],
 DROP FUNCTION pgcoord_outbox_lock(text, text);
 DROP FUNCTION pgcoord_outbox_idle(text, interval);
 DROP TABLE pgcoord_outbox;
+DROP FUNCTION pgcoord_outbox_bucket(text, text);
 DROP FUNCTION pgcoord_outbox_lock_key(text, text);
 DROP FUNCTION pgcoord_outbox_wake();
 DROP FUNCTION pgcoord_outbox_wake_flag();
+DROP TABLE pgcoord_outbox_relays;
 DROP TABLE pgcoord_outbox_idle;

@@ -32,6 +32,10 @@ FROM pgcoord_outbox_settle(@token::bigint, @delivered::bigint[], @failed::bigint
                            @released::bigint[], @max_attempts::int, @backoff::interval,
                            @max_backoff::interval) s;
 
+-- name: OutboxLeave :exec
+-- A relay that stops gives up its range of buckets at once (see pgcoord_outbox_relays).
+DELETE FROM pgcoord_outbox_relays WHERE claimant = @claimant::text;
+
 -- name: OutboxIdle :one
 SELECT pgcoord_outbox_idle(@claimant::text, sqlc.narg('ttl')::interval)::boolean AS tight;
 
