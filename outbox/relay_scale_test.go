@@ -31,7 +31,7 @@ func enqueueKeys(t *testing.T, pool *pgxpool.Pool, keys []string) {
 }
 
 // join makes claimant a member of the relays of every topic (until an hour from now) by a
-// claim of one message, which it releases at once.
+// claim of one message (if one is ready), which it releases at once.
 func join(t *testing.T, pool *pgxpool.Pool, claimant string) {
 	t.Helper()
 	_, err := pool.Exec(t.Context(), `
@@ -83,15 +83,16 @@ func TestConcurrentClaimsWalkDifferentKeys(t *testing.T) {
 	}
 }
 
-// A relay walks the other relays' ranges only when its own has nothing ready: the range
-// of a relay that stopped claiming (dead, but still a member until its claims' TTL runs
-// out) is delivered by the others once theirs are dry.
+// A relay walks another relay's range only when its own has nothing ready and that relay
+// has not claimed for a second: the range of a relay that stopped claiming (dead, but
+// still a member until its claim's TTL runs out) is delivered by the others once theirs
+// are dry, and a range whose relay claims is left to it.
 func TestRelayTakesAnIdleRangeOnlyWhenItsOwnIsDry(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	join(t, pool, "relay-a") // then claims no more
-	join(t, pool, "relay-b")
-	// relay-a, first in claimant order, owns buckets 0 to 511, relay-b 512 to 1023.
+	clock := pgtest.NewClock(t, pool)
+	clock.Freeze(dbNow(t, pool))
+	// relay-a, first in claimant order, will own buckets 0 to 511, relay-b 512 to 1023.
 	var inA, inB []string
 	for i := 0; len(inA) < 10 || len(inB) < 1; i++ {
 		k := fmt.Sprint("key-", i)
@@ -107,6 +108,8 @@ func TestRelayTakesAnIdleRangeOnlyWhenItsOwnIsDry(t *testing.T) {
 		}
 	}
 	enqueueKeys(t, pool, append(inA, inB...))
+	join(t, pool, "relay-a") // takes a message (and lets it go), then claims no more
+	join(t, pool, "relay-b")
 
 	rec := &recorder{}
 	b := newRelay(t, pool, rec, outbox.Config{Claimant: "relay-b", ClaimTTL: time.Hour})
@@ -116,8 +119,12 @@ func TestRelayTakesAnIdleRangeOnlyWhenItsOwnIsDry(t *testing.T) {
 	if got := rec.payloads(); len(got) != 1 || got[0] != inB[0] {
 		t.Fatalf("relay-b delivered %v first, want %s (its own range)", got, inB[0])
 	}
+	if n := runBatch(t, b); n != 0 {
+		t.Fatalf("relay-b's second claim took %d messages of relay-a's range, which relay-a took messages from less than a second ago", n)
+	}
+	clock.Advance(2 * time.Second) // relay-a took nothing since
 	if n := runBatch(t, b); n != len(inA) {
-		t.Fatalf("relay-b's second claim took %d messages, want relay-a's %d", n, len(inA))
+		t.Fatalf("relay-b's third claim took %d messages, want relay-a's %d", n, len(inA))
 	}
 	if p := pending(t, pool); p != 0 {
 		t.Fatalf("%d messages pending", p)

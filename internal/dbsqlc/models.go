@@ -152,9 +152,10 @@ type PgcoordOutboxInbox struct {
 
 // pgcoord: outbox relays sharing the keys by bucket ranges
 type PgcoordOutboxRelay struct {
-	Claimant string
-	Topics   []string
-	Until    time.Time
+	Claimant  string
+	Topics    []string
+	ClaimedAt time.Time
+	Until     time.Time
 }
 
 // pgcoord: one row per semaphore key: limit, weight, fairness accounting

@@ -18,10 +18,11 @@
 -- live relays of one topic set split the buckets into equal ranges, one each
 -- (pgcoord_outbox_relays, renewed by their claims). A claim walks its own range first, so
 -- concurrent claims walk disjoint keys instead of counting heads another claim is about
--- to lock; it walks the other ranges only when its own has nothing ready. The ranges only
--- steer the walk: what a claim may take is decided, as with one relay, by the head's lock
--- and state, so a range held by a relay that died is taken by the others once theirs run
--- dry, and no guarantee depends on the ranges being right.
+-- to lock; it walks the ranges of relays that took nothing for a second only when its
+-- own has nothing ready. The ranges only steer the walk: what a claim may take is
+-- decided, as with one relay, by the head's lock and state, so a range held by a relay
+-- that died is taken by the others once theirs run dry, and no guarantee depends on the
+-- ranges being right.
 --
 -- Fencing: each claim stamps its rows with a token from pgcoord_next_token() (tokens only go
 -- up and are never reused) and an expiry by the database clock.
@@ -111,12 +112,13 @@ CREATE TABLE pgcoord_outbox_idle (
 COMMENT ON TABLE pgcoord_outbox_idle IS 'pgcoord: outbox relays waiting for a notification';
 
 -- The relays that claim, by topic set (NULL: every topic), each until its latest claim
--- expires (every claim renews it) or until it leaves: the live relays of one topic set, in
--- claimant order, own equal ranges of the buckets.
+-- expires (every claim renews it) or until it leaves, with when it last took messages: the
+-- live relays of one topic set, in claimant order, own equal ranges of the buckets.
 CREATE TABLE pgcoord_outbox_relays (
-    claimant text        PRIMARY KEY,
-    topics   text[],
-    until    timestamptz NOT NULL
+    claimant   text        PRIMARY KEY,
+    topics     text[],
+    claimed_at timestamptz NOT NULL,
+    until      timestamptz NOT NULL
 );
 
 COMMENT ON TABLE pgcoord_outbox_relays IS 'pgcoord: outbox relays sharing the keys by bucket ranges';
@@ -345,14 +347,15 @@ $$;
 -- p_topics, if not NULL, restricts the claim to those topics.
 --
 -- Which keys it walks: the claim makes p_claimant a member of the relays of its topic set
--- until now + p_ttl (pgcoord_outbox_relays; DELETE its row there to leave at once). The live members, in claimant order, split the
--- 1024 buckets into equal ranges, and the claim walks its own range in (bucket, topic, key)
--- order, from after (p_after_topic, p_after_key) if that key is in the range (else from the
--- range's start) round to it. Only if that finds nothing ready does it walk the other
--- ranges, the next relay's first. So concurrent relays walk disjoint keys, and a claim
--- that returns nothing found nothing ready anywhere. What the limits cut off is a suffix in
--- claim order, so the caller resumes after the last key it got, and from '' once a claim
--- was cut by neither limit: keys are served round robin.
+-- until now + p_ttl (pgcoord_outbox_relays; DELETE its row there to leave at once). The
+-- live members, in claimant order, split the 1024 buckets into equal ranges, and the claim
+-- walks its own range in (bucket, topic, key) order, from after (p_after_topic,
+-- p_after_key) if that key is in the range (else from the range's start) round to it.
+-- Only if that finds nothing ready does it walk the other ranges, the next relay's first,
+-- and of those only the ranges of relays that took no message in the last second (dead,
+-- idle or slow). So concurrent relays walk disjoint keys. What the limits cut off is a
+-- suffix in claim order, so the caller resumes after the last key it got, and from ''
+-- once a claim was cut by neither limit: keys are served round robin.
 --
 -- Bad arguments raise 22004 or 22023: a claimant not of 1 to 255 bytes, limits outside 1
 -- to 10,000 (p_key_limit at most p_limit), p_max_bytes below 1, a TTL outside (0, 24
@@ -380,7 +383,15 @@ DECLARE
     v_from integer;         -- the bucket of the key to resume after
     v_heads bigint[] := '{}'; -- the ready heads, in walk order
     v_total bigint := 0;    -- the messages they would give
+    v_idle boolean[];       -- per relay, in claimant order: nothing taken for a second
     v_seg integer;
+    v_j integer;            -- the relay whose range a segment walks
+    v_lb integer;           -- the segment: after (v_lb, v_lt, v_lk), before (v_ub, v_ut, v_uk)
+    v_lt text;
+    v_lk text;
+    v_ub integer;
+    v_ut text;
+    v_uk text;
     v_ids bigint[];
 BEGIN
     IF NOT pgcoord_name_ok(p_claimant) THEN
@@ -403,22 +414,19 @@ BEGIN
     END IF;
     v_token := pgcoord_next_token();
 
-    -- Membership, until this claim expires. A relay that joins also deletes the
-    -- registrations that ran out, skipping those another relay is deleting (so no claim
-    -- waits for another's in a cycle).
+    -- The relays of the topic set, this one among them: how many, this one's place, and
+    -- which have not taken anything for a second. This claim's own registration is written
+    -- at the end, with what it took.
     IF p_topics IS NOT NULL THEN
         v_group := ARRAY(SELECT DISTINCT t FROM unnest(p_topics) t ORDER BY 1);
     END IF;
-    UPDATE pgcoord_outbox_relays r SET topics = v_group, until = v_now + p_ttl WHERE r.claimant = p_claimant;
-    IF NOT FOUND THEN
-        DELETE FROM pgcoord_outbox_relays r
-         WHERE r.claimant = ANY (ARRAY(SELECT x.claimant FROM pgcoord_outbox_relays x
-                                        WHERE x.until <= v_now FOR UPDATE SKIP LOCKED));
-        INSERT INTO pgcoord_outbox_relays AS r (claimant, topics, until) VALUES (p_claimant, v_group, v_now + p_ttl)
-        ON CONFLICT (claimant) DO UPDATE SET topics = excluded.topics, until = excluded.until;
-    END IF;
-    SELECT count(*), count(*) FILTER (WHERE r.claimant COLLATE "C" < p_claimant COLLATE "C") INTO v_n, v_i
-      FROM pgcoord_outbox_relays r WHERE r.until > v_now AND r.topics IS NOT DISTINCT FROM v_group;
+    SELECT count(*), count(*) FILTER (WHERE r.claimant COLLATE "C" < p_claimant COLLATE "C"),
+           array_agg(r.claimed_at < v_now - interval '1 second' ORDER BY r.claimant COLLATE "C")
+      INTO v_n, v_i, v_idle
+      FROM (SELECT x.claimant, x.claimed_at FROM pgcoord_outbox_relays x
+             WHERE x.until > v_now AND x.topics IS NOT DISTINCT FROM v_group AND x.claimant <> p_claimant
+            UNION ALL
+            SELECT p_claimant, v_now) r;
     v_n := greatest(v_n, 1);
     v_i := least(v_i, v_n - 1);
     v_lo := v_i * 1024 / v_n;
@@ -432,16 +440,24 @@ BEGIN
 
     -- The walk, in segments of (bucket, topic, key) order, each from after its first bound
     -- to before its second (no key or topic is ''): 1 and 2 the own range from the cursor
-    -- round to it, 3 and 4 the other ranges from the next relay's on. It stops once the
+    -- round to it, then, from the next relay's on, the ranges of the relays that took nothing
+    -- for a second (dead, idle, or slow to deliver: a relay that takes messages takes its
+    -- own range, and taking it too would bring the collisions back). It stops once the
     -- ready keys give p_limit, and after the own range if that gave any.
-    FOR v_seg IN 1..4 LOOP
+    FOR v_seg IN 1..v_n + 1 LOOP
         EXIT WHEN v_total >= p_limit OR (v_seg = 3 AND v_total > 0);
         CONTINUE WHEN v_seg = 2 AND p_after_key = '';
+        IF v_seg = 1 THEN
+            v_lb := v_from; v_lt := p_after_topic; v_lk := p_after_key; v_ub := v_hi; v_ut := ''; v_uk := '';
+        ELSIF v_seg = 2 THEN
+            v_lb := v_lo; v_lt := ''; v_lk := ''; v_ub := v_from; v_ut := p_after_topic; v_uk := p_after_key;
+        ELSE
+            v_j := (v_i + v_seg - 2) % v_n;
+            CONTINUE WHEN NOT coalesce(v_idle[v_j + 1], true);
+            v_lb := v_j * 1024 / v_n; v_lt := ''; v_lk := ''; v_ub := (v_j + 1) * 1024 / v_n; v_ut := ''; v_uk := '';
+        END IF;
         WITH RECURSIVE heads (bucket, topic, key, id, ready, total, step) AS (
-            SELECT CASE v_seg WHEN 1 THEN v_from WHEN 2 THEN v_lo WHEN 3 THEN v_hi ELSE 0 END,
-                   CASE v_seg WHEN 1 THEN p_after_topic ELSE '' END,
-                   CASE v_seg WHEN 1 THEN p_after_key ELSE '' END,
-                   0::bigint, false, v_total, 0
+            SELECT v_lb, v_lt, v_lk, 0::bigint, false, v_total, 0
             UNION ALL
             -- The next key's head, whether it is ready, and how many messages it would give.
             SELECT n.bucket, n.topic, n.key, n.id, x.ready,
@@ -457,9 +473,7 @@ BEGIN
                 SELECT o.bucket, o.topic, o.key, o.id, o.available_at, o.claim_expires_at
                   FROM pgcoord_outbox o
                  WHERE o.state = 'pending' AND (o.bucket, o.topic, o.key) > (h.bucket, h.topic, h.key)
-                   AND (o.bucket, o.topic, o.key) < (CASE v_seg WHEN 1 THEN v_hi WHEN 2 THEN v_from WHEN 3 THEN 1024 ELSE v_lo END,
-                                                     CASE v_seg WHEN 2 THEN p_after_topic ELSE '' END,
-                                                     CASE v_seg WHEN 2 THEN p_after_key ELSE '' END)
+                   AND (o.bucket, o.topic, o.key) < (v_ub, v_ut, v_uk)
                  ORDER BY o.bucket, o.topic, o.key, o.id LIMIT 1) n
              CROSS JOIN LATERAL (
                 SELECT n.available_at <= v_now
@@ -503,6 +517,23 @@ BEGIN
     SELECT ARRAY(SELECT c.id FROM (SELECT p.id, p.n, sum(p.bytes) OVER (ORDER BY p.n) AS upto FROM picked p) c
                   WHERE c.n = 1 OR c.upto <= p_max_bytes ORDER BY c.n)
       INTO v_ids;
+
+    -- Membership, until this claim expires, and when it last took messages. A relay that
+    -- joins also deletes the registrations that ran out, skipping those another relay is
+    -- deleting (so no claim waits for another's in a cycle).
+    UPDATE pgcoord_outbox_relays r
+       SET topics = v_group, until = v_now + p_ttl,
+           claimed_at = CASE WHEN cardinality(v_ids) > 0 THEN v_now ELSE r.claimed_at END
+     WHERE r.claimant = p_claimant;
+    IF NOT FOUND THEN
+        DELETE FROM pgcoord_outbox_relays r
+         WHERE r.claimant = ANY (ARRAY(SELECT x.claimant FROM pgcoord_outbox_relays x
+                                        WHERE x.until <= v_now FOR UPDATE SKIP LOCKED));
+        INSERT INTO pgcoord_outbox_relays AS r (claimant, topics, claimed_at, until)
+        VALUES (p_claimant, v_group, CASE WHEN cardinality(v_ids) > 0 THEN v_now ELSE '-infinity' END, v_now + p_ttl)
+        ON CONFLICT (claimant) DO UPDATE SET topics = excluded.topics, until = excluded.until,
+                                             claimed_at = greatest(r.claimed_at, excluded.claimed_at);
+    END IF;
 
     -- The rows by primary key only, as in pgcoord_outbox_settle (which says why), returned
     -- in claim order.
