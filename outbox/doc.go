@@ -36,15 +36,16 @@
 // its relay registered among the relays of its Topics until the claim expires (Run
 // deregisters when it returns; Leave does it for a RunBatch loop), and the registered
 // relays, in Claimant order, split the buckets into equal ranges. A claim walks its own
-// range, round robin from where the relay's previous claim stopped, and walks the other
-// ranges (the next relay's first) only if its own had nothing ready. So concurrent claims
+// range, round robin from where the relay's previous claim stopped, and only if its own
+// had nothing ready walks the ranges of the relays that took no message in the last
+// second (dead, idle, or slow to deliver), the next relay's first. So concurrent claims
 // walk disjoint keys: a claim does not count heads that another claim is about to lock
 // (and then skip them as locked, coming back with a fraction of its batch), nor walk past
 // keys another relay holds. A relay that joins or leaves moves the ranges at the next
 // claims; a relay that died keeps its range until its claim expires, and the others take
-// its keys once their own ranges run dry. The ranges only steer the walk: what a claim may
-// take is decided by the head's lock and state, as with one relay, so no guarantee below
-// depends on them.
+// its keys a second after its last, once their own ranges run dry. The ranges only steer
+// the walk: what a claim may take is decided by the head's lock and state, as with one
+// relay, so no guarantee below depends on them.
 //
 // # Wake-ups
 //
@@ -171,13 +172,14 @@
 //   - Keys are walked one index probe at a time: a claim costs one probe per key with
 //     pending messages that it passes over (parked, claimed by other relays, or of other
 //     topics when Topics is set), not one per message.
-//   - A relay takes other relays' keys only when its own range has nothing ready: while
-//     it has a few, its batches are small even if the others' ranges are full (a skewed
-//     backlog, or the range of a relay that died, which waits until the others' ranges
-//     run dry or its claim expires). Relays with different Topics do not share ranges and
-//     walk the same keys, as every relay did before ranges. A Relay abandoned without Run
-//     returning or Leave keeps its range until ClaimTTL after its last claim: reuse one
-//     Relay rather than create one per RunBatch.
+//   - A relay takes other relays' keys only when its own range has nothing ready, and
+//     only from relays that took nothing for a second: while it has a few, its batches
+//     are small even if the others' ranges are full, and a busy relay's range is its
+//     alone (a skewed backlog is not spread; the range of a relay that died waits until
+//     the others' ranges run dry, or its claim expires). Relays with different Topics do
+//     not share ranges and walk the same keys, as every relay did before ranges. A Relay
+//     abandoned without Run returning or Leave keeps its range until ClaimTTL after its
+//     last claim: reuse one Relay rather than create one per RunBatch.
 //   - With asynchronous replication, an enqueue or an outcome committed on a primary that
 //     fails before the standby has it is lost on failover: a message may vanish with its
 //     business change, or be delivered again.
