@@ -60,10 +60,10 @@ const faultTables = `
 CREATE TABLE fault_register (name text PRIMARY KEY, token bigint NOT NULL, value bigint NOT NULL);
 INSERT INTO fault_register SELECT 'reg-' || i, 0, 0 FROM generate_series(0, %d - 1) AS i;
 -- Every committed write of a register, in commit order (the row lock orders them).
-CREATE TABLE fault_register_log (id bigserial PRIMARY KEY, name text NOT NULL, token bigint NOT NULL);
+CREATE TABLE fault_register_log (id bigserial PRIMARY KEY, name text NOT NULL, token bigint NOT NULL, value bigint NOT NULL);
 CREATE FUNCTION fault_register_logged() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	INSERT INTO fault_register_log (name, token) VALUES (NEW.name, NEW.token);
+	INSERT INTO fault_register_log (name, token, value) VALUES (NEW.name, NEW.token, NEW.value);
 	RETURN NEW;
 END $$;
 CREATE TRIGGER fault_register_logged AFTER UPDATE ON fault_register FOR EACH ROW EXECUTE FUNCTION fault_register_logged();
