@@ -33,7 +33,7 @@ ha-test: ## fail a three-node Patroni cluster over under every workload (HA_MODE
 	trap 'scripts/ha-cluster.sh down' EXIT; \
 	eval "$$(scripts/ha-cluster.sh up $${HA_MODE:-sync})"; \
 	PGCOORD_HA_URL=$$PGCOORD_HA_URL PGCOORD_HA_PROXY_URL=$$PGCOORD_HA_PROXY_URL PGCOORD_HA_MODE=$${HA_MODE:-sync} \
-	  go test -race -count=1 -timeout 0 -run '^TestHAFailovers$$' -v ./integration_test
+	  go test -race -count=1 -timeout $$(( $${PGCOORD_HA_ROUNDS:-1} * 20 + 10 ))m -run '^TestHAFailovers$$' -v ./integration_test
 
 .PHONY: ha-soak
 ha-soak: ## ha-test for ROUNDS rounds of every fault (default 5)

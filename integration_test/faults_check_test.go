@@ -4,7 +4,9 @@ package integration_test
 
 import (
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -13,6 +15,15 @@ import (
 // check checks the history and the database against every invariant, and returns the
 // history it parsed.
 func (h *faultHarness) check() *faultHistory {
+	if path := os.Getenv(envFaultHistory); path != "" {
+		var b strings.Builder
+		for _, l := range h.lines {
+			fmt.Fprintf(&b, "%s %s\n", l.worker.Name(), l.line)
+		}
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			h.t.Error(err)
+		}
+	}
 	hist := parseFaultHistory(h.t, h.lines)
 	h.t.Logf("history: %d register writes (%d ok, %d stale, %d unknown), %d grants, %d permits, %d ticks",
 		hist.count("ok")+hist.count("stale")+hist.count(""), hist.count("ok"), hist.count("stale"), hist.count(""),
@@ -33,6 +44,24 @@ func (h *faultHarness) check() *faultHistory {
 	h.checkCharges()
 	h.checkOutbox()
 	return hist
+}
+
+// violated reports a broken invariant of the given kind: a test failure, unless the run
+// tolerates that kind (h.tolerated: an asynchronous cluster may lose acknowledged commits),
+// when it is logged and counted in h.weakened.
+func (h *faultHarness) violated(kind, format string, args ...any) {
+	h.t.Helper()
+	if !h.tolerated[kind] {
+		h.t.Errorf(format, args...)
+		return
+	}
+	h.mu.Lock()
+	if h.weakened == nil {
+		h.weakened = map[string]int{}
+	}
+	h.weakened[kind]++
+	h.mu.Unlock()
+	h.t.Logf("weakened (%s): "+format, append([]any{kind}, args...)...)
 }
 
 // idle reports whether a workload of the history did nothing the checks can judge: no
@@ -101,13 +130,13 @@ func (h *faultHarness) checkOutbox() {
 		h.t.Error("no outbox message committed: the workload did nothing")
 	}
 	if notOnce > 0 {
-		h.t.Errorf("%d committed outbox messages not applied exactly once", notOnce)
+		h.violated("outbox-once", "%d committed outbox messages not applied exactly once", notOnce)
 	}
 	if phantom > 0 {
-		h.t.Errorf("%d applied messages were never committed (rolled back)", phantom)
+		h.violated("outbox-phantom", "%d applied messages were never committed (rolled back)", phantom)
 	}
 	if outOfOrder > 0 {
-		h.t.Errorf("%d messages first applied before an earlier message of their key", outOfOrder)
+		h.violated("outbox-order", "%d messages first applied before an earlier message of their key", outOfOrder)
 	}
 }
 
@@ -128,10 +157,10 @@ func (h *faultHarness) checkCharges() {
 		h.t.Error("no idempotency key completed: the workload did nothing")
 	}
 	if doubled > 0 {
-		h.t.Errorf("%d idempotency keys charged more than once", doubled)
+		h.violated("charge-twice", "%d idempotency keys charged more than once", doubled)
 	}
 	if missing > 0 {
-		h.t.Errorf("%d idempotency keys completed without their charge", missing)
+		h.violated("charge-missing", "%d idempotency keys completed without their charge", missing)
 	}
 }
 
@@ -139,6 +168,7 @@ func (h *faultHarness) checkCharges() {
 // final read of each register, and their committed tokens for monotonicity.
 func (h *faultHarness) checkRegisters(hist *faultHistory) {
 	h.resolveGrants(hist)
+	h.resolveWrites(hist)
 	ops := hist.porcupineOps()
 	for i := range faultRegisters {
 		reg := fmt.Sprintf("reg-%d", i)
@@ -150,11 +180,13 @@ func (h *faultHarness) checkRegisters(hist *faultHistory) {
 		ops = append(ops, porcupine.Operation{ClientId: len(hist.clients), Call: call, Return: time.Now().UnixNano(),
 			Input: regInput{reg: reg}, Output: regOutput{known: true, token: token, value: value}})
 	}
-	res, _ := porcupine.CheckOperationsVerbose(registerModel, ops, time.Minute)
+	// Each write of unknown outcome doubles what porcupine may have to try; resolveWrites
+	// leaves few, but a long run (make ha-soak) has many operations.
+	res, _ := porcupine.CheckOperationsVerbose(registerModel, ops, time.Minute+time.Duration(len(ops))*10*time.Millisecond)
 	switch res {
 	case porcupine.Ok:
 	case porcupine.Illegal:
-		h.t.Error("the fenced registers' history is not linearizable: a stale write was accepted or a read saw a lost write")
+		h.violated("linearizable", "the fenced registers' history is not linearizable: a stale write was accepted or a read saw a lost write")
 	default:
 		h.t.Error("porcupine could not decide within a minute")
 	}
@@ -172,12 +204,48 @@ func (h *faultHarness) checkRegisters(hist *faultHistory) {
 			h.t.Fatal(err)
 		}
 		if token < last[name] {
-			h.t.Errorf("%s: a write with token %d committed after one with token %d", name, token, last[name])
+			h.violated("token-order", "%s: a write with token %d committed after one with token %d", name, token, last[name])
 		}
 		last[name] = token
 	}
 	if err := rows.Err(); err != nil {
 		h.t.Fatal(err)
+	}
+}
+
+// resolveWrites settles the register writes whose reply was lost by the database's log of
+// committed writes: one that is in it committed (its value is unique), one that is not had
+// no effect and is dropped ("lost"). porcupine then need not try both for each. (A write
+// that committed on a primary and was lost with it is "lost" too; a read that saw it makes
+// the history non-linearizable, which it is.)
+func (h *faultHarness) resolveWrites(hist *faultHistory) {
+	type write struct {
+		reg          string
+		token, value int64
+	}
+	committed := map[write]bool{}
+	rows, err := h.admin.Query(h.ctx, `SELECT name, token, value FROM fault_register_log`)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var w write
+		if err := rows.Scan(&w.reg, &w.token, &w.value); err != nil {
+			h.t.Fatal(err)
+		}
+		committed[w] = true
+	}
+	if err := rows.Err(); err != nil {
+		h.t.Fatal(err)
+	}
+	for _, op := range hist.ops {
+		if op.write && op.outcome == "" {
+			op.outcome = "lost"
+			if committed[write{op.reg, op.token, op.val}] {
+				op.outcome = "ok"
+			}
+		}
 	}
 }
 
@@ -239,7 +307,7 @@ func (h *faultHarness) checkGrants(hist *faultHistory) {
 	for _, g := range hist.grants {
 		k := key{g.reg, g.token}
 		if w, dup := seen[k]; dup && w != g.worker {
-			h.t.Errorf("%s: token %d granted to %s and to %s", g.reg, g.token, w, g.worker)
+			h.violated("token-reused", "%s: token %d granted to %s and to %s", g.reg, g.token, w, g.worker)
 		}
 		seen[k] = g.worker
 		byReg[g.reg] = append(byReg[g.reg], g)
@@ -255,7 +323,7 @@ func (h *faultHarness) checkGrants(hist *faultHistory) {
 					break
 				}
 				if a.token != b.token {
-					h.t.Errorf("%s: grant %d (%s) trusted until %v, grant %d (%s) from %v: two holders trusted at once",
+					h.violated("trusted-twice", "%s: grant %d (%s) trusted until %v, grant %d (%s) from %v: two holders trusted at once",
 						reg, a.token, a.worker, time.Unix(0, a.until), b.token, b.worker, time.Unix(0, b.from))
 				}
 			}
@@ -287,7 +355,7 @@ func (h *faultHarness) checkPermits(hist *faultHistory) {
 		most = max(most, live)
 	}
 	if most > faultSemLimit {
-		h.t.Errorf("%d permits of %s live at one instant, limit %d", most, faultSemKey, faultSemLimit)
+		h.violated("permits", "%d permits of %s live at one instant, limit %d", most, faultSemKey, faultSemLimit)
 	}
 }
 
@@ -303,9 +371,9 @@ func (h *faultHarness) checkTicks() {
 		h.t.Fatal(err)
 	}
 	if doubled > 0 {
-		h.t.Errorf("%d cron ticks recorded their effect more than once", doubled)
+		h.violated("tick-twice", "%d cron ticks recorded their effect more than once", doubled)
 	}
 	if missing > 0 {
-		h.t.Errorf("%d cron ticks succeeded in the ledger without their effect", missing)
+		h.violated("tick-missing", "%d cron ticks succeeded in the ledger without their effect", missing)
 	}
 }

@@ -17,7 +17,14 @@ type faultHistory struct {
 	grants  []faultGrant
 	permits map[string]*faultPermit // by worker/token
 	ticks   int
-	end     int64 // after the last event
+	errs    []faultError // failed grant attempts
+	end     int64        // after the last event
+}
+
+// faultError is a grant attempt that failed: when, and what the client saw (errorClass).
+type faultError struct {
+	at    int64
+	class string
 }
 
 type faultOp struct {
@@ -124,6 +131,8 @@ func parseFaultHistory(t *testing.T, lines []workerLine) *faultHistory {
 			}
 		case f[0] == "tick":
 			hi.ticks++
+		case f[0] == "err" && len(f) == 3:
+			hi.errs = append(hi.errs, faultError{at: num(f[1]), class: f[2]})
 		}
 	}
 	return hi

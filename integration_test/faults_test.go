@@ -43,11 +43,15 @@ import (
 //
 // The run is seeded: a failure prints the seed, and PGCOORD_FAULT_SEED=<seed> replays the
 // same choices of faults (timing still varies). PGCOORD_FAULT_DURATION sets how long faults
-// are injected (default 20s; `make soak` runs it for longer).
+// are injected (default 20s; `make soak` runs it for longer); PGCOORD_FAULT_FENCING=off has
+// the workers write the registers without the fence, to see the checks fail;
+// PGCOORD_FAULT_HISTORY=<file> writes what the workers said there, line by line.
 
 const (
 	envFaultSeed     = "PGCOORD_FAULT_SEED"
 	envFaultDuration = "PGCOORD_FAULT_DURATION"
+	envFaultFencing  = "PGCOORD_FAULT_FENCING"
+	envFaultHistory  = "PGCOORD_FAULT_HISTORY"
 	faultWorkers     = 5
 	faultSchema      = "faults"
 )
@@ -56,10 +60,10 @@ const faultTables = `
 CREATE TABLE fault_register (name text PRIMARY KEY, token bigint NOT NULL, value bigint NOT NULL);
 INSERT INTO fault_register SELECT 'reg-' || i, 0, 0 FROM generate_series(0, %d - 1) AS i;
 -- Every committed write of a register, in commit order (the row lock orders them).
-CREATE TABLE fault_register_log (id bigserial PRIMARY KEY, name text NOT NULL, token bigint NOT NULL);
+CREATE TABLE fault_register_log (id bigserial PRIMARY KEY, name text NOT NULL, token bigint NOT NULL, value bigint NOT NULL);
 CREATE FUNCTION fault_register_logged() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	INSERT INTO fault_register_log (name, token) VALUES (NEW.name, NEW.token);
+	INSERT INTO fault_register_log (name, token, value) VALUES (NEW.name, NEW.token, NEW.value);
 	RETURN NEW;
 END $$;
 CREATE TRIGGER fault_register_logged AFTER UPDATE ON fault_register FOR EACH ROW EXECUTE FUNCTION fault_register_logged();
@@ -83,11 +87,62 @@ func TestFaults(t *testing.T) {
 	seed := faultSeed(t)
 	duration := faultDuration(t, 20*time.Second)
 	h := newFaultHarness(t, seed)
+	h.workerLifetime = duration + 5*time.Minute // the faults, then settling and stopping
 	h.startWorkers()
 	h.injectFaults(duration)
 	h.settle(2 * time.Minute)
 	h.stopWorkers()
 	h.check()
+}
+
+// TestFaultChecksCatchUnfencedWrites shows that the suite can fail: workers that write the
+// registers without the fence let a holder whose lease ran out (paused, or just slow)
+// overwrite a newer holder's write, and the checks must say so — and only the registers'.
+func TestFaultChecksCatchUnfencedWrites(t *testing.T) {
+	t.Parallel()
+	h := newFaultHarness(t, faultSeed(t))
+	h.unfenced = true
+	h.workerLifetime = pgtest.WaitLimit + 5*time.Minute
+	h.tolerated = map[string]bool{}
+	for _, kind := range faultViolationKinds {
+		h.tolerated[kind] = true
+	}
+	h.startWorkers()
+	deadline := time.Now().Add(pgtest.WaitLimit)
+	for !h.lowerTokenCommitted() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no unfenced write with a lower token committed within %v", pgtest.WaitLimit)
+		}
+		h.injectFaults(2 * time.Second)
+	}
+	h.settle(2 * time.Minute)
+	h.stopWorkers()
+	h.check()
+	if h.weakened["token-order"] == 0 {
+		t.Errorf("a lower token was committed after a higher one, but the checks did not say so (they said %v)", h.weakened)
+	}
+	for kind, n := range h.weakened {
+		if kind != "token-order" && kind != "linearizable" {
+			t.Errorf("%d violations of %q: only the registers were unfenced", n, kind)
+		}
+	}
+}
+
+// faultViolationKinds are the kinds of violation the checks report (violated).
+var faultViolationKinds = []string{
+	"linearizable", "token-order", "token-reused", "trusted-twice", "grant-lost", "permits",
+	"tick-twice", "tick-missing", "charge-twice", "charge-missing", "outbox-once", "outbox-phantom", "outbox-order",
+}
+
+// lowerTokenCommitted reports whether a register write committed with a lower token than
+// the write before it.
+func (h *faultHarness) lowerTokenCommitted() bool {
+	var found bool
+	if err := h.admin.QueryRow(h.ctx, `SELECT EXISTS (SELECT FROM (SELECT token, lag(token) OVER (PARTITION BY name ORDER BY id) AS prev
+			FROM fault_register_log) l WHERE token < prev)`).Scan(&found); err != nil {
+		h.t.Fatal(err)
+	}
+	return found
 }
 
 // faultSeed returns the run's seed (PGCOORD_FAULT_SEED, or a new one) and has a failure
@@ -107,6 +162,21 @@ func faultSeed(t *testing.T) uint64 {
 		}
 	})
 	return seed
+}
+
+// faultFencingOff reports whether PGCOORD_FAULT_FENCING=off asks for workers that write the
+// registers without the fence: a run that shows the checks fail.
+func faultFencingOff(t *testing.T) bool {
+	switch v := os.Getenv(envFaultFencing); v {
+	case "", "on":
+		return false
+	case "off":
+		t.Logf("%s=off: the workers write without the fence, and the checks must fail", envFaultFencing)
+		return true
+	default:
+		t.Fatalf("%s=%q: want on or off", envFaultFencing, v)
+		return false
+	}
 }
 
 // faultDuration returns how long faults are injected: PGCOORD_FAULT_DURATION, or def.
@@ -142,6 +212,11 @@ type faultHarness struct {
 	lines   []workerLine
 	faults  []string
 	wg      sync.WaitGroup
+
+	workerLifetime time.Duration   // how long a worker may run; 0: workerproc.Lifetime
+	unfenced       bool            // the workers write the registers without the fence (the checks must fail)
+	tolerated      map[string]bool // kinds of violation counted, not failed (see violated)
+	weakened       map[string]int  // violations of tolerated kinds, by kind
 }
 
 func newFaultHarness(t *testing.T, seed uint64) *faultHarness {
@@ -151,7 +226,7 @@ func newFaultHarness(t *testing.T, seed uint64) *faultHarness {
 		t.Fatal(err)
 	}
 	h := &faultHarness{t: t, ctx: t.Context(), rng: rand.New(rand.NewPCG(seed, 0)), seed: seed,
-		container: srv.Container.GetContainerID(), workers: map[string]*workerproc.Proc{}}
+		container: srv.Container.GetContainerID(), workers: map[string]*workerproc.Proc{}, unfenced: faultFencingOff(t)}
 	h.workerProxy = newNetProxy(t, u.Host)
 	h.adminProxy = newNetProxy(t, u.Host)
 	via := func(p *netProxy) string {
@@ -185,9 +260,12 @@ func (h *faultHarness) prepare(adminURL string, workerURLs []string) {
 // startWorker starts a worker named name and collects its lines.
 func (h *faultHarness) startWorker(name string) {
 	h.started++
-	w, err := startWorker(h.t, name, faultRole, h.workerURLs[h.started%len(h.workerURLs)], faultSchema, map[string]string{
-		"NAME": name, "SEED": strconv.FormatUint(h.seed+uint64(h.started), 10),
-	})
+	params := map[string]string{"NAME": name, "SEED": strconv.FormatUint(h.seed+uint64(h.started), 10)}
+	if h.unfenced {
+		params["FENCING"] = "off"
+	}
+	w, err := startWorkerSpec(h.t, workerproc.Spec{Name: name, Role: faultRole, URL: h.workerURLs[h.started%len(h.workerURLs)],
+		Schema: faultSchema, Params: params, Lifetime: h.workerLifetime})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/dedupe"
@@ -21,6 +22,7 @@ import (
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/outbox/inbox"
+	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
 	"github.com/pgcoord/pgcoord/singleton"
 )
@@ -36,6 +38,8 @@ import (
 //	untrust <register> <token> <ns>                      ... or until its release
 //	permit <token> start <db ns> <expires db ns>         then   permit <token> end <db ns>
 //	tick <unix µs> <token> <attempt>                     a cron run that recorded its effect
+//
+//	err <ns> <class>                                     a grant attempt failed (errorClass)
 //
 // An op or acq without "ret" had an unknown outcome (the process died, the connection was
 // cut): a write or a grant may have committed.
@@ -63,7 +67,8 @@ const (
 func init() { workerRoles[faultRole] = faultWorker }
 
 // faultWorker runs the register, semaphore and cron workloads until "stop". Parameters:
-// NAME, SEED.
+// NAME, SEED, and FENCING=off to write the registers without the fence (a broken workload
+// the checks must catch).
 func faultWorker(ctx context.Context, w *workerproc.Worker) error {
 	name := w.Param("NAME")
 	seed, err := strconv.ParseUint(w.Param("SEED"), 10, 64)
@@ -96,6 +101,7 @@ func faultWorker(ctx context.Context, w *workerproc.Worker) error {
 // grant's fence token a few times, with pauses in between; or reads a register. It never
 // checks that it still holds the lease: stale writes are what the fence must refuse.
 func faultRegisterLoop(ctx context.Context, w *workerproc.Worker, name string, rng *rand.Rand) {
+	unfenced := w.Param("FENCING") == "off"
 	var seq int64
 	opID := func() string { seq++; return fmt.Sprintf("%s-%d", name, seq) }
 	for ctx.Err() == nil {
@@ -126,6 +132,8 @@ func faultRegisterLoop(ctx context.Context, w *workerproc.Worker, name string, r
 			w.Say("acq %s ret %d %d", acq, time.Now().UnixNano(), l.Token)
 		case errors.Is(err, leases.ErrHeld):
 			w.Say("acq %s ret %d held", acq, time.Now().UnixNano())
+		case ctx.Err() == nil:
+			w.Say("err %d %s", time.Now().UnixNano(), errorClass(err))
 		}
 		if err != nil {
 			sleepRand(ctx, rng, 20*time.Millisecond)
@@ -140,8 +148,12 @@ func faultRegisterLoop(ctx context.Context, w *workerproc.Worker, name string, r
 			w.Say("op %s call %d write %s %d %d", id, time.Now().UnixNano(), reg, l.Token, value)
 			err := withTimeout(ctx, func(ctx context.Context) error {
 				return pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-					_, err := fenced.Write(ctx, tx, reg, l.Token,
-						`UPDATE fault_register SET token = $2, value = $3 WHERE name = $1`, reg, l.Token, value)
+					const write = `UPDATE fault_register SET token = $2, value = $3 WHERE name = $1`
+					if unfenced {
+						_, err := tx.Exec(ctx, write, reg, l.Token, value)
+						return err
+					}
+					_, err := fenced.Write(ctx, tx, reg, l.Token, write, reg, l.Token, value)
 					return err
 				})
 			})
@@ -315,5 +327,22 @@ func sleepRand(ctx context.Context, rng *rand.Rand, most time.Duration) {
 	select {
 	case <-time.After(time.Duration(rng.Int64N(int64(most)))):
 	case <-ctx.Done():
+	}
+}
+
+// errorClass names what a client saw when a call failed: the server refused to write
+// (read-only: a standby, or a primary being demoted), the call ran out of time, the server
+// answered with another error (its SQLSTATE), or the connection failed.
+func errorClass(err error) string {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgcoord.ErrReadOnly):
+		return "read-only"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.As(err, &pgErr):
+		return "sqlstate-" + pgErr.Code
+	default:
+		return "connection"
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,7 +30,7 @@ import (
 // HAProxy, while the test fails the cluster over by the means an operator meets: the
 // leader's node killed, frozen past Patroni's TTL (docker pause: a whole database node's
 // GC pause), cut off from its peers while clients still reach it, a replica lost, the
-// leader node's etcd member killed, and a rolling restart of every node. Then it checks the
+// leader node's etcd member killed, etcd's quorum lost, and a rolling restart of every node. Then it checks the
 // whole history with the fault suite's checks, and what synchronous replication adds: no
 // grant that a worker was told it holds is missing from the new primary, and the cluster
 // did move to new timelines.
@@ -64,21 +65,35 @@ func TestHAFailovers(t *testing.T) {
 	c.waitHealthy()
 	startTL := c.timeline()
 
-	h := &faultHarness{t: t, ctx: t.Context(), rng: rand.New(rand.NewPCG(seed, 0)), seed: seed, workers: map[string]*workerproc.Proc{}}
+	h := &faultHarness{t: t, ctx: t.Context(), rng: rand.New(rand.NewPCG(seed, 0)), seed: seed, workers: map[string]*workerproc.Proc{},
+		unfenced: faultFencingOff(t), workerLifetime: haTestLimit(rounds)}
+	if mode == "async" {
+		// An asynchronous failover may lose the last acknowledged commits, and with them what
+		// the invariants below rest on: those are counted, not failed. Fence tokens must still
+		// never be reused nor go backwards (the timeline floor).
+		h.tolerated = map[string]bool{}
+		for _, kind := range faultViolationKinds {
+			h.tolerated[kind] = kind != "token-reused" && kind != "token-order"
+		}
+	}
 	h.prepare(direct, []string{direct, proxied})
 	checkHACLI(t, mode, direct, proxied)
+	probe := startHAProbe(t, h, direct)
 	h.startWorkers()
 	h.settle(2 * time.Minute) // every workload is running before the first fault
+	var runs []haFaultRun
 	for range rounds {
 		kinds := slices.Clone(haFaults)
 		h.rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 		for _, f := range kinds {
-			began := time.Now()
-			t.Logf("%s fault: %s", began.UTC().Format("15:04:05.000"), f.name)
+			run := haFaultRun{kind: f.name, tl: c.timeline()}
+			t.Logf("%s fault: %s", time.Now().UTC().Format("15:04:05.000"), f.name)
 			detail := f.inject(c, h)
+			run.began, run.ended = c.faultAt, time.Now()
+			runs = append(runs, run)
 			h.faults = append(h.faults, f.name)
-			t.Logf("%s %s: %s; healthy again after %v", time.Now().UTC().Format("15:04:05.000"), f.name, detail,
-				time.Since(began).Round(100*time.Millisecond))
+			t.Logf("%s %s: %s; healthy again after %v", run.ended.UTC().Format("15:04:05.000"), f.name, detail,
+				run.ended.Sub(run.began).Round(100*time.Millisecond))
 		}
 	}
 	h.settle(2 * time.Minute)
@@ -87,8 +102,10 @@ func TestHAFailovers(t *testing.T) {
 	// connections it opened before the last failover.
 	h.admin = pgtest.NewPool(t, direct, faultSchema)
 	hist := h.check()
-	if mode != "async" {
-		h.checkAcknowledgedGrantsKept(hist)
+	h.checkAcknowledgedGrantsKept(hist)
+	reportHATimings(t, runs, probe.stop(), hist)
+	if mode == "async" {
+		t.Logf("asynchronous mode, invariants weakened by lost commits (count by kind): %v", h.weakened)
 	}
 	checkHACLI(t, mode, direct, proxied)
 	if len(c.remedies) > 0 {
@@ -100,6 +117,15 @@ func TestHAFailovers(t *testing.T) {
 		t.Logf("timelines %d to %d", startTL, endTL)
 	}
 }
+
+// haTestLimit bounds the whole test (make ha-test's go test -timeout) and so its workers'
+// lifetime: a round of faults takes 4 to 7 minutes here.
+func haTestLimit(rounds int) time.Duration {
+	return time.Duration(rounds)*20*time.Minute + 10*time.Minute
+}
+
+// haDoctorSummary is how pgcoord doctor's replication finding begins on the cluster.
+var haDoctorSummary = regexp.MustCompile(`^primary with 2 (asynchronous )?standby\(s\)`)
 
 // checkHACLI checks that the CLI works through both ways of finding the primary and that
 // `pgcoord doctor` says what a failover of this cluster keeps.
@@ -116,7 +142,7 @@ func checkHACLI(t *testing.T, mode string, urls ...string) {
 			t.Fatalf("pgcoord doctor --json through %s: %v: %s %s", url, err, stdout, stderr)
 		}
 		i := slices.IndexFunc(findings, func(f struct{ Check, Status, Summary string }) bool { return f.Check == "replication" })
-		if i < 0 || findings[i].Status != want || !strings.Contains(findings[i].Summary, "primary with 2 standby(s)") {
+		if i < 0 || findings[i].Status != want || !haDoctorSummary.MatchString(findings[i].Summary) {
 			t.Errorf("pgcoord doctor through %s in %s mode: %+v, want a primary with 2 standbys, status %s", url, mode, findings, want)
 		}
 	}
@@ -150,7 +176,7 @@ func (h *faultHarness) checkAcknowledgedGrantsKept(hist *faultHistory) {
 	for _, g := range hist.grants {
 		if !kept[grant{g.reg, g.token}] {
 			lost++
-			h.t.Errorf("%s: grant %d acknowledged to %s at %s is not on the surviving primary",
+			h.violated("grant-lost", "%s: grant %d acknowledged to %s at %s is not on the surviving primary",
 				g.reg, g.token, g.worker, time.Unix(0, g.from).UTC().Format("15:04:05.000"))
 		}
 	}
@@ -167,6 +193,7 @@ type haFault struct {
 var haFaults = []haFault{
 	{"leader killed", func(c *haCluster, _ *faultHarness) string {
 		old := c.leader()
+		c.markFault()
 		c.docker("kill", old)
 		next, took := c.waitNewLeader(old)
 		c.docker("start", old)
@@ -176,7 +203,8 @@ var haFaults = []haFault{
 	}},
 	{"leader paused past the TTL", func(c *haCluster, _ *faultHarness) string {
 		old := c.leader()
-		c.docker("pause", old)
+		c.markFault()
+		c.pause(old)
 		next, took := c.waitNewLeader(old)
 		c.docker("unpause", old)
 		c.waitHealthy()
@@ -184,7 +212,7 @@ var haFaults = []haFault{
 	}},
 	{"leader cut off from its peers", func(c *haCluster, _ *faultHarness) string {
 		old := c.leader()
-		began := time.Now()
+		began := c.markFault()
 		c.docker("network", "disconnect", haNetwork, old)
 		demoted := c.waitReadOnly(old)
 		next, took := c.waitNewLeader(old)
@@ -195,6 +223,7 @@ var haFaults = []haFault{
 	}},
 	{"replica lost", func(c *haCluster, h *faultHarness) string {
 		replica := c.replica(h)
+		c.markFault()
 		c.docker("kill", replica)
 		c.waitMembersRunning(2)
 		c.docker("start", replica)
@@ -204,11 +233,29 @@ var haFaults = []haFault{
 	}},
 	{"leader's etcd member lost", func(c *haCluster, _ *faultHarness) string {
 		node := c.leader()
+		c.markFault()
 		c.docker("exec", node, "sh", "-c", "kill $(cat /var/run/etcd.pid)")
 		time.Sleep(5 * time.Second) // a few of Patroni's loops without its local etcd
 		c.docker("exec", "-d", node, "/ha/etcd.sh")
 		c.waitHealthy()
 		return fmt.Sprintf("etcd on %s killed and started again; %s leads", node, c.leader())
+	}},
+	{"etcd quorum lost", func(c *haCluster, h *faultHarness) string {
+		// Two of the three etcd members: no quorum, so no node can hold the leader key. The
+		// leader must stop taking writes (Patroni demotes it after retry_timeout) and no
+		// other node may promote, until the members are back.
+		leader, other := c.leader(), c.replica(h)
+		began := c.markFault()
+		for _, n := range []string{leader, other} {
+			c.docker("exec", n, "sh", "-c", "kill $(cat /var/run/etcd.pid)")
+		}
+		demoted := c.waitReadOnly(leader)
+		for _, n := range []string{leader, other} {
+			c.docker("exec", "-d", n, "/ha/etcd.sh")
+		}
+		c.waitHealthy()
+		return fmt.Sprintf("etcd on %s and %s killed: %s stopped taking writes after %v; quorum back, %s leads",
+			leader, other, leader, demoted.Sub(began).Round(100*time.Millisecond), c.leader())
 	}},
 	{"rolling restart", func(c *haCluster, _ *faultHarness) string {
 		leader := c.leader()
@@ -219,6 +266,7 @@ var haFaults = []haFault{
 			}
 		}
 		order = append(order, leader) // replicas first, as an operator does
+		c.markFault()
 		for _, n := range order {
 			c.docker("restart", "-t", "30", n)
 			c.waitNodeUp(n)
@@ -242,7 +290,14 @@ type haCluster struct {
 	t        *testing.T
 	ctx      context.Context
 	mode     string
-	remedies []string // what the test did where Patroni did not recover by itself
+	remedies []string  // what the test did where Patroni did not recover by itself
+	faultAt  time.Time // when the last fault was injected (markFault)
+}
+
+// markFault notes that the fault is being injected now, and returns the time.
+func (c *haCluster) markFault() time.Time {
+	c.faultAt = time.Now()
+	return c.faultAt
 }
 
 // haWaitLimit bounds a wait for the cluster: a failover takes Patroni's TTL (20 s) and a
@@ -258,6 +313,22 @@ func (c *haCluster) docker(args ...string) string {
 		c.t.Fatalf("docker %s: %v: %s", strings.Join(args, " "), err, out)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// pause freezes the container's processes. The cgroup freezer gives up when a process does
+// not freeze in time (runc: "unable to freeze", seen while a node was busy rejoining), and
+// thaws what it froze: try again, as a hypervisor's pause does not fail.
+func (c *haCluster) pause(container string) {
+	c.t.Helper()
+	var out []byte
+	var err error
+	for range 10 {
+		if out, err = exec.CommandContext(c.ctx, "docker", "pause", container).CombinedOutput(); err == nil {
+			return
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	c.t.Fatalf("docker pause %s: %v: %s", container, err, out)
 }
 
 type haMember struct {
@@ -295,6 +366,7 @@ func (c *haCluster) members() ([]haMember, error) {
 func (c *haCluster) await(what string, cond func([]haMember) bool) {
 	c.t.Helper()
 	if last, err := c.poll(haWaitLimit, cond); last != nil || err != nil {
+		c.logNodes()
 		c.t.Fatalf("the cluster did not reach %q within %v: members %+v (%v)", what, haWaitLimit, last, err)
 	}
 }
@@ -333,7 +405,7 @@ func haLeaderOf(ms []haMember) string {
 	return ""
 }
 
-// waitHealthy waits for a running leader and two replicas on its timeline with no lag, one
+// waitHealthy waits for a running leader and two replicas streaming from it with no lag, one
 // of them synchronous unless the cluster is asynchronous. A cluster that Patroni has not
 // made whole within haRecoverLimit gets what an operator would do (logged, and reported at
 // the end of the test).
@@ -348,7 +420,9 @@ func (c *haCluster) waitHealthy() {
 		}
 		replicas, sync := 0, 0
 		for _, m := range ms {
-			if m.Role != "Leader" && (m.State == "streaming" || m.State == "running") && m.TL == tl && m.Lag == float64(0) {
+			// "streaming", not just "running": a replica that runs but has not connected to
+			// the new leader yet still shows the lag it had, and may be on the old timeline.
+			if m.Role != "Leader" && m.State == "streaming" && m.TL == tl && m.Lag == float64(0) {
 				replicas++
 			}
 			if m.Role == "Sync Standby" {
@@ -361,6 +435,7 @@ func (c *haCluster) waitHealthy() {
 	if last == nil && err == nil {
 		return
 	}
+	c.logNodes()
 	// An operator rebuilds a member that cannot rejoin (patronictl reinit), and restarts the
 	// leader's node when every member runs but the cluster is still not whole.
 	leader := haLeaderOf(last)
@@ -388,6 +463,17 @@ func (c *haCluster) waitHealthy() {
 // haRecoverLimit is how long the test waits for Patroni to make the cluster whole again
 // before it steps in.
 const haRecoverLimit = 90 * time.Second
+
+// logNodes logs the end of each node's log (Patroni's and PostgreSQL's), so that a run
+// that failed in CI says what the cluster did.
+func (c *haCluster) logNodes() {
+	for i := 1; i <= 3; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, _ := exec.CommandContext(ctx, "docker", "logs", "--tail", "60", haContainer(i)).CombinedOutput()
+		cancel()
+		c.t.Logf("the last lines of %s's log:\n%s", haContainer(i), out)
+	}
+}
 
 // waitNodeUp waits until the node's Patroni, just started, says its PostgreSQL runs (the
 // members' list may still show the state from before the restart).
@@ -444,15 +530,25 @@ func (c *haCluster) replica(h *faultHarness) string {
 	return replicas[h.rng.IntN(len(replicas))]
 }
 
-// waitNewLeader waits until a node other than old leads, and says how long it took.
+// waitNewLeader waits until a node other than old leads, and says how long it took. If
+// none does within haRecoverLimit, it says so (a remedy: the caller then ends the fault, as
+// an operator would) and returns "none": Patroni in synchronous mode promotes only a replica it
+// knows to be in sync, and waits rather than promote another — its rule, not pgcoord's.
 func (c *haCluster) waitNewLeader(old string) (string, time.Duration) {
 	c.t.Helper()
 	began := time.Now()
 	var next string
-	c.await("a new leader", func(ms []haMember) bool {
+	last, err := c.poll(haRecoverLimit, func(ms []haMember) bool {
 		next = haLeaderOf(ms)
 		return next != "" && next != old
 	})
+	if last != nil || err != nil {
+		c.logNodes()
+		remedy := fmt.Sprintf("no node took over from %s within %v (members %+v, %v): the fault was ended", old, haRecoverLimit, last, err)
+		c.t.Log(remedy)
+		c.remedies = append(c.remedies, remedy)
+		return "none", time.Since(began).Round(100 * time.Millisecond)
+	}
 	return next, time.Since(began).Round(100 * time.Millisecond)
 }
 

@@ -24,10 +24,15 @@ var workerRoles = map[string]workerproc.Role{}
 // and schema, with params as its role parameters. The process is always gone when t ends:
 // t's cleanup continues it (in case it is stopped), kills it and waits for it, bounded.
 func startWorker(t testing.TB, name, role, url, schema string, params map[string]string) (*workerproc.Proc, error) {
-	if pgtest.BehindPooler() && url == pgtest.URL(t) {
-		url = pgtest.PoolerURL(t, schema) // in pooler mode the workers go through PgBouncer too
+	return startWorkerSpec(t, workerproc.Spec{Name: name, Role: role, URL: url, Schema: schema, Params: params})
+}
+
+// startWorkerSpec is startWorker for a spec that sets more (a lifetime).
+func startWorkerSpec(t testing.TB, spec workerproc.Spec) (*workerproc.Proc, error) {
+	if pgtest.BehindPooler() && spec.URL == pgtest.URL(t) {
+		spec.URL = pgtest.PoolerURL(t, spec.Schema) // in pooler mode the workers go through PgBouncer too
 	}
-	p, err := workerproc.Start(workerproc.Spec{Name: name, Role: role, URL: url, Schema: schema, Params: params})
+	p, err := workerproc.Start(spec)
 	if err != nil {
 		return nil, err
 	}

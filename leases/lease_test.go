@@ -350,6 +350,38 @@ func TestRenewBlockedPastExpiryDoesNotRevive(t *testing.T) {
 
 // A refused TryAcquire answers at once, even while the holder renews inside a transaction
 // of its own that has not committed: refusals read, and reads never wait.
+// A retry that races its holder's own first grant of a new name — its insert waits for
+// the first attempt's to commit — gets that grant back, not ErrHeld: the holder does hold it.
+func TestSameHolderRetryRacingItsFirstGrantGetsIt(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	opts := &leases.AcquireOpts{Holder: "worker-9"}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	first, err := leases.TryAcquire(ctx, tx, "racing-retry", time.Minute, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer retry.Release()
+	waiter, blocker := pgtest.BackendPID(t, retry), pgtest.BackendPID(t, tx)
+	call := pgtest.Go(func() (leases.Lease, error) { return leases.TryAcquire(ctx, retry, "racing-retry", time.Minute, opts) })
+	pgtest.WaitBlocked(t, pool, call, waiter, blocker)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := call.Wait(t)
+	if err != nil || again.Token != first.Token || again.Holder != "worker-9" {
+		t.Fatalf("the retry: %+v, %v; want the first attempt's grant (token %d)", again, err, first.Token)
+	}
+}
+
 func TestTryAcquireDoesNotWaitForTheHoldersTransaction(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)

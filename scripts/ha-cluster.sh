@@ -47,7 +47,7 @@ ready() {
 import json, sys
 m = json.load(sys.stdin)
 leaders = [x for x in m if x["Role"] == "Leader" and x["State"] == "running"]
-replicas = [x for x in m if x["Role"] != "Leader" and x["State"] in ("running", "streaming")]
+replicas = [x for x in m if x["Role"] != "Leader" and x["State"] == "streaming"]
 sync = [x for x in m if x["Role"] == "Sync Standby"]
 sys.exit(0 if len(leaders) == 1 and len(replicas) == 2 and (sys.argv[1] == "async" or len(sync) == 1) else 1)
 ' "$1"

@@ -22,6 +22,8 @@ type Spec struct {
 	URL, Schema string
 	// Params are the role's parameters (Worker.Param).
 	Params map[string]string
+	// Lifetime bounds the worker's work; 0 means the package's Lifetime.
+	Lifetime time.Duration
 }
 
 // Proc is a running worker process, seen from its parent.
@@ -47,6 +49,9 @@ func Start(spec Spec) (*Proc, error) {
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), envRole+"="+spec.Role, envURL+"="+spec.URL, envSchema+"="+spec.Schema, envName+"="+spec.Name)
+	if spec.Lifetime > 0 {
+		cmd.Env = append(cmd.Env, envLife+"="+spec.Lifetime.String())
+	}
 	for k, v := range spec.Params {
 		cmd.Env = append(cmd.Env, envParam+k+"="+v)
 	}

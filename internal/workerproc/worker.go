@@ -16,6 +16,7 @@ package workerproc
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -34,11 +35,16 @@ const (
 	envSchema = "PGCOORD_WORKER_SCHEMA" // the schema (search_path) of the worker's pool
 	envParam  = "PGCOORD_WORKER_P_"     // prefix of the role's parameters
 	envName   = "PGCOORD_WORKER_NAME"   // Spec.Name, for the pool's application_name
+	envLife   = "PGCOORD_WORKER_LIFETIME"
 )
 
-// Lifetime bounds a worker's own work, so an orphan never lingers: the context of its role
-// ends after it. Time spent stopped counts too.
+// Lifetime bounds a worker's own work unless Spec.Lifetime says otherwise, so an orphan
+// never lingers: the context of its role ends after it, and the worker exits with an error
+// (a parent that still needed it learns so). Time spent stopped counts too.
 const Lifetime = 2 * time.Minute
+
+// errLifetime is the cause of a role's context that ended with the worker's lifetime.
+var errLifetime = errors.New("the worker's lifetime passed before its parent stopped it")
 
 // Role is the program of a worker process. It returns nil after saying what it did; an
 // error is said as "error <message>" and the process exits with 1.
@@ -75,7 +81,14 @@ func run(name string, role Role) error {
 	if role == nil {
 		return fmt.Errorf("unknown worker role %q", name)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), Lifetime)
+	lifetime := Lifetime
+	if s := os.Getenv(envLife); s != "" {
+		var err error
+		if lifetime, err = time.ParseDuration(s); err != nil {
+			return fmt.Errorf("%s: %w", envLife, err)
+		}
+	}
+	ctx, cancel := context.WithTimeoutCause(context.Background(), lifetime, errLifetime)
 	defer cancel()
 	cfg, err := pgconfig.Pool(os.Getenv(envURL), pgconfig.Options{
 		AppName: AppName(os.Getenv(envName)), Schema: os.Getenv(envSchema), MaxConns: 8,
@@ -100,7 +113,11 @@ func run(name string, role Role) error {
 		}
 		cancel()
 	}()
-	return role(ctx, w)
+	err = role(ctx, w)
+	if err == nil && errors.Is(context.Cause(ctx), errLifetime) {
+		err = fmt.Errorf("%w (%v)", errLifetime, lifetime)
+	}
+	return err
 }
 
 // Param returns the role parameter name (Spec.Params).

@@ -157,6 +157,27 @@ func TestRoleErrorIsSaidAndExitsNonZero(t *testing.T) {
 	}
 }
 
+// A worker whose lifetime passes before its parent stops it ends its role's context and
+// exits with an error that says so: a parent that needed it longer must not mistake its
+// silence for a quiet run.
+func TestLifetimeEndsTheWorkerWithAnError(t *testing.T) {
+	p, err := workerproc.Start(workerproc.Spec{Name: "short", Role: "wait", Lifetime: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(0) })
+	if _, err := p.Expect(wait, "ready"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Expect(wait, "ended context deadline exceeded"); err != nil {
+		t.Fatal(err)
+	}
+	var exit *exec.ExitError
+	if err := p.Wait(wait); !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(err.Error(), "lifetime passed") {
+		t.Errorf("exit: %v, want exit status 1 saying the lifetime passed", err)
+	}
+}
+
 // Stop on a paused worker continues it and closes its stdin, which ends its role's
 // context: the role finishes on its own.
 func TestStopEndsThePausedWorkersContext(t *testing.T) {

@@ -104,7 +104,8 @@ $$;
 
 -- pgcoord_lease_acquire grants the lease to p_holder if it is free or expired, with a new
 -- fence token, and returns the granted row. If p_holder already holds it (an earlier
--- attempt committed but its reply was lost) it returns that grant unchanged, after locking
+-- attempt committed but its reply was lost, or is committing now) it returns that grant
+-- unchanged, after locking
 -- its row: the lock gives this transaction a commit of its own, which waits for a
 -- synchronous standby like the grant's, so the grant is acknowledged only once it is as
 -- durable as a fresh one (an earlier attempt whose wait for the standby was cancelled
@@ -160,6 +161,13 @@ BEGIN
     VALUES (p_name, pgcoord_next_token(), p_holder, coalesce(p_metadata, '{}'), v_now, v_now + p_ttl)
     ON CONFLICT (name) DO NOTHING
     RETURNING * INTO r;
+    IF FOUND THEN
+        RETURN NEXT r;
+        RETURN;
+    END IF;
+    -- A concurrent first grant won, and the insert waited for it to commit. If it was this
+    -- holder's own attempt (a retry racing it), it is our grant: locked and returned as above.
+    SELECT * INTO r FROM pgcoord_leases WHERE name = p_name AND holder = p_holder AND expires_at > v_now FOR UPDATE;
     IF FOUND THEN
         RETURN NEXT r;
     END IF;
