@@ -34,7 +34,7 @@ type faultOp struct {
 	grant      bool // an attempt to take the register's lease
 	reg        string
 	token, val int64  // written, read, or granted
-	outcome    string // "ok", "stale", "read", "granted", "held", "lost", or "" (unknown)
+	outcome    string // "ok", "stale", "read", "read-lost", "granted", "held", "lost", or "" (unknown)
 }
 
 type faultGrant struct {

@@ -11,7 +11,7 @@ import (
 // porcupineOps returns the register writes and reads for porcupine. A write without a
 // reply stays open until the end of the history: accepted if it committed, left out if it
 // did not (resolveWrites), and either if unresolved. A read without a reply tells nothing
-// and is left out.
+// and is left out, as is one that saw a write a failover lost (resolveWrites).
 //
 // The grants of the registers' leases matter too: the fence refuses a token lower than the
 // newest grant even before that grant's holder writes. Each write carries what the grants
@@ -30,7 +30,7 @@ func (hi *faultHistory) porcupineOps() []porcupine.Operation {
 	var ops []porcupine.Operation
 	for _, id := range hi.order {
 		op := hi.ops[id]
-		if op.grant || (op.ret == 0 && !op.write) || op.outcome == "lost" {
+		if op.grant || (op.ret == 0 && !op.write) || op.outcome == "lost" || op.outcome == "read-lost" {
 			continue
 		}
 		in := regInput{write: op.write, reg: op.reg, token: op.token, value: op.val}
