@@ -75,6 +75,10 @@ type Scenario struct {
 	// repeatedly. It is called once per worker per measurement (one scenario at one
 	// concurrency), before the first round; the worker's state lives across the rounds.
 	NewWorker func(ctx context.Context, w Worker) (Op, error)
+	// MaxConcurrency, if set, is the highest concurrency the scenario is measured at: Run
+	// skips the others. A scenario whose op runs concurrent work of its own (several
+	// relays) sets it to 1.
+	MaxConcurrency int
 }
 
 // Worker is one of the concurrent clients of a measurement.

@@ -100,10 +100,22 @@ func newWorkers(ctx context.Context, s Scenario, conns []*pgxpool.Conn) ([]Op, e
 	return ops, nil
 }
 
+// unitsKey keys, in an op's context, the number of operations the op counts as.
+type unitsKey struct{}
+
+// setUnits says that the op running with ctx did n operations (the messages it delivered,
+// say), not one: its round counts n. An op that does not call it counts as one.
+func setUnits(ctx context.Context, n int64) {
+	if p, ok := ctx.Value(unitsKey{}).(*int64); ok {
+		*p = n
+	}
+}
+
 // runRound runs every op in its own goroutine, again and again, until d has passed (an op
-// started before then completes and counts). It returns the number of ops completed and
-// their rate over the round's wall time. It records each op's latency in hists[worker]
-// when hists is not nil. The first error stops the round and is returned.
+// started before then completes and counts). It returns the number of ops completed (each
+// counted as setUnits said) and their rate over the round's wall time. It records each
+// op's latency in hists[worker] when hists is not nil. The first error stops the round and
+// is returned.
 func runRound(ctx context.Context, ops []Op, d time.Duration, hists []histogram) (int64, float64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -121,13 +133,15 @@ func runRound(ctx context.Context, ops []Op, d time.Duration, hists []histogram)
 			h = &hists[i]
 		}
 		wg.Go(func() {
-			var n int64
+			var n, units int64
+			opCtx := context.WithValue(ctx, unitsKey{}, &units)
 			for {
 				t0 := time.Now()
 				if !t0.Before(end) {
 					break
 				}
-				if err := op(ctx); err != nil {
+				units = 1
+				if err := op(opCtx); err != nil {
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = fmt.Errorf("worker %d: %w", i, err)
@@ -139,7 +153,7 @@ func runRound(ctx context.Context, ops []Op, d time.Duration, hists []histogram)
 				if h != nil {
 					h.record(time.Since(t0))
 				}
-				n++
+				n += units
 			}
 			counts[i] = n
 		})

@@ -149,6 +149,9 @@ func Run(ctx context.Context, cfg *pgxpool.Config, scenarios []Scenario, opts *O
 	}
 	for _, p := range pairs {
 		for _, c := range o.Concurrency {
+			if p.a.MaxConcurrency > 0 && c > p.a.MaxConcurrency {
+				continue
+			}
 			r, err := measure(ctx, pool, p, c, o)
 			if err != nil {
 				return results, err

@@ -49,6 +49,12 @@ type scaleFamily struct {
 	// newOp returns one worker's operation with n units loaded; it runs on pool, the
 	// worker's connection to the size's schema.
 	newOp func(w Worker, n int) scaleOp
+	// conns, if set, is how many connections the worker's pool holds at size n (1 if not).
+	conns func(n int) int
+	// maxConcurrency, if set, is the Scenario's MaxConcurrency.
+	maxConcurrency int
+	// unscaled sizes count no rows (relays): scaleDivisor leaves them as they are.
+	unscaled bool
 }
 
 // scaleOp is one operation of a scale scenario, on the worker's pool of its size's schema.
@@ -75,6 +81,19 @@ func init() {
 			name: "idempotency", unit: "stored keys", sizes: []int{0, 1000000},
 			what: "idempotency.Begin of a new key then Complete, beside completed keys",
 			load: loadIdempotencyKeys, newOp: newScaleIdempotencyOp,
+		},
+		{
+			name: "relays", unit: "relays", sizes: []int{1, 2, 4, 8}, unscaled: true, maxConcurrency: 1,
+			what: fmt.Sprintf("relays (claims of up to %d, a no-op handler) together deliver at least %d messages of a "+
+				"standing backlog of %d over %d keys, then as many are written behind it: ops/s is messages/s",
+				scaleRelayBatch, scaleRelayOpMessages, scaleRelayBacklog, scaleRelayKeys),
+			load: loadRelayBacklog, newOp: newScaleRelaysOp, conns: func(n int) int { return n },
+		},
+		{
+			name: "outbox_drain", unit: "delivered messages not yet pruned", sizes: []int{0, 1000000},
+			what: fmt.Sprintf("an EnqueueBatch of %d messages, then the worker's relay delivers them (as outbox.throughput), "+
+				"beside delivered messages of the same topic: ops/s x %d is messages/s", OutboxBatchMessages, OutboxBatchMessages),
+			load: loadDeliveredMessages, newOp: newScaleDrainOp,
 		},
 	} {
 		f.register()
@@ -104,24 +123,35 @@ func (f scaleFamily) register() {
 		}
 		schemaSuffix := strings.ReplaceAll(strings.TrimPrefix(f.scenarioName(n), ScalePrefix), ".", "_")
 		pools := &workerPools{what: f.scenarioName(n), schemaSuffix: schemaSuffix}
+		if f.conns != nil {
+			pools.conns = int32(f.conns(n))
+		}
+		// Computed when used: tests set scaleDivisor in an init function of their own.
+		size := func() int {
+			if f.unscaled {
+				return n
+			}
+			return scaled(n)
+		}
 		Register(Scenario{
-			Name:        f.scenarioName(n),
-			Description: fmt.Sprintf("%s, with %d %s", f.what, n, f.unit),
-			Floor:       floor,
+			Name:           f.scenarioName(n),
+			Description:    fmt.Sprintf("%s, with %d %s", f.what, n, f.unit),
+			Floor:          floor,
+			MaxConcurrency: f.maxConcurrency,
 			Setup: func(ctx context.Context, pool *pgxpool.Pool) error {
 				sp, err := sizeSchema(ctx, pool, schemaSuffix)
 				if err != nil {
 					return err
 				}
 				defer sp.Close()
-				return f.load(ctx, sp, scaled(n))
+				return f.load(ctx, sp, size())
 			},
 			NewWorker: func(ctx context.Context, w Worker) (Op, error) {
 				wp, err := pools.poolFor(ctx, w)
 				if err != nil {
 					return nil, err
 				}
-				op := f.newOp(w, scaled(n))
+				op := f.newOp(w, size())
 				return func(ctx context.Context) error {
 					p, err := wp.use() // reopened if it closed, idle, between measurements
 					if err != nil {

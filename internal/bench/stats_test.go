@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -210,5 +211,27 @@ func TestRunRoundCountsAndStopsOnError(t *testing.T) {
 	_, _, err = runRound(ctx, ops, time.Hour, nil)
 	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "worker 1") {
 		t.Fatalf("runRound error = %v, want worker 1's boom", err)
+	}
+}
+
+// An op that says it did several operations (setUnits) counts as that many; the others
+// count as one, and the histogram holds one latency per op either way.
+func TestRunRoundCountsUnits(t *testing.T) {
+	t.Parallel()
+	var calls [2]atomic.Int64
+	ops := []Op{
+		func(ctx context.Context) error { calls[0].Add(1); setUnits(ctx, 7); return nil },
+		func(context.Context) error { calls[1].Add(1); return nil },
+	}
+	hists := make([]histogram, 2)
+	n, _, err := runRound(t.Context(), ops, 20*time.Millisecond, hists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 7*calls[0].Load() + calls[1].Load(); n != want || calls[0].Load() == 0 {
+		t.Errorf("runRound counted %d, want 7 x %d + %d", n, calls[0].Load(), calls[1].Load())
+	}
+	if got := hists[0].n; got != uint64(calls[0].Load()) {
+		t.Errorf("histogram holds %d latencies of the counting op, want one per call (%d)", got, calls[0].Load())
 	}
 }

@@ -24,12 +24,14 @@ type workerPools struct {
 	// schemaSuffix, if set, makes the pools' search_path the schema named by the bench
 	// schema, "_" and it (a scale scenario's size) instead of the bench schema.
 	schemaSuffix string
+	// conns, if set, is how many connections each pool holds (1 by default).
+	conns int32
 
 	mu sync.Mutex
 	m  map[*pgx.Conn]*workerPool
 }
 
-// workerPool is a worker's extra pool of one connection, opened from its connection's
+// workerPool is a worker's extra pool (of one connection unless its kind says more), opened from its connection's
 // config. Workers have no end-of-measurement hook: the pool closes itself once idle for
 // workerPoolIdle, and reopens when the worker uses it again.
 type workerPool struct {
@@ -70,7 +72,7 @@ func (k *workerPools) poolFor(ctx context.Context, w Worker) (*workerPool, error
 		// OnNotification only when it is nil): let the pool's connection buffer its own.
 		cc.OnNotification = nil
 		cfg.ConnConfig = cc
-		cfg.MaxConns, cfg.MinConns = 1, 0
+		cfg.MaxConns, cfg.MinConns = max(1, k.conns), 0
 		wp = &workerPool{kind: k, cfg: cfg, key: key}
 		if k.m == nil {
 			k.m = map[*pgx.Conn]*workerPool{}

@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/outbox"
+)
+
+// The outbox's scale scenarios: scale.relays.N, N relays sharing one standing backlog
+// (does adding relays add throughput?), and scale.outbox_drain.N, outbox.throughput's
+// drain beside N delivered messages that GC has not pruned yet.
+
+// The shape of scale.relays: the backlog and its keys (divided by scaleDivisor in tests),
+// the relays' claims, and how many messages one op delivers (as many as eight full claims,
+// so that each of 8 relays claims once per op and 1 relay eight times).
+const (
+	scaleRelayBacklog    = 200000
+	scaleRelayKeys       = 20000
+	scaleRelayBatch      = OutboxClaimBatch
+	scaleRelayOpMessages = 8 * scaleRelayBatch
+)
+
+// The scale scenarios' topics.
+const (
+	scaleRelayTopic = "bench.scale.relays"
+	scaleDrainTopic = "bench.scale.drain"
+)
+
+// loadOutbox runs one statement that writes messages, then vacuums and analyzes the outbox
+// as autovacuum would before long (its insert thresholds are low).
+func loadOutbox(ctx context.Context, pool *pgxpool.Pool, sql string, args ...any) error {
+	if _, err := pool.Exec(ctx, sql, args...); err != nil {
+		return fmt.Errorf("load pgcoord_outbox: %w", err)
+	}
+	_, err := pool.Exec(ctx, "VACUUM ANALYZE pgcoord_outbox")
+	return err
+}
+
+// writeRelayMessages writes n messages of scale.relays behind the backlog, each to a random
+// one of its keys: plain rows in one statement (no per-key lock: a standing backlog, not
+// an enqueue, is what is measured).
+const writeRelayMessages = `INSERT INTO pgcoord_outbox (topic, key, payload)
+SELECT $1, 'k' || floor(random() * $2::int)::int, $3 FROM generate_series(1, $4::int)`
+
+// loadRelayBacklog writes scale.relays' standing backlog; the size (relays) does not change it.
+func loadRelayBacklog(ctx context.Context, pool *pgxpool.Pool, _ int) error {
+	return loadOutbox(ctx, pool, writeRelayMessages, scaleRelayTopic, scaled(scaleRelayKeys), outboxPayload, scaled(scaleRelayBacklog))
+}
+
+// loadDeliveredMessages writes n delivered messages of scale.outbox_drain's topic, over the
+// keys its workers write to.
+func loadDeliveredMessages(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	return loadOutbox(ctx, pool, `
+		INSERT INTO pgcoord_outbox (topic, key, payload, state, delivered_at)
+		SELECT $1, 'w' || (g % 8) || '-' || (g % $2::int), $3, 'delivered', pgcoord_now()
+		  FROM generate_series(1, $4::int) g`, scaleDrainTopic, OutboxKeys, outboxPayload, n)
+}
+
+// noopRelay returns a relay of topic on pool whose handler delivers everything.
+func noopRelay(pool *pgxpool.Pool, topic, claimant string, batch int) (*outbox.Relay, error) {
+	return outbox.NewRelay(pool, &outbox.Config{
+		Handler:   outbox.HandlerFunc(func(context.Context, outbox.Message) error { return nil }),
+		BatchSize: batch, Claimant: claimant, Topics: []string{topic},
+	})
+}
+
+// deliverOwn runs relay's batches until it has delivered want messages more than before,
+// or a claim finds none (other relays took the rest).
+func deliverOwn(ctx context.Context, relay *outbox.Relay, want int64) error {
+	before := relay.Stats().Delivered
+	for relay.Stats().Delivered-before < want {
+		claimed, err := relay.RunBatch(ctx)
+		if err != nil {
+			return fmt.Errorf("relay: %w", err)
+		}
+		if claimed == 0 {
+			break
+		}
+	}
+	if s := relay.Stats(); s.Failed+s.Fenced+s.Released > 0 {
+		return fmt.Errorf("relay stats %+v: a no-op handler must deliver everything", s)
+	}
+	return nil
+}
+
+// onPool keeps what a worker builds on its pool (relays), building it again when the
+// pool was closed for idleness and reopened.
+type onPool[T any] struct {
+	pool *pgxpool.Pool
+	v    T
+}
+
+func (o *onPool[T]) get(pool *pgxpool.Pool, build func(*pgxpool.Pool) (T, error)) (T, error) {
+	if o.pool != pool {
+		v, err := build(pool)
+		if err != nil {
+			return v, err
+		}
+		o.pool, o.v = pool, v
+	}
+	return o.v, nil
+}
+
+func newScaleRelaysOp(w Worker, n int) scaleOp {
+	var relays onPool[[]*outbox.Relay]
+	want := int64(scaled(scaleRelayOpMessages))
+	return func(ctx context.Context, pool *pgxpool.Pool) error {
+		rs, err := relays.get(pool, func(pool *pgxpool.Pool) ([]*outbox.Relay, error) {
+			rs := make([]*outbox.Relay, n)
+			for i := range rs {
+				var err error
+				// One claimant per relay and worker for the whole bench: a relay built again
+				// takes the place (and the bucket range) of the one before.
+				if rs[i], err = noopRelay(pool, scaleRelayTopic, "scale-relays-"+strconv.Itoa(w.ID)+"-"+strconv.Itoa(i), scaleRelayBatch); err != nil {
+					return nil, err
+				}
+			}
+			return rs, nil
+		})
+		if err != nil {
+			return fmt.Errorf("bench: scale.relays: %w", err)
+		}
+		var delivered atomic.Int64
+		errs := make([]error, len(rs))
+		var wg sync.WaitGroup
+		for i, r := range rs {
+			wg.Go(func() {
+				for delivered.Load() < want {
+					k, err := r.RunBatch(ctx)
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					if k == 0 {
+						return
+					}
+					delivered.Add(int64(k))
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("bench: scale.relays: %w", err)
+		}
+		d := delivered.Load()
+		if d == 0 {
+			return errors.New("bench: scale.relays: no relay claimed anything from the standing backlog")
+		}
+		for _, r := range rs {
+			if s := r.Stats(); s.Failed+s.Fenced+s.Released > 0 {
+				return fmt.Errorf("bench: scale.relays: relay stats %+v: a no-op handler must deliver everything", s)
+			}
+		}
+		// As many behind the backlog, so that it stands at its size.
+		if _, err := pool.Exec(ctx, writeRelayMessages, scaleRelayTopic, scaled(scaleRelayKeys), outboxPayload, d); err != nil {
+			return fmt.Errorf("bench: scale.relays: refill the backlog: %w", err)
+		}
+		setUnits(ctx, d)
+		return nil
+	}
+}
+
+func newScaleDrainOp(w Worker, _ int) scaleOp {
+	var relay onPool[*outbox.Relay]
+	n := 0
+	return func(ctx context.Context, pool *pgxpool.Pool) error {
+		r, err := relay.get(pool, func(pool *pgxpool.Pool) (*outbox.Relay, error) {
+			return noopRelay(pool, scaleDrainTopic, "scale-drain-"+strconv.Itoa(w.ID), OutboxClaimBatch)
+		})
+		if err != nil {
+			return fmt.Errorf("bench: scale.outbox_drain: %w", err)
+		}
+		msgs := outboxBatch(w, scaleDrainTopic, &n)
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := outbox.EnqueueBatch(ctx, tx, msgs)
+			return err
+		}); err != nil {
+			return fmt.Errorf("bench: scale.outbox_drain: enqueue: %w", err)
+		}
+		if err := deliverOwn(ctx, r, OutboxBatchMessages); err != nil {
+			return fmt.Errorf("bench: scale.outbox_drain: %w", err)
+		}
+		return nil
+	}
+}
