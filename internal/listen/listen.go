@@ -17,9 +17,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// linger is how long a notifier keeps its connection after its last waiter left, so that
-// waiters that come and go do not open and close a connection each. A notifier reads it
-// once, when it is created (under the registry's lock, so tests may change it).
+// linger is how long a notifier keeps its connection after its last waiter left, and a
+// channel LISTENed after the channel's last waiter left, so that waiters that come and go
+// (a lease handed from waiter to waiter) do not open and close a connection, nor UNLISTEN
+// and LISTEN again, each. A notifier reads it once, when it is created (under the
+// registry's lock, so tests may change it).
 var linger = 10 * time.Second
 
 // Waiter waits for a notification on one channel carrying one payload (any payload when

@@ -371,3 +371,61 @@ func TestNewReturnsOnlyOnceListening(t *testing.T) {
 		}
 	}
 }
+
+// A channel whose last waiter left stays LISTENed for linger: a waiter coming back (the
+// next Acquire of a lease handed off) subscribes without the loop's UNLISTEN and LISTEN.
+func TestAnEmptiedChannelStaysListenedForLinger(t *testing.T) {
+	setLinger(t, time.Minute)
+	pool, ch := newPool(t)
+	w := mustNew(t, pool, ch, "job")
+	n := w.n
+	n.mu.Lock()
+	before := n.syncs
+	n.mu.Unlock()
+	w.Close()
+	// The loop has seen the channel empty (a round after the Close) and waits again.
+	waitFor(t, "the loop's round after the last waiter left", func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.syncs > before && n.interrupt != nil
+	})
+	n.mu.Lock()
+	listening, after := n.listening[ch], n.syncs
+	n.mu.Unlock()
+	if !listening {
+		t.Fatal("the channel was UNLISTENed as soon as its last waiter left")
+	}
+	again := mustNew(t, pool, ch, "job")
+	n.mu.Lock()
+	rounds := n.syncs - after
+	n.mu.Unlock()
+	if again.n != n || rounds != 0 {
+		t.Fatalf("a waiter coming back needed %d rounds of the loop (same notifier: %v), want none", rounds, again.n == n)
+	}
+	notify(t, pool, ch, "job")
+	woken(t, "a waiter that came back", again)
+}
+
+// A channel that has had no waiter for linger is UNLISTENed, while the notifier goes on
+// serving the channels that have waiters.
+func TestAnEmptiedChannelIsUnlistenedAfterLinger(t *testing.T) {
+	setLinger(t, 200*time.Millisecond)
+	pool, ch := newPool(t)
+	stays := mustNew(t, pool, ch+"_stays", "")
+	goes := mustNew(t, pool, ch, "")
+	n := goes.n
+	goes.Close()
+	waitFor(t, "the emptied channel UNLISTENed", func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return !n.listening[ch] && len(n.emptied) == 0
+	})
+	n.mu.Lock()
+	listening := n.listening[ch+"_stays"]
+	n.mu.Unlock()
+	if !listening || notifierFor(pool) != n {
+		t.Fatalf("the channel with a waiter is LISTENed: %v; the notifier is still registered: %v", listening, notifierFor(pool) == n)
+	}
+	notify(t, pool, ch+"_stays", "")
+	woken(t, "the waiter of the other channel", stays)
+}

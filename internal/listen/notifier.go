@@ -23,7 +23,7 @@ type notifier struct {
 	pool *pgxpool.Pool
 
 	mu        sync.Mutex
-	linger    time.Duration // how long it stays idle before it retires
+	linger    time.Duration // how long it stays idle before it retires (and keeps an emptied channel)
 	waiters   map[subKey]map[*Waiter]struct{}
 	channels  map[string]int     // waiters per channel
 	listening map[string]bool    // channels LISTENed on the current connection
@@ -36,6 +36,11 @@ type notifier struct {
 	conn      *pgx.Conn          // the loop's connection, nil while it has none
 	done      chan struct{}      // closed when the loop goroutine has returned (tests wait on it)
 	relisten  int                // times the loop LISTENed again after losing its connection
+	// emptied holds the LISTENed channels whose last waiter left, and when: each stays
+	// LISTENed for linger, so that a waiter coming back (the next Acquire of a handoff)
+	// finds it LISTENed instead of waiting for an UNLISTEN and a LISTEN.
+	emptied map[string]time.Time
+	syncs   int // rounds of sync (tests count them)
 }
 
 // errRetired is subscribe's answer from a notifier that has left the registry.
@@ -56,7 +61,7 @@ func notifierOf(pool *pgxpool.Pool) *notifier {
 	n := registry.m[pool]
 	if n == nil {
 		n = &notifier{pool: pool, linger: linger, waiters: map[subKey]map[*Waiter]struct{}{}, channels: map[string]int{},
-			listening: map[string]bool{}}
+			listening: map[string]bool{}, emptied: map[string]time.Time{}}
 		registry.m[pool] = n
 	}
 	return n
@@ -75,6 +80,7 @@ func (n *notifier) subscribe(ctx context.Context, w *Waiter) error {
 	}
 	n.waiters[w.key][w] = struct{}{}
 	n.channels[w.key.channel]++
+	delete(n.emptied, w.key.channel)
 	n.idleSince = time.Time{}
 	// Already LISTENing, and no sync under way that might UNLISTEN the channel (it had no
 	// waiter when the sync started).
@@ -128,8 +134,40 @@ func (n *notifier) unsubscribe(w *Waiter) {
 	}
 	if n.channels[w.key.channel]--; n.channels[w.key.channel] == 0 {
 		delete(n.channels, w.key.channel)
-		n.kick() // UNLISTEN it
+		if n.listening[w.key.channel] {
+			n.emptied[w.key.channel] = time.Now()
+		}
+		n.kick() // UNLISTEN it once it has had no waiter for linger
 	}
+}
+
+// wanted returns the channels to LISTEN on at now: those with waiters, and those LISTENed
+// whose last waiter left less than linger ago. It forgets the others. n.mu is held.
+func (n *notifier) wanted(now time.Time) map[string]bool {
+	want := make(map[string]bool, len(n.channels)+len(n.emptied))
+	for ch := range n.channels {
+		want[ch] = true
+	}
+	for ch, since := range n.emptied {
+		if n.listening[ch] && now.Sub(since) < n.linger {
+			want[ch] = true
+		} else {
+			delete(n.emptied, ch)
+		}
+	}
+	return want
+}
+
+// nextUnlisten returns when the first of the emptied channels is due for UNLISTEN (zero
+// if none is). n.mu is held.
+func (n *notifier) nextUnlisten() time.Time {
+	var next time.Time
+	for _, since := range n.emptied {
+		if at := since.Add(n.linger); next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next
 }
 
 // retire removes the idle notifier from the registry, unless a waiter came meanwhile.

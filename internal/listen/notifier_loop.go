@@ -31,10 +31,11 @@ func (n *notifier) loop(done chan struct{}) {
 			}
 		}
 		want := make([]string, 0, len(n.channels))
-		for ch := range n.channels {
+		for ch := range n.wanted(time.Now()) {
 			want = append(want, ch)
 		}
 		n.syncing = true
+		n.syncs++
 		n.mu.Unlock()
 
 		err := n.sync(want)
@@ -77,17 +78,24 @@ func (n *notifier) loop(done chan struct{}) {
 
 		ctx, interrupt := context.WithCancel(context.Background())
 		n.mu.Lock()
-		if len(n.pending) > 0 || n.channelsChanged() {
+		now := time.Now()
+		if len(n.pending) > 0 || n.channelsChanged(n.wanted(now)) {
 			n.mu.Unlock()
 			interrupt()
 			continue
 		}
 		n.interrupt = interrupt
-		idle, wait := len(n.channels) == 0, n.linger
+		// Wake up to retire once idle for linger, or to UNLISTEN a channel emptied as long.
+		deadline := n.nextUnlisten()
+		if len(n.channels) == 0 {
+			if at := now.Add(n.linger); deadline.IsZero() || at.Before(deadline) {
+				deadline = at
+			}
+		}
 		n.mu.Unlock()
 		cancel := interrupt
-		if idle {
-			ctx, cancel = context.WithTimeout(ctx, wait)
+		if !deadline.IsZero() {
+			ctx, cancel = context.WithDeadline(ctx, deadline)
 		}
 		note, err := n.conn.WaitForNotification(ctx)
 		interrupted := ctx.Err() != nil
@@ -109,13 +117,12 @@ func (n *notifier) loop(done chan struct{}) {
 	}
 }
 
-// channelsChanged reports whether the LISTENed channels differ from the waiters'. n.mu is
-// held.
-func (n *notifier) channelsChanged() bool {
-	if len(n.listening) != len(n.channels) {
+// channelsChanged reports whether the LISTENed channels differ from want. n.mu is held.
+func (n *notifier) channelsChanged(want map[string]bool) bool {
+	if len(n.listening) != len(want) {
 		return true
 	}
-	for ch := range n.channels {
+	for ch := range want {
 		if !n.listening[ch] {
 			return true
 		}
