@@ -76,8 +76,8 @@ type Scenario struct {
 	// concurrency), before the first round; the worker's state lives across the rounds.
 	NewWorker func(ctx context.Context, w Worker) (Op, error)
 	// MaxConcurrency, if set, is the highest concurrency the scenario is measured at: Run
-	// skips the others. A scenario whose op runs concurrent work of its own (several
-	// relays) sets it to 1.
+	// measures it at MaxConcurrency instead of any higher one asked for (once). A scenario
+	// whose op runs concurrent work of its own (several relays) sets it to 1.
 	MaxConcurrency int
 }
 

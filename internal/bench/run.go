@@ -68,7 +68,8 @@ type Result struct {
 	Floor string
 	// Rounds is the number of rounds of the scenario (and of its floor).
 	Rounds int
-	// Ops is the number of operations the scenario completed over all its rounds.
+	// Ops is the number of operations the scenario completed over all its rounds, as the
+	// scenario counts them (a relays op counts the messages it delivered).
 	Ops int64
 	// OpsPerSec is the median of the scenario's per-round throughputs.
 	OpsPerSec float64
@@ -148,10 +149,7 @@ func Run(ctx context.Context, cfg *pgxpool.Config, scenarios []Scenario, opts *O
 		}
 	}
 	for _, p := range pairs {
-		for _, c := range o.Concurrency {
-			if p.a.MaxConcurrency > 0 && c > p.a.MaxConcurrency {
-				continue
-			}
+		for _, c := range p.a.concurrencies(o.Concurrency) {
 			r, err := measure(ctx, pool, p, c, o)
 			if err != nil {
 				return results, err
@@ -168,6 +166,21 @@ func Run(ctx context.Context, cfg *pgxpool.Config, scenarios []Scenario, opts *O
 		}
 	}
 	return results, nil
+}
+
+// concurrencies returns the concurrencies s is measured at: each of cs, lowered to its
+// MaxConcurrency if it has one, once each, in order.
+func (s Scenario) concurrencies(cs []int) []int {
+	if s.MaxConcurrency <= 0 {
+		return cs
+	}
+	var out []int
+	for _, c := range cs {
+		if c = min(c, s.MaxConcurrency); !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (opts *Options) withDefaults() (Options, error) {

@@ -85,7 +85,8 @@ func init() {
 		{
 			name: "relays", unit: "relays", sizes: []int{1, 2, 4, 8}, unscaled: true, maxConcurrency: 1,
 			what: fmt.Sprintf("relays (claims of up to %d, a no-op handler) together deliver at least %d messages of a "+
-				"standing backlog of %d over %d keys, then as many are written behind it: ops/s is messages/s",
+				"standing backlog of %d over %d keys, then as many are written behind it: ops/s is messages/s, "+
+				"latency is per op",
 				scaleRelayBatch, scaleRelayOpMessages, scaleRelayBacklog, scaleRelayKeys),
 			load: loadRelayBacklog, newOp: newScaleRelaysOp, conns: func(n int) int { return n },
 		},

@@ -218,20 +218,47 @@ func TestRunRoundCountsAndStopsOnError(t *testing.T) {
 // count as one, and the histogram holds one latency per op either way.
 func TestRunRoundCountsUnits(t *testing.T) {
 	t.Parallel()
-	var calls [2]atomic.Int64
+	var calls [3]atomic.Int64
 	ops := []Op{
 		func(ctx context.Context) error { calls[0].Add(1); setUnits(ctx, 7); return nil },
 		func(context.Context) error { calls[1].Add(1); return nil },
+		// Every other call says 7; the calls between count as one each.
+		func(ctx context.Context) error {
+			if calls[2].Add(1)%2 == 1 {
+				setUnits(ctx, 7)
+			}
+			return nil
+		},
 	}
-	hists := make([]histogram, 2)
+	hists := make([]histogram, 3)
 	n, _, err := runRound(t.Context(), ops, 20*time.Millisecond, hists)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 7*calls[0].Load() + calls[1].Load(); n != want || calls[0].Load() == 0 {
-		t.Errorf("runRound counted %d, want 7 x %d + %d", n, calls[0].Load(), calls[1].Load())
+	c2 := calls[2].Load()
+	if want := 7*calls[0].Load() + calls[1].Load() + 7*((c2+1)/2) + c2/2; n != want || calls[0].Load() == 0 || c2 < 2 {
+		t.Errorf("runRound counted %d, want %d (calls %d, %d, %d)", n, want, calls[0].Load(), calls[1].Load(), c2)
 	}
 	if got := hists[0].n; got != uint64(calls[0].Load()) {
 		t.Errorf("histogram holds %d latencies of the counting op, want one per call (%d)", got, calls[0].Load())
+	}
+}
+
+// A scenario with a MaxConcurrency is measured at each concurrency asked for, lowered to it,
+// once each; one without is measured at each.
+func TestScenarioConcurrencies(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		max      int
+		ask, got []int
+	}{
+		{0, []int{1, 8, 32}, []int{1, 8, 32}},
+		{1, []int{1, 8, 32}, []int{1}},
+		{1, []int{8}, []int{1}},
+		{4, []int{2, 8, 4, 1}, []int{2, 4, 1}},
+	} {
+		if got := (Scenario{MaxConcurrency: tc.max}).concurrencies(tc.ask); !slices.Equal(got, tc.got) {
+			t.Errorf("MaxConcurrency %d, asked %v: measured at %v, want %v", tc.max, tc.ask, got, tc.got)
+		}
 	}
 }

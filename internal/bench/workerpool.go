@@ -80,17 +80,25 @@ func (k *workerPools) poolFor(ctx context.Context, w Worker) (*workerPool, error
 		k.m[key] = wp
 	}
 	k.mu.Unlock()
-	// Open and connect now, so that no measured op pays for connecting.
+	// Open and connect now, every connection, so that no measured op pays for connecting.
 	p, err := wp.use()
 	if err != nil {
 		return nil, err
 	}
 	defer wp.done()
-	c, err := p.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("bench: %s: %w", k.what, err)
+	conns := make([]*pgxpool.Conn, 0, p.Config().MaxConns)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range p.Config().MaxConns {
+		c, err := p.Acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s: %w", k.what, err)
+		}
+		conns = append(conns, c)
 	}
-	c.Release()
 	return wp, nil
 }
 

@@ -379,6 +379,12 @@ func TestAnEmptiedChannelStaysListenedForLinger(t *testing.T) {
 	pool, ch := newPool(t)
 	w := mustNew(t, pool, ch, "job")
 	n := w.n
+	// The loop waits (a Close before that could not interrupt it, and it would wait on).
+	waitFor(t, "the loop's wait", func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.interrupt != nil
+	})
 	n.mu.Lock()
 	before := n.syncs
 	n.mu.Unlock()
@@ -407,7 +413,7 @@ func TestAnEmptiedChannelStaysListenedForLinger(t *testing.T) {
 }
 
 // A channel that has had no waiter for linger is UNLISTENed, while the notifier goes on
-// serving the channels that have waiters.
+// serving the channels that have waiters: nothing stays LISTENed for nobody.
 func TestAnEmptiedChannelIsUnlistenedAfterLinger(t *testing.T) {
 	setLinger(t, 200*time.Millisecond)
 	pool, ch := newPool(t)

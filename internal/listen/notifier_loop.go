@@ -88,7 +88,11 @@ func (n *notifier) loop(done chan struct{}) {
 		// Wake up to retire once idle for linger, or to UNLISTEN a channel emptied as long.
 		deadline := n.nextUnlisten()
 		if len(n.channels) == 0 {
-			if at := now.Add(n.linger); deadline.IsZero() || at.Before(deadline) {
+			since := n.idleSince
+			if since.IsZero() {
+				since = now
+			}
+			if at := since.Add(n.linger); deadline.IsZero() || at.Before(deadline) {
 				deadline = at
 			}
 		}
