@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -214,33 +213,45 @@ func TestRunRoundCountsAndStopsOnError(t *testing.T) {
 	}
 }
 
-// An op that says it did several operations (setUnits) counts as that many; the others
-// count as one, and the histogram holds one latency per op either way.
+// An op that says it did several operations (setUnits) counts as that many, each call as
+// it said; the others count as one; the histogram holds one latency per op either way.
 func TestRunRoundCountsUnits(t *testing.T) {
 	t.Parallel()
-	var calls [3]atomic.Int64
-	ops := []Op{
-		func(ctx context.Context) error { calls[0].Add(1); setUnits(ctx, 7); return nil },
-		func(context.Context) error { calls[1].Add(1); return nil },
-		// Every other call says 7; the calls between count as one each.
-		func(ctx context.Context) error {
-			if calls[2].Add(1)%2 == 1 {
-				setUnits(ctx, 7)
+	for _, tc := range []struct {
+		name  string
+		units func(call int64) int64 // what the op says on its call-th call, 0: nothing
+		want  func(calls int64) int64
+	}{
+		{"always 7", func(int64) int64 { return 7 }, func(c int64) int64 { return 7 * c }},
+		{"never", func(int64) int64 { return 0 }, func(c int64) int64 { return c }},
+		{"7 on odd calls", func(i int64) int64 { return 7 * (i % 2) }, func(c int64) int64 { return 7*((c+1)/2) + c/2 }},
+	} {
+		// Rounds until the op ran at least twice (a busy machine may start it late).
+		var calls, n int64
+		var hist [1]histogram
+		for round := 0; calls < 2; round++ {
+			if round == 100 {
+				t.Fatalf("%s: the op ran %d times in 100 rounds", tc.name, calls)
 			}
-			return nil
-		},
-	}
-	hists := make([]histogram, 3)
-	n, _, err := runRound(t.Context(), ops, 20*time.Millisecond, hists)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2 := calls[2].Load()
-	if want := 7*calls[0].Load() + calls[1].Load() + 7*((c2+1)/2) + c2/2; n != want || calls[0].Load() == 0 || c2 < 2 {
-		t.Errorf("runRound counted %d, want %d (calls %d, %d, %d)", n, want, calls[0].Load(), calls[1].Load(), c2)
-	}
-	if got := hists[0].n; got != uint64(calls[0].Load()) {
-		t.Errorf("histogram holds %d latencies of the counting op, want one per call (%d)", got, calls[0].Load())
+			op := func(ctx context.Context) error {
+				calls++
+				if u := tc.units(calls); u > 0 {
+					setUnits(ctx, u)
+				}
+				return nil
+			}
+			got, _, err := runRound(t.Context(), []Op{op}, 5*time.Millisecond, hist[:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += got
+		}
+		if want := tc.want(calls); n != want {
+			t.Errorf("%s: runRound counted %d over %d calls, want %d", tc.name, n, calls, want)
+		}
+		if hist[0].n != uint64(calls) {
+			t.Errorf("%s: histogram holds %d latencies, want one per call (%d)", tc.name, hist[0].n, calls)
+		}
 	}
 }
 
