@@ -4,6 +4,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -12,9 +13,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
@@ -100,22 +103,28 @@ func TestFaults(t *testing.T) {
 // overwrite a newer holder's write, and the checks must say so — and only the registers'.
 func TestFaultChecksCatchUnfencedWrites(t *testing.T) {
 	t.Parallel()
-	// Rounds of faults until a lower token commits: bounded by how many rounds were
-	// injected, not by a time a loaded machine might spend on fewer of them.
-	const rounds, round = 30, 2 * time.Second
+	// Pauses of a register's holder, past its lease, until a lower token commits: bounded
+	// by how many holders were paused, not by a time a loaded machine might spend on fewer.
+	// (Random faults hit a holder between its grant and its write too rarely: twice in
+	// three loaded runs, 15 s and then 30 rounds of them brought no lower token.)
+	const pauses, pause = 30, time.Second
 	h := newFaultHarness(t, faultSeed(t))
 	h.unfenced = true
-	h.workerLifetime = 2*rounds*round + 5*time.Minute
+	h.workerLifetime = 4*pauses*pause + 5*time.Minute
 	h.tolerated = map[string]bool{}
 	for _, kind := range faultViolationKinds {
 		h.tolerated[kind] = true
 	}
 	h.startWorkers()
-	for i := 0; !h.lowerTokenCommitted(); i++ {
-		if i == rounds {
-			t.Fatalf("no unfenced write with a lower token committed in %d rounds of faults of %v", rounds, round)
+	for paused, looks := 0, 0; !h.lowerTokenCommitted(); looks++ {
+		if paused == pauses || looks == 100*pauses {
+			t.Fatalf("no unfenced write with a lower token committed after %d pauses of a holder for %v (%d looks for one)", paused, pause, looks)
 		}
-		h.injectFaults(round)
+		if h.pauseAHolder(pause) {
+			paused++
+		} else {
+			time.Sleep(20 * time.Millisecond) // no register was held at that instant
+		}
 	}
 	h.settle(2 * time.Minute)
 	h.stopWorkers()
@@ -128,6 +137,30 @@ func TestFaultChecksCatchUnfencedWrites(t *testing.T) {
 			t.Errorf("%d violations of %q: only the registers were unfenced", n, kind)
 		}
 	}
+}
+
+// pauseAHolder stops, for pause, the worker that holds a register's lease now, if one
+// does, as a GC pause would: it goes on to write with the grant it held. It reports whether
+// it paused one.
+func (h *faultHarness) pauseAHolder(pause time.Duration) bool {
+	var holder string
+	err := h.admin.QueryRow(h.ctx, `SELECT holder FROM pgcoord_leases
+		WHERE name LIKE 'reg-%' AND holder IS NOT NULL AND expires_at > pgcoord_now() ORDER BY random() LIMIT 1`).Scan(&holder)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.mu.Lock()
+	w, ok := h.workers[holder]
+	h.mu.Unlock()
+	if !ok || w.Signal(syscall.SIGSTOP) != nil {
+		return false
+	}
+	time.Sleep(pause)
+	_ = w.Signal(syscall.SIGCONT)
+	return true
 }
 
 // faultViolationKinds are the kinds of violation the checks report (violated).
