@@ -31,7 +31,7 @@ soak: ## run the fault-injection suite for SOAK (default 10m); PGCOORD_FAULT_SEE
 .PHONY: ha-test
 ha-test: ## fail a three-node Patroni cluster over under every workload (HA_MODE=sync|strict|async; docs/ha.md)
 	trap 'scripts/ha-cluster.sh down' EXIT; \
-	eval "$$(scripts/ha-cluster.sh up $${HA_MODE:-sync})"; \
+	cluster=$$(scripts/ha-cluster.sh up $${HA_MODE:-sync}) && eval "$$cluster" && \
 	PGCOORD_HA_URL=$$PGCOORD_HA_URL PGCOORD_HA_PROXY_URL=$$PGCOORD_HA_PROXY_URL PGCOORD_HA_MODE=$${HA_MODE:-sync} \
 	  go test -race -count=1 -timeout $$(( $${PGCOORD_HA_ROUNDS:-1} * 20 + 10 ))m -run '^TestHAFailovers$$' -v ./integration_test
 
