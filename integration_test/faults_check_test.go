@@ -34,6 +34,7 @@ func (h *faultHarness) check() *faultHistory {
 		h.t.Fatal(err)
 	}
 	h.t.Logf("cron ledger: %s", ledger)
+	h.logRunErrors()
 	if hist.idle() {
 		h.t.Fatal("a workload did nothing: the run proves nothing")
 	}
@@ -390,5 +391,28 @@ func (h *faultHarness) checkTicks() {
 	}
 	if missing > 0 {
 		h.violated("tick-missing", "%d cron ticks succeeded in the ledger without their effect", missing)
+	}
+}
+
+// logRunErrors logs why the cron runs that did not succeed ended, most frequent first: a run
+// where no tick succeeded must say why.
+func (h *faultHarness) logRunErrors() {
+	rows, err := h.admin.Query(h.ctx, `SELECT state, coalesce(error, ''), count(*) FROM pgcoord_job_runs
+		WHERE job = $1 AND state <> 'succeeded' GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 10`, faultCronJob)
+	if err != nil {
+		h.t.Error(err)
+		return
+	}
+	for rows.Next() {
+		var state, why string
+		var n int
+		if err := rows.Scan(&state, &why, &n); err != nil {
+			h.t.Error(err)
+			return
+		}
+		h.t.Logf("cron runs %s ×%d: %s", state, n, why)
+	}
+	if err := rows.Err(); err != nil {
+		h.t.Error(err)
 	}
 }

@@ -48,14 +48,19 @@ const faultRole = "fault"
 
 // The workloads' parameters.
 const (
-	faultRegisters  = 2                      // fenced registers, each guarded by a lease of its name
-	faultLeaseTTL   = 400 * time.Millisecond // short, so that pauses outlast it
-	faultSemKey     = "fault-sem"
-	faultSemLimit   = 2
-	faultSemTTL     = 400 * time.Millisecond
-	faultCronJob    = "fault-cron"
-	faultCronEvery  = time.Second
-	faultCronTTL    = time.Second // with 500ms every run of a loaded machine (-race beside CPU hogs) lost its trust deadline
+	faultRegisters = 2                      // fenced registers, each guarded by a lease of its name
+	faultLeaseTTL  = 400 * time.Millisecond // short, so that pauses outlast it
+	faultSemKey    = "fault-sem"
+	faultSemLimit  = 2
+	faultSemTTL    = 400 * time.Millisecond
+	faultCronJob   = "fault-cron"
+	// A run must heartbeat within its TTL or lose its tick. With a TTL of 500 ms every run of
+	// a loaded machine (-race beside CPU hogs) lost its trust deadline; with 1 s, every run
+	// of one CI machine four times slower than that did. 2 s leaves the first heartbeat
+	// 1.1 s, and a slot of 3 s leaves room for another replica to take over the tick of a
+	// killed runner.
+	faultCronEvery  = 3 * time.Second
+	faultCronTTL    = 2 * time.Second
 	faultTopic      = "fault-orders"
 	faultOutboxKeys = 20
 	faultConsumer   = "fault-consumer"
