@@ -479,7 +479,8 @@ func (c *haCluster) logNodes() {
 		}
 		return strings.TrimSpace(string(out))
 	}
-	c.t.Logf("load average: %s", run("cat", "/proc/loadavg"))
+	load, _ := os.ReadFile("/proc/loadavg")
+	c.t.Logf("load average: %s", strings.TrimSpace(string(load)))
 	for i := 1; i <= 3; i++ {
 		from := haContainer(i)
 		conns := run("docker", "exec", "-e", "PGPASSWORD=postgres", from, "psql", "-U", "postgres", "-h", "localhost", "-XAtc",
