@@ -127,16 +127,16 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		if span.On() {
 			span.Event(tracing.EventWait)
 		}
-		// In line. Try again on a notification, when the first live permit expires (an
-		// expiry sends no notification), or after the poll interval, whichever comes first.
+		// In line. Try again on a notification, when the first live permit expires or
+		// another waiter's place in line lapses (neither sends a notification), or after
+		// the poll interval, whichever comes first — at once if nothing live is left in the
+		// way: what refused the attempt expired, lapsed or left since.
 		wait := listen.Jitter(o.PollInterval)
-		next, err := queries.SemaphoreNextExpiry(ctx, pool, key)
+		next, err := queries.SemaphoreNextExpiry(ctx, pool, dbsqlc.SemaphoreNextExpiryParams{Key: key, Holder: o.Holder})
 		if err != nil {
 			return Permit{}, true, err
 		}
-		if left := next.NextExpiry.Sub(next.DbNow); left > 0 {
-			wait = min(wait, left+time.Millisecond)
-		}
+		wait = min(wait, max(next.NextExpiry.Sub(next.DbNow)+time.Millisecond, 0))
 		if err := w.Wait(ctx, wait); err != nil {
 			return Permit{}, true, err
 		}

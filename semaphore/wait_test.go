@@ -146,6 +146,39 @@ func TestADeadWaiterDoesNotBlockTheLine(t *testing.T) {
 	}
 }
 
+// A refused Acquire also tries again when the place in line of a waiter ahead of it lapses:
+// a dead waiter sends no notification, and no permit may be live to expire. With an hour's
+// poll interval and notifications off, only that explains its admission.
+func TestAWaiterBehindADeadOneTriesAgainWhenItsPlaceLapses(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	clock := pgtest.NewClock(t, pool)
+	clock.Freeze(clock.Now()) // the ghost's place stays live until the test moves the clock
+	held := mustTry(t, pool, "k", 1, time.Hour, nil)
+	if _, err := pool.Exec(ctx, `SELECT * FROM pgcoord_semaphore_acquire('k', 'ghost', 1, interval '1 hour', interval '1 second')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := semaphore.Release(ctx, pool, held); err != nil {
+		t.Fatal(err)
+	}
+	call := pgtest.Go(func() (semaphore.Permit, error) {
+		actx, cancel := context.WithTimeout(ctx, 2*pgtest.WaitLimit)
+		defer cancel()
+		return semaphore.Acquire(actx, pool, "k", 1, time.Hour, &semaphore.AcquireOpts{NoListen: true, PollInterval: time.Hour})
+	})
+	eventually(t, "a waiter in line behind the ghost", func() bool {
+		if call.Returned() {
+			p, err := call.Wait(t)
+			t.Fatalf("Acquire returned (%+v, %v) while the ghost was ahead of it", p, err)
+		}
+		return mustGet(t, pool, "k").Waiters == 2
+	})
+	clock.Advance(2 * time.Second) // the ghost's place lapses
+	if p, err := call.Wait(t); err != nil || p.Holder == "ghost" {
+		t.Fatalf("the waiter behind a lapsed ghost: %+v, %v", p, err)
+	}
+}
+
 // Raising the limit wakes a waiter at once: with a poll interval of a minute and the
 // holder's permit good for an hour, only SetLimit's notification explains a prompt return.
 func TestRaisingTheLimitWakesWaiters(t *testing.T) {

@@ -382,21 +382,31 @@ func (q *Queries) SemaphoreNext(ctx context.Context, db DBTX, arg SemaphoreNextP
 }
 
 const semaphoreNextExpiry = `-- name: SemaphoreNextExpiry :one
-SELECT coalesce(min(p.expires_at), 'epoch')::timestamptz AS next_expiry,
+SELECT coalesce(least(
+         (SELECT min(p.expires_at) FROM pgcoord_semaphore_permits p
+           WHERE p.key = $1::text AND p.expires_at > pgcoord_now()),
+         (SELECT min(w.wanted_until) FROM pgcoord_semaphore_waiters w
+           WHERE w.key = $1::text AND w.holder <> $2::text AND w.wanted_until > pgcoord_now())),
+       'epoch')::timestamptz AS next_expiry,
        pgcoord_now()::timestamptz AS db_now
-FROM pgcoord_semaphore_permits p
-WHERE p.key = $1::text AND p.expires_at > pgcoord_now()
 `
+
+type SemaphoreNextExpiryParams struct {
+	Key    string
+	Holder string
+}
 
 type SemaphoreNextExpiryRow struct {
 	NextExpiry time.Time
 	DbNow      time.Time
 }
 
-// When the first live permit of a key expires ('epoch' if none is live): a refused Acquire
-// tries again then at the latest, since an expiry sends no notification.
-func (q *Queries) SemaphoreNextExpiry(ctx context.Context, db DBTX, key string) (SemaphoreNextExpiryRow, error) {
-	row := db.QueryRow(ctx, semaphoreNextExpiry, key)
+// When the first live permit of a key expires, or the place in line of another live waiter
+// lapses ('epoch' if neither comes): a refused Acquire tries again then at the latest,
+// since neither sends a notification (a waiter that died, or whose last attempt committed
+// after it gave up, holds its place until it lapses).
+func (q *Queries) SemaphoreNextExpiry(ctx context.Context, db DBTX, arg SemaphoreNextExpiryParams) (SemaphoreNextExpiryRow, error) {
+	row := db.QueryRow(ctx, semaphoreNextExpiry, arg.Key, arg.Holder)
 	var i SemaphoreNextExpiryRow
 	err := row.Scan(&i.NextExpiry, &i.DbNow)
 	return i, err

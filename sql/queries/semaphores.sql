@@ -75,12 +75,17 @@ WHERE p.key = @key::text
 ORDER BY p.acquired_at, p.holder;
 
 -- name: SemaphoreNextExpiry :one
--- When the first live permit of a key expires ('epoch' if none is live): a refused Acquire
--- tries again then at the latest, since an expiry sends no notification.
-SELECT coalesce(min(p.expires_at), 'epoch')::timestamptz AS next_expiry,
-       pgcoord_now()::timestamptz AS db_now
-FROM pgcoord_semaphore_permits p
-WHERE p.key = @key::text AND p.expires_at > pgcoord_now();
+-- When the first live permit of a key expires, or the place in line of another live waiter
+-- lapses ('epoch' if neither comes): a refused Acquire tries again then at the latest,
+-- since neither sends a notification (a waiter that died, or whose last attempt committed
+-- after it gave up, holds its place until it lapses).
+SELECT coalesce(least(
+         (SELECT min(p.expires_at) FROM pgcoord_semaphore_permits p
+           WHERE p.key = @key::text AND p.expires_at > pgcoord_now()),
+         (SELECT min(w.wanted_until) FROM pgcoord_semaphore_waiters w
+           WHERE w.key = @key::text AND w.holder <> @holder::text AND w.wanted_until > pgcoord_now())),
+       'epoch')::timestamptz AS next_expiry,
+       pgcoord_now()::timestamptz AS db_now;
 
 -- name: SemaphoreLeaveLine :exec
 -- A waiter that gives up leaves the line at once instead of holding its place until its
