@@ -30,8 +30,9 @@ var check = base.Check("semaphore")
 // process), so waiters never take the connections a holder needs to renew. A Release of
 // the key wakes it within milliseconds (a release notifies only while someone waits). A
 // holder that dies without releasing is replaced as soon as its permit expires, by the
-// database clock: Acquire tries again at the earliest expiry of the key's live permits.
-// Between those it tries at least every PollInterval (jittered), which is also how it
+// database clock: Acquire tries again at the earliest expiry of the key's live permits, and
+// when the place in line of a waiter ahead of it lapses (a dead waiter's). Between those it
+// tries at least every PollInterval (jittered), which is also how it
 // works when notifications cannot arrive (NoListen, or a transaction-mode pooler). Each
 // attempt renews its place in line for twice the PollInterval plus a second.
 //
