@@ -115,8 +115,11 @@ DECLARE
     r pgcoord_semaphore_permits;
     v_live integer;
     v_reserved integer;
+    v_own boolean;
+    v_expired integer;
     v_ahead integer;
     v_since timestamptz;
+    v_lapsed integer;
     v_ms double precision;
     v_bucket integer;
     v_window timestamptz := date_bin('5 minutes', v_now, timestamptz 'epoch');
@@ -130,23 +133,38 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    DELETE FROM pgcoord_semaphore_permits WHERE key = p_key AND expires_at <= v_now;
-    DELETE FROM pgcoord_semaphore_waiters WHERE key = p_key AND wanted_until <= v_now;
-    SELECT * INTO r FROM pgcoord_semaphore_permits WHERE key = p_key AND holder = p_holder;
-    IF FOUND THEN
-        RETURN NEXT r; -- already admitted: an earlier attempt whose reply was lost
+    -- One look at the key's permits and one at its waiters (each statement of a function
+    -- costs microseconds), whose expired rows are deleted only when there are some.
+    SELECT count(*) FILTER (WHERE expires_at > v_now),
+           count(*) FILTER (WHERE reserved AND expires_at > v_now),
+           coalesce(bool_or(holder = p_holder AND expires_at > v_now), false),
+           count(*) FILTER (WHERE expires_at <= v_now)
+      INTO v_live, v_reserved, v_own, v_expired
+      FROM pgcoord_semaphore_permits WHERE key = p_key;
+    IF v_expired > 0 THEN
+        DELETE FROM pgcoord_semaphore_permits WHERE key = p_key AND expires_at <= v_now;
+    END IF;
+    -- The holder's place in line, and the live waiters that came before it (they keep
+    -- their place).
+    SELECT o.since,
+           (SELECT count(*) FROM pgcoord_semaphore_waiters w
+             WHERE w.key = p_key AND w.wanted_until > v_now AND w.holder <> p_holder
+               AND w.since < coalesce(o.since, 'infinity')),
+           (SELECT count(*) FROM pgcoord_semaphore_waiters w WHERE w.key = p_key AND w.wanted_until <= v_now)
+      INTO v_since, v_ahead, v_lapsed
+      FROM (SELECT (SELECT since FROM pgcoord_semaphore_waiters
+                     WHERE key = p_key AND holder = p_holder AND wanted_until > v_now) AS since) o;
+    IF v_lapsed > 0 THEN
+        DELETE FROM pgcoord_semaphore_waiters WHERE key = p_key AND wanted_until <= v_now;
+    END IF;
+    IF v_own THEN
+        -- Already admitted: an earlier attempt whose reply was lost.
+        RETURN QUERY SELECT * FROM pgcoord_semaphore_permits WHERE key = p_key AND holder = p_holder;
         RETURN;
     END IF;
-    SELECT count(*), count(*) FILTER (WHERE reserved) INTO v_live, v_reserved
-      FROM pgcoord_semaphore_permits WHERE key = p_key;
     IF p_reserve AND v_reserved >= v_sem.demand THEN
         RETURN; -- every unit of work of the key is in hand
     END IF;
-    SELECT since INTO v_since FROM pgcoord_semaphore_waiters WHERE key = p_key AND holder = p_holder;
-    -- Live waiters that came before p_holder keep their place in line.
-    SELECT count(*) INTO v_ahead FROM pgcoord_semaphore_waiters w
-     WHERE w.key = p_key AND w.wanted_until > v_now AND w.holder <> p_holder
-       AND w.since < coalesce(v_since, 'infinity');
     IF v_live + v_ahead >= v_sem.permit_limit THEN
         RETURN;
     END IF;
@@ -174,7 +192,9 @@ BEGIN
     INSERT INTO pgcoord_semaphore_permits (key, holder, fence_token, acquired_at, expires_at, reserved)
     VALUES (p_key, p_holder, v_token, v_now, v_now + p_ttl, coalesce(p_reserve, false))
     RETURNING * INTO r;
-    DELETE FROM pgcoord_semaphore_waiters WHERE key = p_key AND holder = p_holder;
+    IF v_since IS NOT NULL THEN
+        DELETE FROM pgcoord_semaphore_waiters WHERE key = p_key AND holder = p_holder;
+    END IF;
     RETURN NEXT r;
 END
 $$;
@@ -215,7 +235,7 @@ CREATE FUNCTION pgcoord_semaphore_acquire(
 ) RETURNS SETOF pgcoord_semaphore_permits LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := pgcoord_now();
-    v_sem pgcoord_semaphores;
+    v_full boolean;
     r pgcoord_semaphore_permits;
 BEGIN
     IF NOT (pgcoord_name_ok(p_key) AND pgcoord_name_ok(p_holder)) THEN
@@ -236,12 +256,12 @@ BEGIN
     -- A caller that will not wait is refused from plain reads when the key is plainly
     -- full: such a refusal writes nothing, locks nothing and waits for nothing.
     IF p_wait IS NULL THEN
-        SELECT * INTO v_sem FROM pgcoord_semaphores WHERE key = p_key;
-        IF FOUND
-           AND NOT EXISTS (SELECT FROM pgcoord_semaphore_permits WHERE key = p_key AND holder = p_holder)
-           AND (SELECT count(*) FROM pgcoord_semaphore_permits WHERE key = p_key AND expires_at > v_now)
-             + (SELECT count(*) FROM pgcoord_semaphore_waiters
-                 WHERE key = p_key AND wanted_until > v_now AND holder <> p_holder) >= v_sem.permit_limit THEN
+        SELECT NOT EXISTS (SELECT FROM pgcoord_semaphore_permits WHERE key = p_key AND holder = p_holder)
+               AND (SELECT count(*) FROM pgcoord_semaphore_permits WHERE key = p_key AND expires_at > v_now)
+                 + (SELECT count(*) FROM pgcoord_semaphore_waiters
+                     WHERE key = p_key AND wanted_until > v_now AND holder <> p_holder) >= s.permit_limit
+          INTO v_full FROM pgcoord_semaphores s WHERE s.key = p_key;
+        IF v_full THEN
             RETURN;
         END IF;
     END IF;
