@@ -112,7 +112,8 @@ func setUnits(ctx context.Context, n int64) {
 }
 
 // runRound runs every op in its own goroutine, again and again, until d has passed (an op
-// started before then completes and counts). It returns the number of ops completed (each
+// started before then completes and counts). Each op runs at least once, however late its
+// goroutine starts on a busy machine: a round that measured nothing would be a lie. It returns the number of ops completed (each
 // counted as setUnits said) and their rate over the round's wall time. It records each
 // op's latency in hists[worker] when hists is not nil. The first error stops the round and
 // is returned.
@@ -135,9 +136,9 @@ func runRound(ctx context.Context, ops []Op, d time.Duration, hists []histogram)
 		wg.Go(func() {
 			var n, units int64
 			opCtx := context.WithValue(ctx, unitsKey{}, &units)
-			for {
+			for first := true; ; first = false {
 				t0 := time.Now()
-				if !t0.Before(end) {
+				if !first && !t0.Before(end) {
 					break
 				}
 				units = 1
