@@ -14,7 +14,7 @@ const insertAudit = `-- name: InsertAudit :one
 
 INSERT INTO pgcoord_audit (actor, remote_addr, action, target, details)
 VALUES ($1::text, $2::text, $3::text, $4::text, $5::jsonb)
-RETURNING id, at, actor, remote_addr, action, target, details
+RETURNING id, at, actor, remote_addr, action, target, details, session_role
 `
 
 type InsertAuditParams struct {
@@ -43,12 +43,13 @@ func (q *Queries) InsertAudit(ctx context.Context, db DBTX, arg InsertAuditParam
 		&i.Action,
 		&i.Target,
 		&i.Details,
+		&i.SessionRole,
 	)
 	return i, err
 }
 
 const listAudit = `-- name: ListAudit :many
-SELECT a.id, a.at, a.actor, a.remote_addr, a.action, a.target, a.details FROM pgcoord_audit a
+SELECT a.id, a.at, a.actor, a.remote_addr, a.action, a.target, a.details, a.session_role FROM pgcoord_audit a
 WHERE ($1::bigint = 0 OR a.id < $1::bigint)
   AND ($2::text IS NULL OR a.action = $2::text)
   AND starts_with(a.target, $3::text)
@@ -86,6 +87,7 @@ func (q *Queries) ListAudit(ctx context.Context, db DBTX, arg ListAuditParams) (
 			&i.Action,
 			&i.Target,
 			&i.Details,
+			&i.SessionRole,
 		); err != nil {
 			return nil, err
 		}

@@ -20,6 +20,8 @@ type PgcoordAudit struct {
 	Action     string
 	Target     string
 	Details    json.RawMessage
+	// pgcoord: the role the writing session logged in as (session_user); '' for rows older than the column
+	SessionRole string
 }
 
 // pgcoord: dedupe claims; a row means (scope, key) was done

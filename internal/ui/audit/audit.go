@@ -8,13 +8,22 @@
 //   - At is the database clock of the recording transaction (now()), never a client's.
 //   - Entries are listed newest first by a strictly increasing id, one bounded page at a
 //     time.
+//   - The log is append-only for every role but the table's owner: a trigger refuses UPDATE,
+//     DELETE and TRUNCATE (SQLSTATE 42501) from any other role, whatever was granted to it.
+//   - SessionRole is the role the session logged in as (session_user), and At the database
+//     clock: for a role other than the owner the database sets both, whatever the INSERT
+//     says. Actor is only what the caller claims.
 //
 // # Failure modes
 //
 //   - An action on a system outside the database (none exists yet) cannot share the
 //     transaction: record it after the action succeeds, and a crash in between loses the row.
 //   - The table grows without bound: it is an operator log, a few rows per action taken by
-//     hand. Delete old rows with plain SQL if ever needed.
+//     hand, and pgcoord_gc never collects it. Only the owner can prune it, with plain SQL
+//     (DELETE FROM pgcoord_audit WHERE at < ...).
+//   - The owner (and a superuser) can still rewrite or delete any row, and write any
+//     session role; a role with the TRIGGER privilege on the table could add a trigger that
+//     rewrites new rows. `pgcoord doctor` reports such grants.
 package audit
 
 import (
@@ -54,6 +63,10 @@ type Entry struct {
 	// Actor is who acted: a name (given at the dashboard's login, or the CLI's --actor,
 	// by default the OS user and host) with what identifies its credentials.
 	Actor string
+	// SessionRole is the database role the recording session logged in as (session_user),
+	// set by the database whatever the entry says: the actor is claimed, the session role
+	// is not. Empty for entries recorded before the column existed. Set by Record.
+	SessionRole string
 	// RemoteAddr is the client address of the request.
 	RemoteAddr string
 	// Action names what was done, as "primitive.verb" (lease.expire, semaphore.set_limit).
@@ -177,7 +190,7 @@ func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]Entry, error)
 }
 
 func entryOf(r dbsqlc.PgcoordAudit) (Entry, error) {
-	e := Entry{ID: r.ID, At: r.At, Actor: r.Actor, RemoteAddr: r.RemoteAddr, Action: r.Action, Target: r.Target}
+	e := Entry{ID: r.ID, At: r.At, Actor: r.Actor, SessionRole: r.SessionRole, RemoteAddr: r.RemoteAddr, Action: r.Action, Target: r.Target}
 	if err := json.Unmarshal(r.Details, &e.Details); err != nil {
 		return Entry{}, fmt.Errorf("audit: entry %d: details: %w", r.ID, err)
 	}
