@@ -24,8 +24,11 @@ semaphores set-limit and drain, outbox retry, the collectors, fence guard, migra
 and from 'pgcoord ui --allow-actions' — who (the CLI's --actor, by default the OS user and
 host; the name given at the dashboard's login with its token's identity), from which
 client address, when by the database clock, what action on which target, with its
-details. An action's row is written in the same transaction as the action; a collection,
-which runs in many short transactions, and a migration are recorded once they finished.`,
+details, and the database role the session logged in as (session_user, which --actor
+cannot change). An action's row is written in the same transaction as the action; a
+collection, which runs in many short transactions, and a migration are recorded once they
+finished. The log is append-only for every role but the table's owner: only the owner can
+prune it (DELETE FROM pgcoord_audit WHERE at < ...); pgcoord gc never does.`,
 		Args: noSubcommand,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
@@ -35,13 +38,14 @@ which runs in many short transactions, and a migration are recorded once they fi
 
 // auditJSON is one entry in `audit list --json`.
 type auditJSON struct {
-	ID         int64          `json:"id"`
-	At         *string        `json:"at"`
-	Actor      string         `json:"actor"`
-	RemoteAddr string         `json:"remote_addr"`
-	Action     string         `json:"action"`
-	Target     string         `json:"target"`
-	Details    map[string]any `json:"details"`
+	ID          int64          `json:"id"`
+	At          *string        `json:"at"`
+	Actor       string         `json:"actor"`
+	SessionRole string         `json:"session_role"`
+	RemoteAddr  string         `json:"remote_addr"`
+	Action      string         `json:"action"`
+	Target      string         `json:"target"`
+	Details     map[string]any `json:"details"`
 }
 
 func (a *app) auditListCommand() *cobra.Command {
@@ -53,12 +57,15 @@ func (a *app) auditListCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List audited operator actions, newest first",
-		Long: `List the audit log newest first: ID, time (database clock, UTC), actor, remote address,
-action (lease.expire, semaphore.set_limit, ...), target and details. At most --limit
-entries are shown (a note on stderr says when there are more); --action keeps one action.
+		Long: `List the audit log newest first: ID, time (database clock, UTC), actor (as claimed: --actor
+or the dashboard's sign-in), login (the database role the writing session logged in as,
+set by the database; - for entries older than pgcoord's audit migration 9), remote
+address, action (lease.expire, semaphore.set_limit, ...), target and details. At most
+--limit entries are shown (a note on stderr says when there are more); --action keeps one
+action.
 
-With --json: an array ([] when empty) of objects with the keys id, at, actor, remote_addr,
-action, target and details (an object).`,
+With --json: an array ([] when empty) of objects with the keys id, at, actor,
+session_role, remote_addr, action, target and details (an object).`,
 		Example: `  pgcoord audit list
   pgcoord audit list --action lease.expire --json`,
 		Args: exactArgs(0),
@@ -104,16 +111,16 @@ func (a *app) printAudit(ctx context.Context, pool *pgxpool.Pool, opts audit.Lis
 	if a.json {
 		js := make([]auditJSON, 0, len(entries))
 		for _, e := range entries {
-			js = append(js, auditJSON{ID: e.ID, At: jsonTime(e.At), Actor: e.Actor, RemoteAddr: e.RemoteAddr,
+			js = append(js, auditJSON{ID: e.ID, At: jsonTime(e.At), Actor: e.Actor, SessionRole: e.SessionRole, RemoteAddr: e.RemoteAddr,
 				Action: e.Action, Target: e.Target, Details: e.Details})
 		}
 		return a.printJSON(js)
 	}
 	tw := a.table()
-	fmt.Fprintln(tw, "ID\tAT\tACTOR\tREMOTE\tACTION\tTARGET\tDETAILS")
+	fmt.Fprintln(tw, "ID\tAT\tACTOR\tLOGIN\tREMOTE\tACTION\tTARGET\tDETAILS")
 	for _, e := range entries {
 		details, _ := json.Marshal(e.Details)
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, preciseTime(e.At), e.Actor, dash(e.RemoteAddr),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, preciseTime(e.At), e.Actor, dash(e.SessionRole), dash(e.RemoteAddr),
 			e.Action, e.Target, details)
 	}
 	return tw.Flush()

@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -136,9 +137,13 @@ func (a *app) rollBack(ctx context.Context, pool *pgxpool.Pool, to int64, all bo
 	if err != nil {
 		return err
 	}
-	// Recorded where the audit log survives the rollback (it is dropped with its migration).
-	var logKept bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass('pgcoord_audit') IS NOT NULL`).Scan(&logKept); err != nil {
+	// Recorded where the audit log survives the rollback (it is dropped with its migration),
+	// in the form it has after it: without session_role below migration 9.
+	var logKept, hasSessionRole bool
+	if err := pool.QueryRow(ctx, `
+		SELECT to_regclass('pgcoord_audit') IS NOT NULL,
+		       EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass('pgcoord_audit')
+		                  AND attname = 'session_role' AND NOT attisdropped)`).Scan(&logKept, &hasSessionRole); err != nil {
 		return err
 	}
 	if logKept && len(rolled) > 0 {
@@ -146,12 +151,34 @@ func (a *app) rollBack(ctx context.Context, pool *pgxpool.Pool, to int64, all bo
 		for i, m := range rolled {
 			versions[i] = m.Version
 		}
-		if err := a.record(ctx, pool, "migrate.down", "", map[string]any{"rolled_back": versions}); err != nil {
+		details := map[string]any{"rolled_back": versions}
+		record := func() error { return a.record(ctx, pool, "migrate.down", "", details) }
+		if !hasSessionRole {
+			record = func() error { return a.recordBefore9(ctx, pool, "migrate.down", details) }
+		}
+		if err := record(); err != nil {
 			return err
 		}
 	}
 	if a.json {
 		return a.printJSON(map[string]any{"rolled_back": resultsJSON(rolled)})
+	}
+	return nil
+}
+
+// recordBefore9 writes the audit row of a rollback that left the audit log as migrations
+// 7 and 8 made it, without session_role (which the generated query returns).
+func (a *app) recordBefore9(ctx context.Context, pool *pgxpool.Pool, action string, details map[string]any) error {
+	js, err := json.Marshal(details)
+	if err != nil {
+		return err
+	}
+	_, err = pool.Exec(ctx, `
+		INSERT INTO pgcoord_audit (actor, remote_addr, action, target, details)
+		VALUES ($1, coalesce(host(inet_client_addr()), 'local socket'), $2, '', $3::jsonb)`,
+		a.actorName(), action, string(js))
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
 	}
 	return nil
 }
