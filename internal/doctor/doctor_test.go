@@ -54,7 +54,7 @@ func TestHealthySchema(t *testing.T) {
 			t.Errorf("%s needs attention in a fresh schema: %s", f.Check, f.Summary)
 		}
 	}
-	if got, want := strings.Join(checks, ","), "schema,notify,clock,time,transactions,replication,leases,semaphores,jobs,idempotency,outbox,retention"; got != want {
+	if got, want := strings.Join(checks, ","), "schema,notify,clock,time,transactions,replication,leases,semaphores,jobs,idempotency,outbox,retention,audit"; got != want {
 		t.Errorf("checks %s, want %s", got, want)
 	}
 	if doctor.NeedsAttention(fs) != pooler {
@@ -328,4 +328,76 @@ func TestRetention(t *testing.T) {
 	if f.Status != doctor.OK || !strings.Contains(f.Summary, "0 row(s)") {
 		t.Errorf("after gc: %+v", f)
 	}
+}
+
+// The audit check flags a weak grant — a role other than the owner allowed to UPDATE,
+// DELETE or TRUNCATE the audit log, as docs/security.md's grants once gave the application
+// role — and a disabled or missing append-only trigger, and is OK once they are undone.
+func TestAuditFlagsWeakGrants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	role := "app_" + strings.TrimPrefix(pgtest.SchemaName(t), "t_")
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(`CREATE ROLE ` + role + ` LOGIN`)
+	t.Cleanup(func() {
+		for _, sql := range []string{`DROP OWNED BY ` + role, `DROP ROLE ` + role} {
+			if _, err := pool.Exec(context.Background(), sql); err != nil {
+				t.Errorf("cleanup: %s: %v", sql, err)
+			}
+		}
+	})
+	audit := func() doctor.Finding {
+		t.Helper()
+		return findings(t, ctx, func() ([]doctor.Finding, error) { return doctor.Run(ctx, pool, doctor.Options{}) })["audit"]
+	}
+	if f := audit(); f.Status != doctor.OK || !strings.Contains(f.Summary, "append-only") {
+		t.Fatalf("audit in a fresh schema: %+v, want OK", f)
+	}
+
+	exec(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + pgtestSchema(t, pool) + ` TO ` + role)
+	f := audit()
+	if f.Status != doctor.Attention || !strings.Contains(f.Summary, role+" (DELETE, UPDATE)") ||
+		!strings.Contains(f.Explain, "REVOKE UPDATE, DELETE, TRUNCATE, TRIGGER ON pgcoord_audit FROM "+role) {
+		t.Errorf("audit with DELETE and UPDATE granted to %s: %+v, want attention naming the role and the REVOKE", role, f)
+	}
+	exec(`REVOKE UPDATE, DELETE ON pgcoord_audit FROM ` + role)
+	exec(`GRANT TRUNCATE ON pgcoord_audit TO PUBLIC`)
+	exec(`GRANT UPDATE (actor) ON pgcoord_audit TO ` + role)
+	if f := audit(); f.Status != doctor.Attention || !strings.Contains(f.Summary, "PUBLIC (TRUNCATE)") ||
+		!strings.Contains(f.Summary, role+" (UPDATE (actor))") {
+		t.Errorf("audit with TRUNCATE to PUBLIC and UPDATE (actor) to %s: %+v, want attention naming both", role, f)
+	}
+	exec(`REVOKE TRUNCATE ON pgcoord_audit FROM PUBLIC`)
+	exec(`REVOKE UPDATE (actor) ON pgcoord_audit FROM ` + role)
+	if f := audit(); f.Status != doctor.OK {
+		t.Errorf("audit with the grants revoked (SELECT and INSERT left): %+v, want OK", f)
+	}
+
+	exec(`ALTER TABLE pgcoord_audit DISABLE TRIGGER pgcoord_audit_append_only`)
+	if f := audit(); f.Status != doctor.Attention || !strings.Contains(f.Summary, "pgcoord_audit_append_only is disabled") {
+		t.Errorf("audit with the trigger disabled: %+v, want attention", f)
+	}
+	exec(`ALTER TABLE pgcoord_audit ENABLE TRIGGER pgcoord_audit_append_only`)
+	exec(`DROP TRIGGER pgcoord_audit_stamp ON pgcoord_audit`)
+	if f := audit(); f.Status != doctor.Attention || !strings.Contains(f.Summary, "pgcoord_audit_stamp is missing") {
+		t.Errorf("audit with the stamp trigger dropped: %+v, want attention", f)
+	}
+}
+
+// pgtestSchema is the schema pool's connections resolve to, quoted.
+func pgtestSchema(t *testing.T, pool interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) string {
+	t.Helper()
+	var s string
+	if err := pool.QueryRow(context.Background(), `SELECT quote_ident(current_schema())`).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
