@@ -66,6 +66,17 @@ func TestUIExpireLeaseAction(t *testing.T) {
 	}
 	contains(t, "page after the action", d.page(t, resp.Header.Get("Location")),
 		`<p class="flash" role="status">expired lease &#34;order:7&#34;: it was held by worker-a`)
+	// The entry records the dashboard's login role beside the operator's name, and the
+	// lease's detail shows both.
+	var login string
+	if err := d.pool.QueryRow(t.Context(), "SELECT session_user").Scan(&login); err != nil {
+		t.Fatal(err)
+	}
+	if e.SessionRole != login {
+		t.Fatalf("audit row session role %q, want the dashboard's login %q", e.SessionRole, login)
+	}
+	contains(t, "lease detail after the action", d.page(t, "/leases?name=order:7"),
+		`<th>Who</th><th>Login</th>`, `<td>local</td><td>`+login+`</td><td>lease.expire</td>`)
 
 	// Expiring it again changes nothing, is refused with 409 and is not audited.
 	code, body, _ := d.do(t, http.MethodPost, "/actions/lease/expire",

@@ -38,11 +38,14 @@ type fenceRegister struct {
 }
 
 type auditRow struct {
-	ID      int64
-	At      time.Time
-	Actor   string
-	Action  string
-	Details string
+	ID    int64
+	At    time.Time
+	Actor string
+	// SessionRole is the database role the recording session logged in as: the actor is
+	// claimed, the session role is set by the database ("" for rows older than it).
+	SessionRole string
+	Action      string
+	Details     string
 }
 
 // loadLeaseDetail reads a lease (leases.Get), its fence register and waiters (one
@@ -89,7 +92,7 @@ func loadLeaseDetail(ctx context.Context, s *Server, name string) (*leaseDetail,
 // auditOf reads the newest operator actions on target (at most auditRows).
 func auditOf(ctx context.Context, s *Server, target string) ([]auditRow, error) {
 	rows, err := s.cfg.Pool.Query(ctx, `
-		SELECT a.id, a.at, a.actor, a.action, a.details::text FROM pgcoord_audit a
+		SELECT a.id, a.at, a.actor, a.session_role, a.action, a.details::text FROM pgcoord_audit a
 		 WHERE a.target = $1 ORDER BY a.id DESC LIMIT $2`, target, auditRows)
 	if err != nil {
 		return nil, err
@@ -98,7 +101,7 @@ func auditOf(ctx context.Context, s *Server, target string) ([]auditRow, error) 
 	var out []auditRow
 	for rows.Next() {
 		var a auditRow
-		if err := rows.Scan(&a.ID, &a.At, &a.Actor, &a.Action, &a.Details); err != nil {
+		if err := rows.Scan(&a.ID, &a.At, &a.Actor, &a.SessionRole, &a.Action, &a.Details); err != nil {
 			return nil, err
 		}
 		out = append(out, a)
