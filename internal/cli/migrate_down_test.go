@@ -84,6 +84,12 @@ func TestMigrateDownNeedsConfirmation(t *testing.T) {
 	if v := schemaVersion(t, d.pool); code != cli.ExitOK || v != latest-1 {
 		t.Errorf("down --yes (newest only) with a lease held = %d, %q, version %d; want version %d", code, errOut, v, latest-1)
 	}
+	// The audit log survives that rollback, in the form it had before the newest migration,
+	// and records it.
+	var recorded int
+	if err := d.pool.QueryRow(t.Context(), `SELECT count(*) FROM pgcoord_audit WHERE action = 'migrate.down'`).Scan(&recorded); err != nil || recorded != 1 {
+		t.Errorf("migrate.down audit rows after rolling back the newest migration: %d, %v; want 1", recorded, err)
+	}
 
 	code, errOut = d.runProcess(t, "", "migrate", "down", "--all", "--yes", "--force")
 	if v := schemaVersion(t, d.pool); code != cli.ExitOK || v != 0 {
