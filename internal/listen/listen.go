@@ -11,6 +11,8 @@ package listen
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"time"
 
@@ -104,3 +106,12 @@ func (w *Waiter) signal() {
 }
 
 type subKey struct{ channel, payload string }
+
+// Tag is the payload pgcoord's notifications carry for a lease name or semaphore key: the
+// first 32 hex digits of the SHA-256 of name, as the SQL function pgcoord_wake_tag computes
+// it. Any login may LISTEN on pgcoord's channels; a tag does not tell it the name (though it
+// can confirm a guess).
+func Tag(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return hex.EncodeToString(sum[:16])
+}
