@@ -11,10 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/fenced"
 	"github.com/pgcoord/pgcoord/internal/listen"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
 // TestFunctionSearchPaths: after Migrate, every trigger function and every SECURITY
@@ -211,4 +213,63 @@ func TestNotificationsCarryNoName(t *testing.T) {
 	if got[leasesCh] != listen.Tag("payroll-2026") || got[semCh] != listen.Tag("export-ácme") {
 		t.Errorf("a stranger LISTENing received %q; want the tags of payroll-2026 and export-ácme, never the names", got)
 	}
+}
+
+// TestRollbackRestoresFunctions: rolling back the newest migration leaves every function
+// of the schema exactly as the migration before left it (text, settings), so a Down that
+// rewrites functions, as 00012's does, undoes what its Up did and nothing else.
+func TestRollbackRestoresFunctions(t *testing.T) {
+	needsSession(t)
+	t.Parallel()
+	ctx := context.Background()
+	ms := pgcoord.Migrations()
+	prev := ms[len(ms)-2].Version
+	before, _ := pgtest.Schema(t)
+	if _, err := pgcoord.Migrate(ctx, before, &pgcoord.MigrateOpts{To: prev}); err != nil {
+		t.Fatal(err)
+	}
+	after := pgtest.Pool(t)
+	if _, err := pgcoord.Rollback(ctx, after, &pgcoord.RollbackOpts{To: prev}); err != nil {
+		t.Fatal(err)
+	}
+	want, got := functionDefs(t, before), functionDefs(t, after)
+	for name, def := range want {
+		if got[name] != def {
+			t.Errorf("%s after rolling back to %d:\n%s\nwant, as migrating to %d left it:\n%s", name, prev, got[name], prev, def)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			t.Errorf("%s is left after rolling back to %d", name, prev)
+		}
+	}
+	if len(want) < 50 {
+		t.Fatalf("%d functions: the query missed pgcoord's?", len(want))
+	}
+}
+
+// functionDefs returns the definitions of the pgcoord functions pool's schema holds,
+// with the schema's name replaced by SCHEMA.
+func functionDefs(t *testing.T, pool *pgxpool.Pool) map[string]string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT p.oid::regprocedure::text,
+		       replace(replace(pg_get_functiondef(p.oid), quote_ident(current_schema()), 'SCHEMA'), current_schema(), 'SCHEMA')
+		  FROM pg_proc p
+		 WHERE p.pronamespace = current_schema()::regnamespace AND p.proname LIKE 'pgcoord\_%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs := map[string]string{}
+	for rows.Next() {
+		var name, def string
+		if err := rows.Scan(&name, &def); err != nil {
+			t.Fatal(err)
+		}
+		defs[name] = def
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return defs
 }
