@@ -35,7 +35,8 @@ var sqlAnswers = map[string][]string{
 		`NOT pgcoord_semaphore_held(NULL, ` + permitToken + `)`, `NOT pgcoord_semaphore_held('tenant:a', NULL)`,
 		`NOT pgcoord_semaphore_held('tenant:a', -1)`, `NOT pgcoord_semaphore_held('', 1)`,
 		`pgcoord_semaphore_held('tenant:a', ` + permitToken + `)`,
-	}, // A notification's payload for a name: the first 32 hex digits of its SHA-256 (as
+	},
+	// A notification's payload for a name: the first 32 hex digits of its SHA-256 (as
 	// internal/listen.Tag computes it).
 	"pgcoord_wake_tag": {`pgcoord_wake_tag(NULL) IS NULL`, `pgcoord_wake_tag('report') = '845e91831319e89c4d656bdb80c278ac'`},
 }
