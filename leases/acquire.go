@@ -104,7 +104,7 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Dura
 }
 
 // newWaiter returns a waiter on pool for the release of the lease name (notifications on
-// the leases channel carry the lease's name), or a sleep-only one with noListen.
+// the leases channel carry the tag of the lease's name, listen.Tag), or a sleep-only one with noListen.
 func newWaiter(ctx context.Context, pool *pgxpool.Pool, name string, noListen bool) (*listen.Waiter, error) {
 	if noListen || listen.Pooled(pool) {
 		return listen.New(ctx, pool, "", "")
@@ -113,5 +113,5 @@ func newWaiter(ctx context.Context, pool *pgxpool.Pool, name string, noListen bo
 	if err != nil {
 		return nil, err
 	}
-	return listen.New(ctx, pool, ch, name)
+	return listen.New(ctx, pool, ch, listen.Tag(name))
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/internal/listen"
 	"github.com/pgcoord/pgcoord/internal/pgconfig"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/leases"
@@ -183,7 +184,7 @@ func TestReleaseNotifiesOnlyWhenSomeoneWaits(t *testing.T) {
 		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
 		n, err := conn.Conn().WaitForNotification(wctx)
-		return err == nil && n.Payload == "quiet"
+		return err == nil && n.Payload == listen.Tag("quiet")
 	}
 
 	l := mustAcquire(t, pool, "quiet", time.Minute, nil)

@@ -82,7 +82,8 @@ type Message struct {
 	// pass it on as JSON.
 	JSON bool
 	// Headers are free-form string pairs carried with the message (trace ids, content
-	// types, ...), at most MaxHeaders bytes as JSON.
+	// types, ...), at most MaxHeaders bytes as JSON. Names for which ReservedHeader is
+	// true (Authorization, Cookie, Host, Proxy-*, ...) are refused.
 	Headers map[string]string
 	// Delay postpones the message's first delivery by this long, by the database clock
 	// (0..MaxDelay). A delayed message also holds back the later messages of its key.
@@ -128,8 +129,9 @@ type Message struct {
 //
 // Bad input returns an error before any SQL runs: an invalid Topic or Key
 // (pgcoord.ErrInvalidName), a payload over MaxPayload (ErrPayloadTooLarge), a JSON message
-// whose payload is not valid JSON (ErrInvalidJSON), headers over MaxHeaders, a Delay
-// outside 0..MaxDelay or a nil tx (pgcoord.ErrInvalidArgument).
+// whose payload is not valid JSON (ErrInvalidJSON), headers over MaxHeaders or with a
+// reserved name (ReservedHeader), a Delay outside 0..MaxDelay or a nil tx
+// (pgcoord.ErrInvalidArgument).
 // On a standby it returns an error wrapping pgcoord.ErrReadOnly.
 func Enqueue(ctx context.Context, tx pgx.Tx, msg Message) (Message, error) {
 	headers, err := validateMessage(msg)
@@ -232,6 +234,9 @@ func validateMessage(msg Message) ([]byte, error) {
 	for name := range msg.Headers {
 		if name == "" {
 			return nil, check.Invalid("empty header name")
+		}
+		if ReservedHeader(name) {
+			return nil, check.Invalid("header %q is reserved: a message may not set credentials, framing or the sink's own headers (see ReservedHeader)", name)
 		}
 	}
 	headers, err := json.Marshal(msg.Headers)

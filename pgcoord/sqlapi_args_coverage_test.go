@@ -36,6 +36,9 @@ var sqlAnswers = map[string][]string{
 		`NOT pgcoord_semaphore_held('tenant:a', -1)`, `NOT pgcoord_semaphore_held('', 1)`,
 		`pgcoord_semaphore_held('tenant:a', ` + permitToken + `)`,
 	},
+	// A notification's payload for a name: the first 32 hex digits of its SHA-256 (as
+	// internal/listen.Tag computes it).
+	"pgcoord_wake_tag": {`pgcoord_wake_tag(NULL) IS NULL`, `pgcoord_wake_tag('report') = '845e91831319e89c4d656bdb80c278ac'`},
 }
 
 // sqlExempt are the internal helpers that take arguments: they are called only by the

@@ -144,7 +144,7 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 	}
 }
 
-// newWaiter returns a waiter for notifications of key on the semaphore channel, from the
+// newWaiter returns a waiter for notifications of key (its tag, listen.Tag) on the semaphore channel, from the
 // pool's shared notifier; with noListen, one that only sleeps.
 func newWaiter(ctx context.Context, pool *pgxpool.Pool, key string, noListen bool) (*listen.Waiter, error) {
 	if noListen || listen.Pooled(pool) {
@@ -154,7 +154,7 @@ func newWaiter(ctx context.Context, pool *pgxpool.Pool, key string, noListen boo
 	if err != nil {
 		return nil, err
 	}
-	return listen.New(ctx, pool, channel, key)
+	return listen.New(ctx, pool, channel, listen.Tag(key))
 }
 
 // giveUp takes a waiter that stops waiting out of the line, so it does not hold its place

@@ -319,7 +319,7 @@ WITH gone AS (
     DELETE FROM pgcoord_semaphore_waiters WHERE key = $1::text AND holder = $2::text
     RETURNING key
 )
-SELECT pg_notify(pgcoord_channel('semaphores'), $1::text)
+SELECT pg_notify(pgcoord_channel('semaphores'), pgcoord_wake_tag($1::text))
  WHERE EXISTS (SELECT FROM gone)
    AND EXISTS (SELECT FROM pgcoord_semaphore_waiters w
                 WHERE w.key = $1::text AND w.holder <> $2::text AND w.wanted_until > pgcoord_now())

@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,13 +59,26 @@ type WebhookOpts struct {
 	Client *http.Client
 	// Timeout bounds each request. Default DefaultWebhookTimeout (10s).
 	Timeout time.Duration
+	// Header holds static headers sent with every request (an Authorization the endpoint
+	// wants, say). They win over a message's headers of the same name, and an
+	// Authorization here wins over the endpoint URL's user information. Names must be HTTP
+	// tokens, values must hold no control characters, and the sink's own headers
+	// (Content-Type, Idempotency-Key, Pgcoord-*) and those that frame the request (Host,
+	// Content-Length, Transfer-Encoding, Connection, Keep-Alive, TE, Trailer, Upgrade,
+	// Expect) are refused.
+	Header http.Header
 }
 
 // Webhook returns a handler that POSTs each message to endpoint (an http or https URL):
 // the payload as the body (Content-Type application/json for JSON messages, else
 // application/octet-stream), the message id in an Idempotency-Key header, the topic, key
-// and attempt in Pgcoord-Topic, Pgcoord-Key and Pgcoord-Attempt, and the message's
-// headers as request headers (those whose names are valid HTTP header names). A 2xx
+// and attempt in Pgcoord-Topic, Pgcoord-Key and Pgcoord-Attempt, WebhookOpts.Header, and
+// the message's headers as request headers: those whose names are valid HTTP header names,
+// are not reserved (outbox.ReservedHeader: Authorization, Cookie, Host, Proxy-*, ...; Enqueue
+// refuses them, and a message written otherwise, through the SQL API say, has them dropped
+// here) and are not in WebhookOpts.Header. So a message can never replace the sink's
+// credentials (the endpoint URL's user information, or an Authorization in
+// WebhookOpts.Header), set cookies, nor change how the request is framed or routed. A 2xx
 // answer means delivered; anything else, or no answer within the timeout, is an error
 // (the relay retries the message). A bad endpoint or timeout returns an error wrapping
 // pgcoord.ErrInvalidArgument. No error shows the endpoint's user information or query
@@ -87,6 +101,22 @@ func Webhook(endpoint string, opts *WebhookOpts) (outbox.Handler, error) {
 	if o.Client == nil {
 		o.Client = &http.Client{}
 	}
+	static := make(http.Header, len(o.Header))
+	for name, vs := range o.Header {
+		if !validHeaderName(name) {
+			return nil, check.Invalid("webhook header name %q is not an HTTP token", name)
+		}
+		if sinkHeader(name) {
+			return nil, check.Invalid("webhook header %q is set by the sink or frames the request: it cannot be set", name)
+		}
+		for _, v := range vs {
+			if strings.ContainsFunc(v, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+				return nil, check.Invalid("webhook header %q: the value holds a control character", name)
+			}
+			static.Add(name, v)
+		}
+	}
+	o.Header = static
 	return &webhook{url: u.String(), opts: o}, nil
 }
 
@@ -106,9 +136,15 @@ func (w *webhook) Handle(ctx context.Context, msg outbox.Message) error {
 		return err
 	}
 	for name, v := range msg.Headers {
-		if validHeaderName(name) {
+		// Reserved names never come from a message, nor names the sink's options set:
+		// Enqueue refuses the former, but a row written through the SQL API has not been
+		// through Enqueue.
+		if validHeaderName(name) && !outbox.ReservedHeader(name) && w.opts.Header.Values(name) == nil {
 			req.Header.Set(name, v)
 		}
+	}
+	for name, vs := range w.opts.Header {
+		req.Header[name] = append([]string(nil), vs...)
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
 	if msg.JSON {
@@ -129,6 +165,17 @@ func (w *webhook) Handle(ctx context.Context, msg outbox.Message) error {
 		return fmt.Errorf("sink: webhook answered %s: %s", base.Printable(resp.Status), base.Printable(string(bytes.TrimSpace(body))))
 	}
 	return nil
+}
+
+// sinkHeader reports whether name is a header the sink sets itself, or one that frames
+// the request: WebhookOpts.Header may not set it.
+func sinkHeader(name string) bool {
+	switch strings.ToLower(name) {
+	case "content-type", "idempotency-key", "host", "content-length", "transfer-encoding", "connection",
+		"keep-alive", "te", "trailer", "upgrade", "expect":
+		return true
+	}
+	return strings.HasPrefix(strings.ToLower(name), "pgcoord-")
 }
 
 // validHeaderName reports whether name is an HTTP token (RFC 9110), so it can be sent

@@ -94,7 +94,7 @@ WITH gone AS (
     DELETE FROM pgcoord_semaphore_waiters WHERE key = @key::text AND holder = @holder::text
     RETURNING key
 )
-SELECT pg_notify(pgcoord_channel('semaphores'), @key::text)
+SELECT pg_notify(pgcoord_channel('semaphores'), pgcoord_wake_tag(@key::text))
  WHERE EXISTS (SELECT FROM gone)
    AND EXISTS (SELECT FROM pgcoord_semaphore_waiters w
                 WHERE w.key = @key::text AND w.holder <> @holder::text AND w.wanted_until > pgcoord_now())
