@@ -46,7 +46,8 @@ Without a token it answers only requests addressed to localhost, 127.0.0.1 or [:
 its port, so a web page cannot reach it through a rebound DNS name. A token must have at
 least 32 characters; a browser's sign-in lasts 12 hours, until it signs out, and records
 the name the operator gives, for the audit log; sign-ins are limited to 5 failures per
-client address (50 in all), then one every 10 seconds.
+client address, then one every 10 seconds (there is no limit shared by all
+addresses: failures elsewhere never refuse the operator's token).
 
 Operator actions — expire a lease, set a semaphore limit, retry a dead outbox message — are
 off unless --allow-actions:

@@ -89,8 +89,8 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, http.StatusOK, "login", loginView{Next: s.safeNext(r.URL.Query().Get("next"))})
 }
 
-// login checks a token, at most a burst of tries per client address and in all (then one
-// every loginEvery), and starts a session that lasts SessionTTL.
+// login checks a token, at most a burst of tries per client address (then one every
+// loginEvery), and starts a session that lasts SessionTTL.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
 	if s.cfg.Token == "" || r.ParseForm() != nil {

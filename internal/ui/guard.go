@@ -1,10 +1,12 @@
 package ui
 
 import (
+	"container/list"
 	"crypto/rand"
 	"encoding/hex"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -20,13 +22,13 @@ const (
 	SessionTTL  = 12 * time.Hour
 	maxSessions = 1000 // logins kept; past it, the one closest to expiry is dropped
 	// Login attempts: a client address may fail loginBurst times, then once per
-	// loginEvery; all clients together globalLoginBurst times, then once per loginEvery.
-	loginBurst       = 5
-	globalLoginBurst = 50
-	loginEvery       = 10 * time.Second
-	maxLoginClients  = 10000
-	flashTTL         = time.Minute // how long an action's result waits for its page
-	maxFlashes       = 1000
+	// loginEvery; the limiter remembers the maxLoginClients addresses seen last (an IPv6
+	// client counts by its /64).
+	loginBurst      = 5
+	loginEvery      = 10 * time.Second
+	maxLoginClients = 10000
+	flashTTL        = time.Minute // how long an action's result waits for its page
+	maxFlashes      = 1000
 )
 
 // hostAllowed reports whether r may be served at the Host it names. Without a token the
@@ -131,12 +133,22 @@ func (ss *sessions) end(id string) {
 	delete(ss.exp, id)
 }
 
-// loginLimiter slows down guessing: each client address, and all of them together, may
-// fail a burst of logins, then one per loginEvery (a token bucket each).
+// loginLimiter slows down guessing: each client address may fail a burst of logins, then
+// one per loginEvery (a token bucket each). There is no bucket shared by all clients: one
+// that many addresses drain would refuse the operator's own correct token, so an address
+// that has not failed always gets its token checked. The memory is bounded and never
+// reset: it keeps the maxLoginClients addresses seen most recently; a new address past
+// that evicts the one idle longest (the bucket closest to full again), one at a time.
 type loginLimiter struct {
 	mu      sync.Mutex
-	clients map[string]*bucket
-	global  bucket
+	max     int // maxLoginClients; a test may set fewer
+	clients map[string]*list.Element
+	order   list.List // of *client, the least recently seen first
+}
+
+type client struct {
+	addr string
+	b    bucket
 }
 
 type bucket struct {
@@ -149,7 +161,7 @@ func (b *bucket) take(n int, now time.Time) bool {
 	if b.at.IsZero() {
 		b.tokens = float64(n)
 	} else {
-		b.tokens = min(float64(n), b.tokens+now.Sub(b.at).Seconds()/loginEvery.Seconds())
+		b.tokens = min(float64(n), b.tokens+max(now.Sub(b.at), 0).Seconds()/loginEvery.Seconds())
 	}
 	b.at = now
 	if b.tokens < 1 {
@@ -159,42 +171,60 @@ func (b *bucket) take(n int, now time.Time) bool {
 	return true
 }
 
-// allow reports whether a login attempt from addr may be checked now; a refused attempt
-// spends nothing.
+// allow reports whether a login attempt from addr may be checked now, spending one of
+// its attempts.
 func (l *loginLimiter) allow(addr string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.clients == nil {
-		l.clients = map[string]*bucket{}
+		l.clients = map[string]*list.Element{}
 	}
-	c := l.clients[addr]
-	if c == nil {
-		if len(l.clients) >= maxLoginClients {
-			clear(l.clients) // forgetting clients only gives them their burst back
+	if l.max <= 0 {
+		l.max = maxLoginClients
+	}
+	e := l.clients[addr]
+	if e == nil {
+		for len(l.clients) >= l.max {
+			oldest := l.order.Front()
+			delete(l.clients, oldest.Value.(*client).addr)
+			l.order.Remove(oldest)
 		}
-		c = &bucket{}
-		l.clients[addr] = c
+		e = l.order.PushBack(&client{addr: addr})
+		l.clients[addr] = e
+	} else {
+		l.order.MoveToBack(e)
 	}
-	saveC, saveG := *c, l.global
-	if !c.take(loginBurst, now) || !l.global.take(globalLoginBurst, now) {
-		*c, l.global = saveC, saveG
-		return false
-	}
-	return true
+	return e.Value.(*client).b.take(loginBurst, now)
 }
 
 // forgive gives addr its burst back after a successful login.
 func (l *loginLimiter) forgive(addr string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.clients, addr)
+	if e := l.clients[addr]; e != nil {
+		delete(l.clients, addr)
+		l.order.Remove(e)
+	}
 }
 
-// clientAddr is r's client address without its port: what the login limiter counts.
+// tracked returns how many addresses l remembers.
+func (l *loginLimiter) tracked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.clients)
+}
+
+// clientAddr is r's client address without its port: what the login limiter counts. An
+// IPv6 address counts by its /64, which one host usually holds whole.
 func clientAddr(r *http.Request) string {
 	h, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		return r.RemoteAddr
+		h = r.RemoteAddr
+	}
+	if ip, err := netip.ParseAddr(h); err == nil && ip.Is6() && !ip.Is4In6() {
+		if p, err := ip.Prefix(64); err == nil {
+			return p.String()
+		}
 	}
 	return h
 }

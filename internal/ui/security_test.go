@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -130,6 +131,52 @@ func TestUILoginDefenses(t *testing.T) {
 	if code, _, _ := stolen.do(t, http.MethodGet, "/leases", nil, "Cookie", session.Name+"="+session.Value); code != http.StatusUnauthorized {
 		t.Fatalf("GET with the cookie of a signed-out session = %d, want 401", code)
 	}
+}
+
+// Issue 28, Medium 3: failed logins from many addresses do not lock the operator out.
+// 1,000 wrong tokens from 300 client addresses, then the right token from an address that
+// has not failed: it signs in (before, a bucket shared by all clients was empty by then,
+// and the right token got 429).
+func TestUILoginFloodDoesNotLockOutTheOperator(t *testing.T) {
+	t.Parallel()
+	d := newDash(t, ui.Config{Token: testToken})
+	attackers := make([]*dash, 300)
+	for i := range attackers {
+		attackers[i] = from(d, fmt.Sprintf("127.9.%d.%d", i/200, 1+i%200))
+	}
+	refused := 0
+	for i := range 1000 {
+		a := attackers[i%len(attackers)]
+		code, _, _ := a.do(t, http.MethodPost, "/login", url.Values{"name": {"mallory"}, "token": {fmt.Sprintf("guess-%d", i)}})
+		switch code {
+		case http.StatusUnauthorized:
+		case http.StatusTooManyRequests:
+			refused++
+		default:
+			t.Fatalf("wrong guess %d = %d, want 401 or 429", i, code)
+		}
+	}
+	for _, a := range attackers {
+		a.client.CloseIdleConnections()
+	}
+	// 300 addresses of 5 tries each: 1,000 guesses are all checked, none limited.
+	if refused != 0 {
+		t.Errorf("%d of 1,000 guesses from 300 addresses were refused, want none (5 per address)", refused)
+	}
+	// The first address tried 4 times; its fifth guess ends its burst, and it stays locked
+	// out.
+	if code, _, _ := attackers[0].do(t, http.MethodPost, "/login", url.Values{"name": {"mallory"}, "token": {"guess"}}); code != http.StatusUnauthorized {
+		t.Errorf("an attacker address's fifth guess = %d, want 401", code)
+	}
+	if code, _, _ := attackers[0].do(t, http.MethodPost, "/login", url.Values{"name": {"mallory"}, "token": {testToken}}); code != http.StatusTooManyRequests {
+		t.Errorf("an attacker address past its burst = %d, want 429 even with the right token", code)
+	}
+	operator := from(d, "127.8.0.1")
+	code, body, resp := operator.do(t, http.MethodPost, "/login", url.Values{"name": {"alice"}, "token": {testToken}, "next": {"/leases"}})
+	if code != http.StatusSeeOther || resp.Header.Get("Location") != "/leases" {
+		t.Fatalf("the operator's right token from a fresh address after the flood = %d, want 303 to /leases: %s", code, body)
+	}
+	operator.page(t, "/leases")
 }
 
 // A link cannot make the dashboard speak: ?msg= and a made-up ?flash= show nothing, while
