@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/internal/httpsec"
 	"github.com/pgcoord/pgcoord/internal/ui"
 	"github.com/pgcoord/pgcoord/metrics"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -19,9 +20,9 @@ const EnvMetricsToken = "PGCOORD_METRICS_TOKEN"
 
 func (a *app) metricsCommand() *cobra.Command {
 	var (
-		listen, token string
-		maxStaleness  time.Duration
-		maxRows       int
+		listen, token, tokenFile string
+		maxStaleness             time.Duration
+		maxRows                  int
 	)
 	cmd := &cobra.Command{
 		Use:   "metrics",
@@ -39,7 +40,10 @@ else $` + EnvMetricsToken + `), which every scrape must send as "Authorization: 
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			token = a.tokenFrom(token, EnvMetricsToken)
+			token, err := a.authToken(token, tokenFile, EnvMetricsToken) // the flag's variable, resolved
+			if err != nil {
+				return err
+			}
 			if err := checkListen(listen, token, EnvMetricsToken); err != nil {
 				// The listen rule is the dashboard's (package ui): name this command instead.
 				return usageError{errors.New("metrics: " + strings.TrimPrefix(err.Error(), "ui: "))}
@@ -69,12 +73,15 @@ else $` + EnvMetricsToken + `), which every scrape must send as "Authorization: 
 			if token != "" {
 				auth = "token required"
 			}
-			return a.serve(ctx, listen, ui.RequireToken(token, mux), "metrics", "scrape /metrics; "+auth)
+			// The dashboard's Host rule: without a token, only loopback names (DNS rebinding).
+			h := httpsec.GuardHost(listen, token != "", ui.RequireToken(token, mux))
+			return a.serve(ctx, listen, h, "metrics", "scrape /metrics; "+auth)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:9190", "address to listen on (host:port); beyond loopback needs a token")
-	f.StringVar(&token, "auth-token", "", "token every scrape must carry (default $"+EnvMetricsToken+")")
+	f.StringVar(&token, "auth-token", "", "token every scrape must carry (shows in ps: prefer --auth-token-file or $"+EnvMetricsToken+")")
+	f.StringVar(&tokenFile, "auth-token-file", "", "file whose first line is the token (default $"+EnvMetricsToken+")")
 	f.DurationVar(&maxStaleness, "max-staleness", defaultMaxStaleness, "how long past its period a job may go without success before it is overdue")
 	f.IntVar(&maxRows, "max-rows", metrics.DefaultMaxRows, "rows read per primitive per scrape")
 	return cmd

@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/internal/httpsec"
 	"github.com/pgcoord/pgcoord/internal/ui"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -21,9 +25,9 @@ const EnvUIToken = "PGCOORD_UI_TOKEN"
 
 func (a *app) uiCommand() *cobra.Command {
 	var (
-		listen, token              string
-		allowActions, showPayloads bool
-		refresh, maxStaleness      time.Duration
+		listen, token, tokenFile               string
+		allowActions, showPayloads, trustProxy bool
+		refresh, maxStaleness                  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "ui",
@@ -63,7 +67,10 @@ It runs until interrupted (Ctrl-C, SIGTERM).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			token = a.tokenFrom(token, EnvUIToken)
+			token, err := a.authToken(token, tokenFile, EnvUIToken) // the flag's variable, resolved
+			if err != nil {
+				return err
+			}
 			if err := checkListen(listen, token, EnvUIToken); err != nil {
 				return err
 			}
@@ -79,7 +86,7 @@ It runs until interrupted (Ctrl-C, SIGTERM).`,
 			}
 			defer pool.Close()
 			srv, err := ui.New(ui.Config{Pool: pool, Addr: listen, Token: token, Actor: a.actorName(), AllowActions: allowActions, ShowPayloads: showPayloads,
-				Refresh: refresh, MaxStaleness: maxStaleness, Logger: a.logger()})
+				TrustProxy: trustProxy, Refresh: refresh, MaxStaleness: maxStaleness, Logger: a.logger()})
 			if err != nil {
 				return err
 			}
@@ -97,7 +104,9 @@ It runs until interrupted (Ctrl-C, SIGTERM).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to listen on (host:port); beyond loopback needs a token")
-	f.StringVar(&token, "auth-token", "", "token every request must carry (default $"+EnvUIToken+")")
+	f.StringVar(&token, "auth-token", "", "token every request must carry (shows in ps: prefer --auth-token-file or $"+EnvUIToken+")")
+	f.StringVar(&tokenFile, "auth-token-file", "", "file whose first line is the token (default $"+EnvUIToken+")")
+	f.BoolVar(&trustProxy, "trust-proxy", false, "behind a TLS reverse proxy: trust its X-Forwarded-Proto to mark cookies Secure")
 	f.BoolVar(&allowActions, "allow-actions", false, "enable operator actions (expire a lease, set a semaphore limit, retry a dead message)")
 	f.BoolVar(&showPayloads, "show-payloads", false, "show message payloads and stored response bodies")
 	f.DurationVar(&refresh, "refresh", ui.DefaultRefresh, "how often pages refresh themselves")
@@ -127,6 +136,53 @@ func (a *app) tokenFrom(flag, env string) string {
 	return v
 }
 
+// maxTokenFile bounds what --auth-token-file reads.
+const maxTokenFile = 4 << 10
+
+// authToken returns a server command's token: --auth-token (with a warning: a flag shows
+// in ps and in the shell's history), else the first line of --auth-token-file, else the
+// variable env. Both flags at once, an unreadable or empty file, or a weak token
+// (httpsec.CheckToken) are usage errors, said before anything connects.
+func (a *app) authToken(flag, file, env string) (string, error) {
+	var token string
+	switch {
+	case flag != "" && file != "":
+		return "", usagef("--auth-token and --auth-token-file: give one")
+	case flag != "":
+		fmt.Fprintf(a.errOut, "pgcoord: warning: --auth-token shows in `ps` and the shell's history; prefer --auth-token-file or $%s\n", env)
+		token = flag
+	case file != "":
+		f, err := os.Open(file)
+		if err != nil {
+			return "", usagef("--auth-token-file: %v", err)
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.Mode().Perm()&0o077 != 0 {
+			fmt.Fprintf(a.errOut, "pgcoord: warning: --auth-token-file %s can be read by other users (mode %v): chmod 600 it\n", file, st.Mode().Perm())
+		}
+		b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
+		if err != nil {
+			return "", usagef("--auth-token-file: %v", err)
+		}
+		if len(b) > maxTokenFile {
+			return "", usagef("--auth-token-file %s: over %d bytes: want the token alone", file, maxTokenFile)
+		}
+		token, _, _ = strings.Cut(string(b), "\n")
+		if token = strings.TrimSpace(token); token == "" {
+			return "", usagef("--auth-token-file %s: empty: %s > %s", file, "openssl rand -hex 32", file)
+		}
+	default:
+		token, _ = a.lookupEnv(env)
+	}
+	if token == "" {
+		return "", nil
+	}
+	if err := httpsec.CheckToken(token); err != nil {
+		return "", usagef("auth token: %v", err)
+	}
+	return token, nil
+}
+
 // logger writes the server's logs to the error stream.
 func (a *app) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(a.errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -146,7 +202,7 @@ func (a *app) serve(ctx context.Context, addr string, h http.Handler, what, mode
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpsec.NewServer(h) // bounded reads: a slow client cannot hold a connection
 	fmt.Fprintf(a.errOut, "pgcoord: %s listening on http://%s/ — %s\n", what, ln.Addr(), mode)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -122,7 +122,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	s.limiter.forgive(clientAddr(r))
 	http.SetCookie(w, &http.Cookie{Name: authCookie, Value: s.sessions.start(name, time.Now()), Path: "/",
-		MaxAge: int(SessionTTL.Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
+		MaxAge: int(SessionTTL.Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
@@ -141,14 +141,15 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 		s.sessions.end(c.Value)
 	}
 	http.SetCookie(w, &http.Cookie{Name: authCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: secure(r)})
+		SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
 
-// secure tells whether cookies for r must be Secure: it came over TLS, or through a proxy
-// that says so.
-func secure(r *http.Request) bool {
-	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+// secure tells whether cookies for r must be Secure: it came over TLS, or, with
+// Config.TrustProxy, through a proxy that says so (without it, X-Forwarded-Proto is what
+// any client chose to send).
+func (s *Server) secure(r *http.Request) bool {
+	return r.TLS != nil || (s.cfg.TrustProxy && strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https"))
 }
 
 // safeNext keeps a post-login redirect on this dashboard: a page of the table, with its
@@ -179,7 +180,7 @@ func (s *Server) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	_, _ = rand.Read(b)
 	v := hex.EncodeToString(b)
 	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: v, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
 	return s.mac("csrf", v)
 }
 

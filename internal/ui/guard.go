@@ -11,13 +11,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pgcoord/pgcoord/internal/httpsec"
 )
 
 // What the dashboard holds in memory for its browsers, each bounded.
 const (
-	// MinTokenLen is the shortest token New accepts: 32 characters, such as
-	// `openssl rand -hex 16` prints (128 bits).
-	MinTokenLen = 32
 	// SessionTTL is how long a browser's login lasts; logging out ends it sooner.
 	SessionTTL  = 12 * time.Hour
 	maxSessions = 1000 // logins kept; past it, the one closest to expiry is dropped
@@ -30,36 +29,6 @@ const (
 	flashTTL        = time.Minute // how long an action's result waits for its page
 	maxFlashes      = 1000
 )
-
-// hostAllowed reports whether r may be served at the Host it names. Without a token the
-// dashboard answers only to a loopback name (localhost, 127.0.0.1, [::1]) at the port it
-// serves: a page of another site whose name an attacker pointed at 127.0.0.1 (DNS
-// rebinding) names its own host, and is refused. With a token, any Host: a rebound page
-// has no session and no token.
-func (s *Server) hostAllowed(host string) bool {
-	if s.cfg.Token != "" {
-		return true
-	}
-	return s.loopbackHost(host)
-}
-
-// loopbackHost reports whether host (host[:port], as in a Host header or an Origin) is a
-// loopback name (localhost, or an address in 127.0.0.0/8 or ::1) at the served port (any
-// port when Config.Addr names none).
-func (s *Server) loopbackHost(host string) bool {
-	name, port, err := net.SplitHostPort(host)
-	if err != nil {
-		name, port = host, ""
-	}
-	if ip := net.ParseIP(name); !strings.EqualFold(name, "localhost") && (ip == nil || !ip.IsLoopback()) {
-		return false
-	}
-	_, served, err := net.SplitHostPort(s.cfg.Addr)
-	if err != nil || served == "" || served == "0" {
-		return true
-	}
-	return port == served
-}
 
 // originAllowed reports whether a POST's Origin header, if present, is this dashboard as
 // its operator reaches it: without a token a loopback name at the served port, with one
@@ -76,7 +45,7 @@ func (s *Server) originAllowed(r *http.Request) bool {
 		return false
 	}
 	if s.cfg.Token == "" {
-		return s.loopbackHost(u.Host)
+		return httpsec.LoopbackHost(u.Host, s.cfg.Addr)
 	}
 	return strings.EqualFold(u.Host, r.Host)
 }

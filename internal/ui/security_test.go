@@ -196,3 +196,57 @@ func TestUIMessagesComeFromTheServer(t *testing.T) {
 		url.Values{"csrf": {csrf(t, page)}, "name": {"order:8"}, "confirmed": {"yes"}})
 	contains(t, "the page an action returns to", d.page(t, resp.Header.Get("Location")), `class="flash"`, "order:8")
 }
+
+// Issue 28, Medium 6: a token of one repeated character, or a string repeated, is refused
+// however long, saying how to make a good one.
+func TestUIRefusesWeakTokens(t *testing.T) {
+	t.Parallel()
+	pool := newDash(t, ui.Config{}).pool
+	for _, tok := range []string{strings.Repeat("a", 32), strings.Repeat("a", 64), "0123456789abcdef0123456789abcdef"} {
+		_, err := ui.New(ui.Config{Pool: pool, Token: tok})
+		if !errors.Is(err, pgcoord.ErrInvalidArgument) || !strings.Contains(err.Error(), "openssl rand -hex 32") {
+			t.Errorf("token %q: %v, want ErrInvalidArgument saying `openssl rand -hex 32`", tok, err)
+		}
+	}
+}
+
+// Issue 28, Low: a dashboard with actions on an address beyond loopback without a token
+// does not start (the command checks it too: TestUICommandBadListen).
+func TestUIActionsBeyondLoopbackNeedAToken(t *testing.T) {
+	t.Parallel()
+	pool := newDash(t, ui.Config{}).pool
+	for _, addr := range []string{"0.0.0.0:8080", ":8080", "192.168.1.5:8080"} {
+		if _, err := ui.New(ui.Config{Pool: pool, Addr: addr, AllowActions: true}); !errors.Is(err, pgcoord.ErrInvalidArgument) || !strings.Contains(err.Error(), "token") {
+			t.Errorf("Addr %s, actions, no token: %v, want ErrInvalidArgument asking for a token", addr, err)
+		}
+	}
+	if _, err := ui.New(ui.Config{Pool: pool, Addr: "0.0.0.0:8080", AllowActions: true, Token: testToken}); err != nil {
+		t.Errorf("Addr 0.0.0.0:8080 with a token: %v", err)
+	}
+}
+
+// Issue 28, Info: the dashboard refuses to be framed by old browsers too (X-Frame-Options
+// beside CSP frame-ancestors), and a client's own X-Forwarded-Proto does not decide the
+// cookies' Secure flag unless the dashboard trusts a proxy.
+func TestUIFramingAndForwardedProto(t *testing.T) {
+	t.Parallel()
+	for _, trust := range []bool{false, true} {
+		d := newDash(t, ui.Config{Token: testToken, TrustProxy: trust})
+		_, _, resp := d.do(t, http.MethodPost, "/login", url.Values{"name": {"alice"}, "token": {testToken}}, "X-Forwarded-Proto", "https")
+		if got := resp.Header.Get("X-Frame-Options"); got != "DENY" {
+			t.Errorf("X-Frame-Options = %q, want DENY", got)
+		}
+		var c *http.Cookie
+		for _, k := range resp.Cookies() {
+			if k.Name == "pgcoord_ui_auth" {
+				c = k
+			}
+		}
+		if c == nil {
+			t.Fatalf("TrustProxy %v: no login cookie (%d)", trust, resp.StatusCode)
+		}
+		if c.Secure != trust {
+			t.Errorf("TrustProxy %v, X-Forwarded-Proto: https from the client: cookie Secure = %v, want %v", trust, c.Secure, trust)
+		}
+	}
+}

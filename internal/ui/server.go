@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/base"
+	"github.com/pgcoord/pgcoord/internal/httpsec"
 	"github.com/pgcoord/pgcoord/internal/ui/audit"
 	"github.com/pgcoord/pgcoord/metrics"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -47,10 +48,16 @@ type Config struct {
 	// answers only requests addressed to a loopback name (localhost, 127.0.0.1, [::1]) at
 	// this port (at any port when Addr names none), which defeats DNS rebinding.
 	Addr string
-	// Token, if set, is required of every request (Bearer header or login cookie): at
-	// least MinTokenLen characters. It must be set when the server listens beyond loopback
-	// (see CheckListen).
+	// Token, if set, is required of every request (Bearer header or login cookie). New
+	// refuses a weak one (httpsec.CheckToken: under 128 bits, or one character or string
+	// repeated). It must be set when Addr is beyond loopback (see CheckListen): New refuses
+	// such an Addr without one.
 	Token string
+	// TrustProxy says that the server is reached through a reverse proxy that sets
+	// X-Forwarded-Proto: only then does "X-Forwarded-Proto: https" mark cookies Secure
+	// (otherwise any client could say it). Without it, cookies are Secure when the request
+	// itself came over TLS.
+	TrustProxy bool
 	// Actor names the operator in the audit log when there is no token (with a token,
 	// each browser gives a name at login). Default "local".
 	Actor string
@@ -92,7 +99,8 @@ type Server struct {
 var assets embed.FS
 
 // New returns the dashboard for cfg. It returns an error wrapping
-// pgcoord.ErrInvalidArgument for a nil pool or a negative duration.
+// pgcoord.ErrInvalidArgument for a nil pool, a negative duration, a weak token or an Addr
+// beyond loopback without a token.
 func New(cfg Config) (*Server, error) {
 	if cfg.Pool == nil {
 		return nil, check.Invalid("ui: nil pool")
@@ -100,8 +108,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Refresh < 0 || cfg.MaxStaleness < 0 || cfg.DoctorEvery < 0 {
 		return nil, check.Invalid("ui: negative Refresh, MaxStaleness or DoctorEvery")
 	}
-	if cfg.Token != "" && len(cfg.Token) < MinTokenLen {
-		return nil, check.Invalid("ui: the token is %d characters, fewer than %d: make one with `openssl rand -hex 16`", len(cfg.Token), MinTokenLen)
+	if cfg.Token != "" {
+		if err := httpsec.CheckToken(cfg.Token); err != nil {
+			return nil, check.Invalid("ui: %v", err)
+		}
+	}
+	if cfg.Addr != "" {
+		if err := CheckListen(cfg.Addr, cfg.Token != ""); err != nil {
+			return nil, check.Invalid("%v", err)
+		}
 	}
 	if cfg.Actor == "" {
 		cfg.Actor = "local"
@@ -139,12 +154,13 @@ func New(cfg Config) (*Server, error) {
 // ServeHTTP serves the dashboard: the Host check, security headers, then authentication,
 // then the route.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !s.hostAllowed(r.Host) {
-		http.Error(w, "misdirected request: without a token this dashboard answers only at localhost, 127.0.0.1 or [::1]", http.StatusMisdirectedRequest)
+	if !httpsec.HostAllowed(r.Host, s.cfg.Addr, s.cfg.Token != "") {
+		httpsec.MisdirectedRequest(w)
 		return
 	}
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	h.Set("X-Frame-Options", "DENY") // frame-ancestors, for browsers that predate it
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
