@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/ui"
+	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/pgcoord"
+	"github.com/pgcoord/pgcoord/singleton"
 )
 
 // DNS rebinding: a page of attacker.example whose name now resolves to 127.0.0.1 sends
@@ -247,6 +250,52 @@ func TestUIFramingAndForwardedProto(t *testing.T) {
 		}
 		if c.Secure != trust {
 			t.Errorf("TrustProxy %v, X-Forwarded-Proto: https from the client: cookie Secure = %v, want %v", trust, c.Secure, trust)
+		}
+	}
+}
+
+// Issue 28, Info: stored text — a run's error, a dead message's last_error and payload —
+// is shown with its control characters visible (\x1b), never raw: html/template escapes
+// HTML but not ESC, which a terminal obeys when the page's text is copied into it.
+func TestUIShowsControlCharactersVisibly(t *testing.T) {
+	t.Parallel()
+	d := newDash(t, ui.Config{ShowPayloads: true})
+	evil := "boom\x1b]0;pwned\x07\x1b[2J\u202eevil\u009b"
+	job := singleton.Job{Name: "nightly", Every: time.Hour}
+	tick(t, d.pool, job, time.Time{}, true, errors.New(evil))
+	enqueue(t, d.pool, outbox.Message{Topic: "orders", Key: "k", Payload: []byte("poison " + evil)})
+	relayOnce(t, d.pool)
+	for _, p := range []string{"/jobs", "/jobs?job=nightly", "/outbox", "/outbox?topic=orders&key=k", "/"} {
+		body := d.page(t, p)
+		if i := strings.IndexFunc(body, func(r rune) bool { return r != '\n' && r != '\t' && base.IsControl(r) }); i >= 0 {
+			t.Errorf("GET %s shows a raw control character %q at %d: …%q…", p, body[i], i, body[max(i-40, 0):min(i+40, len(body))])
+		}
+	}
+	contains(t, "the job's runs", d.page(t, "/jobs?job=nightly"), `boom\x1b]0;pwned\x07\x1b[2J\u202eevil\x9b`)
+	contains(t, "the dead messages", d.page(t, "/outbox"), `poison boom\x1b]0;pwned`)
+}
+
+// Issue 28, Low: a link cannot put its own text on a page. Every detail and filter
+// parameter of a GET — a lease, a job, a semaphore key, an idempotency key, an outbox topic
+// or key, a state, a page — is shown back only when it names something that exists; an
+// unknown one is "not found", without its text.
+func TestUILinksCannotPutTextOnAPage(t *testing.T) {
+	t.Parallel()
+	d := newDash(t, ui.Config{})
+	outboxState(t, d.pool)
+	lie := "Your session expired: call +1 555 0100 to restore access"
+	q := url.QueryEscape(lie)
+	for _, p := range []string{
+		"/leases?name=" + q, "/jobs?job=" + q, "/semaphores?key=" + q,
+		"/idempotency?scope=" + q + "&key=" + q, "/idempotency?scope=payments&key=" + q, "/idempotency?state=" + q,
+		"/outbox?topic=" + q, "/outbox?topic=orders&key=" + q, "/outbox?key=" + q, "/outbox?after=" + q,
+		"/leases?name=job:" + q,
+	} {
+		for _, accept := range []string{"text/html", "*/*"} {
+			code, body, _ := d.do(t, http.MethodGet, p, nil, "Accept", accept)
+			if strings.Contains(body, "555 0100") {
+				t.Errorf("GET %s (Accept %s) = %d shows the link's text", p, accept, code)
+			}
 		}
 	}
 }

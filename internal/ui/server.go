@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -248,7 +249,36 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, v any) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(visibleControls(buf.Bytes()))
+}
+
+// visibleControls writes every control character of a drawn page — C0 and C1 controls,
+// DEL, the bidirectional controls and the line separators (base.IsControl), and bytes that
+// are not UTF-8 — as Go escapes it (\x1b, \u202e), except the tab and the newline: html/template
+// escapes HTML but lets ESC through, and stored text (a last_error, a holder, a payload)
+// copied from the page into a terminal could then move its cursor or retitle it. The
+// templates hold none of them, so only stored or requested text is changed.
+func visibleControls(page []byte) []byte {
+	hidden := func(r rune) bool { return r != '\n' && r != '\t' && (r == utf8.RuneError || base.IsControl(r)) }
+	if bytes.IndexFunc(page, hidden) < 0 {
+		return page
+	}
+	out := make([]byte, 0, len(page)+64)
+	for len(page) > 0 {
+		r, n := utf8.DecodeRune(page)
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			out = fmt.Appendf(out, `\x%02x`, page[0])
+		case r == '\n' || r == '\t' || !base.IsControl(r):
+			out = append(out, page[:n]...)
+		case r < 0x100:
+			out = fmt.Appendf(out, `\x%02x`, r)
+		default:
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		page = page[n:]
+	}
+	return out
 }
 
 func (s *Server) templateFailed(w http.ResponseWriter, name string, err error) {
@@ -311,7 +341,7 @@ func (s *Server) actionHandler(a action, back string) http.HandlerFunc {
 // refuse answers with status and a short page (or plain text for non-browsers).
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	if !strings.Contains(r.Header.Get("Accept"), "text/html") {
-		http.Error(w, msg, status)
+		http.Error(w, base.Printable(msg), status) // plain text, maybe for a terminal
 		return
 	}
 	s.renderPage(w, status, "error", view{Title: http.StatusText(status), Nav: s.nav, Error: msg})
