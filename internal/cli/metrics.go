@@ -32,11 +32,17 @@ scrape with one bounded query per primitive (at most --max-rows rows each;
 pgcoord_rows_truncated says when there were more). 'pgcoord ui' serves the same at its
 /metrics. docs/ui.md lists every metric with its labels and meaning.
 
-It listens on loopback by default. Any other --listen address needs a token (--auth-token,
-else $` + EnvMetricsToken + `), which every scrape must send as "Authorization: Bearer
-<token>" (Prometheus: authorization.credentials). It runs until interrupted.`,
+It listens on loopback by default. Any other --listen address needs a token
+(--auth-token-file or --auth-token, else $` + EnvMetricsToken + `), which every scrape must
+send as "Authorization: Bearer <token>" (Prometheus: authorization.credentials_file).
+--auth-token works but warns: a flag shows in ps. A weak token (one character or string
+repeated, or under 128 bits) is refused: make one with 'openssl rand -hex 32'. Without a
+token it answers only requests addressed to localhost, 127.0.0.1 or [::1] at its port (421
+otherwise), so a web page cannot read it through a rebound DNS name. It runs until
+interrupted.`,
 		Example: `  pgcoord metrics
-  PGCOORD_METRICS_TOKEN=s3cret pgcoord metrics --listen 0.0.0.0:9190`,
+  openssl rand -hex 32 > metrics-token && chmod 600 metrics-token
+  pgcoord metrics --listen 0.0.0.0:9190 --auth-token-file metrics-token`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

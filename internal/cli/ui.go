@@ -42,13 +42,15 @@ every --refresh while the browser tab is visible. /metrics serves the Prometheus
 of 'pgcoord metrics'.
 
 It listens on loopback (127.0.0.1:8080) by default. Any other --listen address needs a
-token (--auth-token, else $` + EnvUIToken + `): then every request needs
-"Authorization: Bearer <token>", or a browser signs in once with the token (a cookie).
-Without a token the dashboard refuses to start on a non-loopback address (exit 2).
+token (--auth-token-file or --auth-token, else $` + EnvUIToken + `): then every request
+needs "Authorization: Bearer <token>", or a browser signs in once with the token (a
+cookie). Without a token the dashboard refuses to start on a non-loopback address (exit
+2), with --allow-actions or not. --auth-token works but warns: a flag shows in ps.
 
 Without a token it answers only requests addressed to localhost, 127.0.0.1 or [::1] at
-its port, so a web page cannot reach it through a rebound DNS name. A token must have at
-least 32 characters; a browser's sign-in lasts 12 hours, until it signs out, and records
+its port, so a web page cannot reach it through a rebound DNS name. A weak token (one
+character or string repeated, or under 128 bits: fewer than 32 hex digits) is refused: make
+one with 'openssl rand -hex 32'. A browser's sign-in lasts 12 hours, until it signs out, and records
 the name the operator gives, for the audit log; sign-ins are limited to 5 failures per
 client address, then one every 10 seconds (there is no limit shared by all
 addresses: failures elsewhere never refuse the operator's token).
@@ -58,12 +60,14 @@ off unless --allow-actions:
 then each is a confirmed POST with a CSRF token from the dashboard's own origin, and is
 recorded in the audit table in the same transaction ('pgcoord audit list'), naming the
 signed-in operator (without a token, --actor). Payloads and stored response bodies are never
-shown unless --show-payloads.
+shown unless --show-payloads. Behind a TLS reverse proxy, --trust-proxy lets its
+X-Forwarded-Proto mark cookies Secure.
 
 It runs until interrupted (Ctrl-C, SIGTERM).`,
 		Example: `  pgcoord ui
   pgcoord ui --allow-actions
-  PGCOORD_UI_TOKEN=$(openssl rand -hex 16) pgcoord ui --listen 0.0.0.0:8080`,
+  openssl rand -hex 32 > ui-token && chmod 600 ui-token
+  pgcoord ui --listen 0.0.0.0:8080 --auth-token-file ui-token`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
