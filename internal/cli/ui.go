@@ -60,8 +60,9 @@ off unless --allow-actions:
 then each is a confirmed POST with a CSRF token from the dashboard's own origin, and is
 recorded in the audit table in the same transaction ('pgcoord audit list'), naming the
 signed-in operator (without a token, --actor). Payloads and stored response bodies are never
-shown unless --show-payloads. Behind a TLS reverse proxy, --trust-proxy lets its
-X-Forwarded-Proto mark cookies Secure.
+shown unless --show-payloads. Reachable only through a TLS reverse proxy, --trust-proxy
+lets its X-Forwarded-Proto mark cookies Secure and the sign-in limiter count the client
+address it appends to X-Forwarded-For.
 
 It runs until interrupted (Ctrl-C, SIGTERM).`,
 		Example: `  pgcoord ui
@@ -110,7 +111,7 @@ It runs until interrupted (Ctrl-C, SIGTERM).`,
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to listen on (host:port); beyond loopback needs a token")
 	f.StringVar(&token, "auth-token", "", "token every request must carry (shows in ps: prefer --auth-token-file or $"+EnvUIToken+")")
 	f.StringVar(&tokenFile, "auth-token-file", "", "file whose first line is the token (default $"+EnvUIToken+")")
-	f.BoolVar(&trustProxy, "trust-proxy", false, "behind a TLS reverse proxy: trust its X-Forwarded-Proto to mark cookies Secure")
+	f.BoolVar(&trustProxy, "trust-proxy", false, "reachable only through a TLS reverse proxy: trust its X-Forwarded-Proto and X-Forwarded-For")
 	f.BoolVar(&allowActions, "allow-actions", false, "enable operator actions (expire a lease, set a semaphore limit, retry a dead message)")
 	f.BoolVar(&showPayloads, "show-payloads", false, "show message payloads and stored response bodies")
 	f.DurationVar(&refresh, "refresh", ui.DefaultRefresh, "how often pages refresh themselves")

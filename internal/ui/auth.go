@@ -104,7 +104,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusForbidden, "login", v)
 		return
 	}
-	if !s.limiter.allow(clientAddr(r), time.Now()) {
+	if !s.limiter.allow(s.clientAddr(r), time.Now()) {
 		w.Header().Set("Retry-After", fmt.Sprint(int(loginEvery.Seconds())))
 		v.Error = "too many failed sign-ins: wait and try again"
 		s.render(w, http.StatusTooManyRequests, "login", v)
@@ -120,7 +120,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusUnauthorized, "login", v)
 		return
 	}
-	s.limiter.forgive(clientAddr(r))
+	s.limiter.forgive(s.clientAddr(r))
 	http.SetCookie(w, &http.Cookie{Name: authCookie, Value: s.sessions.start(name, time.Now()), Path: "/",
 		MaxAge: int(SessionTTL.Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
 	http.Redirect(w, r, next, http.StatusSeeOther)

@@ -47,7 +47,8 @@
 //   - A query parameter is shown back only when it names something that exists; stored
 //     text is HTML-escaped, and its control characters are drawn as Go escapes (\x1b).
 //   - Cookies are Secure over TLS, or when Config.TrustProxy is set and the proxy says
-//     X-Forwarded-Proto: https; pages carry X-Frame-Options: DENY and a CSP.
+//     X-Forwarded-Proto: https; with TrustProxy the login limiter counts the address the
+//     proxy appended to X-Forwarded-For. Pages carry X-Frame-Options: DENY and a CSP.
 //   - Payloads and stored responses (dead outbox messages, a looked-up idempotency key) are
 //     never rendered unless Config.ShowPayloads is set.
 //

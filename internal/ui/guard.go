@@ -184,11 +184,22 @@ func (l *loginLimiter) tracked() int {
 }
 
 // clientAddr is r's client address without its port: what the login limiter counts. An
-// IPv6 address counts by its /64, which one host usually holds whole.
-func clientAddr(r *http.Request) string {
+// IPv6 address counts by its /64, which one host usually holds whole. With
+// Config.TrustProxy it is the address the proxy appended to X-Forwarded-For (the last
+// one: those before it are whatever the client sent), else the connection's: without
+// the flag a client cannot pick a fresh address by sending the header.
+func (s *Server) clientAddr(r *http.Request) string {
 	h, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		h = r.RemoteAddr
+	}
+	if s.cfg.TrustProxy {
+		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+			list := strings.Split(xff[len(xff)-1], ",")
+			if ip, err := netip.ParseAddr(strings.TrimSpace(list[len(list)-1])); err == nil {
+				h = ip.String()
+			}
+		}
 	}
 	if ip, err := netip.ParseAddr(h); err == nil && ip.Is6() && !ip.Is4In6() {
 		if p, err := ip.Prefix(64); err == nil {

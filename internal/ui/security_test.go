@@ -299,3 +299,25 @@ func TestUILinksCannotPutTextOnAPage(t *testing.T) {
 		}
 	}
 }
+
+// Issue 28, Medium 3 behind a proxy: every request comes from the proxy's address. With
+// TrustProxy the limiter counts the address the proxy appended to X-Forwarded-For, so an
+// attacker behind the same proxy does not lock the operator out; without it the header is
+// the client's own word, and sending a new one every time does not buy new tries.
+func TestUILoginLimiterAndForwardedFor(t *testing.T) {
+	t.Parallel()
+	for _, trust := range []bool{false, true} {
+		d := newDash(t, ui.Config{Token: testToken, TrustProxy: trust})
+		for i := range 8 {
+			xff := fmt.Sprintf("198.51.100.%d, 203.0.113.9", i) // the client's claim, then the proxy's
+			code, _, _ := d.do(t, http.MethodPost, "/login", url.Values{"name": {"mallory"}, "token": {"guess"}}, "X-Forwarded-For", xff)
+			if want := http.StatusUnauthorized; i >= 5 && code != http.StatusTooManyRequests || i < 5 && code != want {
+				t.Fatalf("TrustProxy %v: guess %d = %d, want 401 for the first 5, then 429", trust, i+1, code)
+			}
+		}
+		code, _, _ := d.do(t, http.MethodPost, "/login", url.Values{"name": {"alice"}, "token": {testToken}}, "X-Forwarded-For", "192.0.2.44")
+		if want := map[bool]int{false: http.StatusTooManyRequests, true: http.StatusSeeOther}[trust]; code != want {
+			t.Errorf("TrustProxy %v: the operator's token from another forwarded address = %d, want %d", trust, code, want)
+		}
+	}
+}

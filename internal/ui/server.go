@@ -54,10 +54,12 @@ type Config struct {
 	// repeated). It must be set when Addr is beyond loopback (see CheckListen): New refuses
 	// such an Addr without one.
 	Token string
-	// TrustProxy says that the server is reached through a reverse proxy that sets
-	// X-Forwarded-Proto: only then does "X-Forwarded-Proto: https" mark cookies Secure
-	// (otherwise any client could say it). Without it, cookies are Secure when the request
-	// itself came over TLS.
+	// TrustProxy says that the server is reached only through a reverse proxy that sets
+	// X-Forwarded-Proto and appends the client's address to X-Forwarded-For: only then
+	// does "X-Forwarded-Proto: https" mark cookies Secure, and the login limiter count the
+	// address the proxy appended rather than the proxy's own (otherwise any client could
+	// send either header). Without it, cookies are Secure when the request itself came
+	// over TLS, and the limiter counts the connection's address.
 	TrustProxy bool
 	// Actor names the operator in the audit log when there is no token (with a token,
 	// each browser gives a name at login). Default "local".
