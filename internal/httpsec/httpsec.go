@@ -18,14 +18,18 @@ import (
 // MinTokenBits is the least entropy a token may have, as CheckToken estimates it.
 const MinTokenBits = 128
 
+// MaxTokenLen is the longest token CheckToken accepts (a header carries it on every
+// request).
+const MaxTokenLen = 512
+
 // MakeToken says how to make a good token.
 const MakeToken = "make one with `openssl rand -hex 32`"
 
 // ErrWeakToken is returned by CheckToken.
 var ErrWeakToken = errors.New("weak token")
 
-// CheckToken refuses a token that is easy to guess (ErrWeakToken, saying how to make a
-// good one): one character repeated, a shorter string repeated, a run of neighbouring
+// CheckToken refuses a token that is easy to guess or unfit for a header (ErrWeakToken,
+// saying how to make a good one): empty or over MaxTokenLen bytes, one character repeated, a shorter string repeated, a run of neighbouring
 // characters (abcd…, 9876…) for half its length or more, or fewer than MinTokenBits bits
 // at the most its length and alphabet could hold (length × log2 of the alphabet: 16 for
 // hex, 10 for digits, 26 or 52 for letters, 62 or more with digits and symbols). The
@@ -37,6 +41,8 @@ func CheckToken(token string) error {
 	switch {
 	case n == 0:
 		return fmt.Errorf("%w: the token is empty: %s", ErrWeakToken, MakeToken)
+	case n > MaxTokenLen:
+		return fmt.Errorf("%w: the token is %d bytes, over %d: %s", ErrWeakToken, n, MaxTokenLen, MakeToken)
 	case strings.Count(token, token[:1]) == n:
 		return fmt.Errorf("%w: the token is one character repeated: %s", ErrWeakToken, MakeToken)
 	case period(token) <= n/2:

@@ -29,6 +29,7 @@ func TestTokenStrength(t *testing.T) {
 		"correcthorsebatterystaple",       // lower-case letters: 117 bits at most
 		"18a05998cd6a1fe61d0e41c9600fbc8", // 31 hex digits: 124 bits
 		"18a05998cd6a1fe61d0e41c9600fbc8\x1b", "18a05998cd6a1fe61d0e 41c9600fbc8b",
+		strings.Repeat("18a05998cd6a1fe61d0e41c9600fbc8b", 16) + "x", // over MaxTokenLen
 	} {
 		err := CheckToken(weak)
 		if !errors.Is(err, ErrWeakToken) || !strings.Contains(err.Error(), "openssl rand -hex 32") {
