@@ -219,10 +219,18 @@ func receive(pool *pgxpool.Pool, logger *slog.Logger) http.HandlerFunc {
 	}
 }
 
+// headerTimeout is how long a client may take to send a request's headers (a variable for
+// the tests).
+var headerTimeout = 10 * time.Second
+
 // serve serves h on addr until ctx ends, then shuts down gracefully: the requests in flight
 // finish.
 func serve(ctx context.Context, addr string, h http.Handler) error {
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// Bounded against slow and greedy clients (slowloris): headers within 10 s, the whole
+	// request within 30 s, idle keep-alive connections closed after 2 minutes, at most
+	// 64 KiB of headers.
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: headerTimeout, ReadTimeout: 3 * headerTimeout,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	failed := make(chan error, 1)
 	go func() { failed <- srv.ListenAndServe() }()
 	select {

@@ -251,3 +251,24 @@ func TestMainProgram(t *testing.T) {
 		t.Errorf("without PGCOORD_DATABASE_URL: exit code %d, output %q; want 1 and the variable named", code, out)
 	}
 }
+
+// The program's server disconnects a client that sends its headers a byte at a time
+// (slowloris) once the header timeout has passed, instead of holding a connection for it.
+func TestServerDisconnectsSlowloris(t *testing.T) {
+	saved := headerTimeout
+	headerTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { headerTimeout = saved })
+	ctx, cancel := context.WithCancel(t.Context())
+	addr, done := freeAddr(t), make(chan error, 1)
+	go func() {
+		done <- serve(ctx, addr, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+			t.Error("the handler ran for a request whose headers never ended")
+		}))
+	}()
+	sent := exampletest.Slowloris(t, addr)
+	t.Logf("disconnected after %d header bytes sent one by one", sent)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

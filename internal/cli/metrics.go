@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/internal/httpsec"
 	"github.com/pgcoord/pgcoord/internal/ui"
 	"github.com/pgcoord/pgcoord/metrics"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -19,9 +20,9 @@ const EnvMetricsToken = "PGCOORD_METRICS_TOKEN"
 
 func (a *app) metricsCommand() *cobra.Command {
 	var (
-		listen, token string
-		maxStaleness  time.Duration
-		maxRows       int
+		listen, token, tokenFile string
+		maxStaleness             time.Duration
+		maxRows                  int
 	)
 	cmd := &cobra.Command{
 		Use:   "metrics",
@@ -31,15 +32,24 @@ scrape with one bounded query per primitive (at most --max-rows rows each;
 pgcoord_rows_truncated says when there were more). 'pgcoord ui' serves the same at its
 /metrics. docs/ui.md lists every metric with its labels and meaning.
 
-It listens on loopback by default. Any other --listen address needs a token (--auth-token,
-else $` + EnvMetricsToken + `), which every scrape must send as "Authorization: Bearer
-<token>" (Prometheus: authorization.credentials). It runs until interrupted.`,
+It listens on loopback by default. Any other --listen address needs a token
+(--auth-token-file or --auth-token, else $` + EnvMetricsToken + `), which every scrape must
+send as "Authorization: Bearer <token>" (Prometheus: authorization.credentials_file).
+--auth-token works but warns: a flag shows in ps. A weak token (one character or string
+repeated, or under 128 bits) is refused: make one with 'openssl rand -hex 32'. Without a
+token it answers only requests addressed to localhost, 127.0.0.1 or [::1] at its port (421
+otherwise), so a web page cannot read it through a rebound DNS name. It runs until
+interrupted.`,
 		Example: `  pgcoord metrics
-  PGCOORD_METRICS_TOKEN=s3cret pgcoord metrics --listen 0.0.0.0:9190`,
+  openssl rand -hex 32 > metrics-token && chmod 600 metrics-token
+  pgcoord metrics --listen 0.0.0.0:9190 --auth-token-file metrics-token`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			token = a.tokenFrom(token, EnvMetricsToken)
+			token, err := a.authToken(token, tokenFile, EnvMetricsToken) // the flag's variable, resolved
+			if err != nil {
+				return err
+			}
 			if err := checkListen(listen, token, EnvMetricsToken); err != nil {
 				// The listen rule is the dashboard's (package ui): name this command instead.
 				return usageError{errors.New("metrics: " + strings.TrimPrefix(err.Error(), "ui: "))}
@@ -69,12 +79,15 @@ else $` + EnvMetricsToken + `), which every scrape must send as "Authorization: 
 			if token != "" {
 				auth = "token required"
 			}
-			return a.serve(ctx, listen, ui.RequireToken(token, mux), "metrics", "scrape /metrics; "+auth)
+			// The dashboard's Host rule: without a token, only loopback names (DNS rebinding).
+			h := httpsec.GuardHost(listen, token != "", ui.RequireToken(token, mux))
+			return a.serve(ctx, listen, h, "metrics", "scrape /metrics; "+auth)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:9190", "address to listen on (host:port); beyond loopback needs a token")
-	f.StringVar(&token, "auth-token", "", "token every scrape must carry (default $"+EnvMetricsToken+")")
+	f.StringVar(&token, "auth-token", "", "token every scrape must carry (shows in ps: prefer --auth-token-file or $"+EnvMetricsToken+")")
+	f.StringVar(&tokenFile, "auth-token-file", "", "file whose first line is the token (default $"+EnvMetricsToken+")")
 	f.DurationVar(&maxStaleness, "max-staleness", defaultMaxStaleness, "how long past its period a job may go without success before it is overdue")
 	f.IntVar(&maxRows, "max-rows", metrics.DefaultMaxRows, "rows read per primitive per scrape")
 	return cmd

@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/internal/httpsec"
 	"github.com/pgcoord/pgcoord/internal/ui"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -21,9 +25,9 @@ const EnvUIToken = "PGCOORD_UI_TOKEN"
 
 func (a *app) uiCommand() *cobra.Command {
 	var (
-		listen, token              string
-		allowActions, showPayloads bool
-		refresh, maxStaleness      time.Duration
+		listen, token, tokenFile               string
+		allowActions, showPayloads, trustProxy bool
+		refresh, maxStaleness                  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "ui",
@@ -38,31 +42,40 @@ every --refresh while the browser tab is visible. /metrics serves the Prometheus
 of 'pgcoord metrics'.
 
 It listens on loopback (127.0.0.1:8080) by default. Any other --listen address needs a
-token (--auth-token, else $` + EnvUIToken + `): then every request needs
-"Authorization: Bearer <token>", or a browser signs in once with the token (a cookie).
-Without a token the dashboard refuses to start on a non-loopback address (exit 2).
+token (--auth-token-file or --auth-token, else $` + EnvUIToken + `): then every request
+needs "Authorization: Bearer <token>", or a browser signs in once with the token (a
+cookie). Without a token the dashboard refuses to start on a non-loopback address (exit
+2), with --allow-actions or not. --auth-token works but warns: a flag shows in ps.
 
 Without a token it answers only requests addressed to localhost, 127.0.0.1 or [::1] at
-its port, so a web page cannot reach it through a rebound DNS name. A token must have at
-least 32 characters; a browser's sign-in lasts 12 hours, until it signs out, and records
+its port, so a web page cannot reach it through a rebound DNS name. A weak token (one
+character or string repeated, or under 128 bits: fewer than 32 hex digits) is refused: make
+one with 'openssl rand -hex 32'. A browser's sign-in lasts 12 hours, until it signs out, and records
 the name the operator gives, for the audit log; sign-ins are limited to 5 failures per
-client address (50 in all), then one every 10 seconds.
+client address, then one every 10 seconds (there is no limit shared by all
+addresses: failures elsewhere never refuse the operator's token).
 
 Operator actions — expire a lease, set a semaphore limit, retry a dead outbox message — are
 off unless --allow-actions:
 then each is a confirmed POST with a CSRF token from the dashboard's own origin, and is
 recorded in the audit table in the same transaction ('pgcoord audit list'), naming the
 signed-in operator (without a token, --actor). Payloads and stored response bodies are never
-shown unless --show-payloads.
+shown unless --show-payloads. Reachable only through a TLS reverse proxy, --trust-proxy
+lets its X-Forwarded-Proto mark cookies Secure and the sign-in limiter count the client
+address it appends to X-Forwarded-For.
 
 It runs until interrupted (Ctrl-C, SIGTERM).`,
 		Example: `  pgcoord ui
   pgcoord ui --allow-actions
-  PGCOORD_UI_TOKEN=$(openssl rand -hex 16) pgcoord ui --listen 0.0.0.0:8080`,
+  openssl rand -hex 32 > ui-token && chmod 600 ui-token
+  pgcoord ui --listen 0.0.0.0:8080 --auth-token-file ui-token`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			token = a.tokenFrom(token, EnvUIToken)
+			token, err := a.authToken(token, tokenFile, EnvUIToken) // the flag's variable, resolved
+			if err != nil {
+				return err
+			}
 			if err := checkListen(listen, token, EnvUIToken); err != nil {
 				return err
 			}
@@ -78,7 +91,7 @@ It runs until interrupted (Ctrl-C, SIGTERM).`,
 			}
 			defer pool.Close()
 			srv, err := ui.New(ui.Config{Pool: pool, Addr: listen, Token: token, Actor: a.actorName(), AllowActions: allowActions, ShowPayloads: showPayloads,
-				Refresh: refresh, MaxStaleness: maxStaleness, Logger: a.logger()})
+				TrustProxy: trustProxy, Refresh: refresh, MaxStaleness: maxStaleness, Logger: a.logger()})
 			if err != nil {
 				return err
 			}
@@ -96,7 +109,9 @@ It runs until interrupted (Ctrl-C, SIGTERM).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to listen on (host:port); beyond loopback needs a token")
-	f.StringVar(&token, "auth-token", "", "token every request must carry (default $"+EnvUIToken+")")
+	f.StringVar(&token, "auth-token", "", "token every request must carry (shows in ps: prefer --auth-token-file or $"+EnvUIToken+")")
+	f.StringVar(&tokenFile, "auth-token-file", "", "file whose first line is the token (default $"+EnvUIToken+")")
+	f.BoolVar(&trustProxy, "trust-proxy", false, "reachable only through a TLS reverse proxy: trust its X-Forwarded-Proto and X-Forwarded-For")
 	f.BoolVar(&allowActions, "allow-actions", false, "enable operator actions (expire a lease, set a semaphore limit, retry a dead message)")
 	f.BoolVar(&showPayloads, "show-payloads", false, "show message payloads and stored response bodies")
 	f.DurationVar(&refresh, "refresh", ui.DefaultRefresh, "how often pages refresh themselves")
@@ -126,6 +141,53 @@ func (a *app) tokenFrom(flag, env string) string {
 	return v
 }
 
+// maxTokenFile bounds what --auth-token-file reads.
+const maxTokenFile = 4 << 10
+
+// authToken returns a server command's token: --auth-token (with a warning: a flag shows
+// in ps and in the shell's history), else the first line of --auth-token-file, else the
+// variable env. Both flags at once, an unreadable or empty file, or a weak token
+// (httpsec.CheckToken) are usage errors, said before anything connects.
+func (a *app) authToken(flag, file, env string) (string, error) {
+	var token string
+	switch {
+	case flag != "" && file != "":
+		return "", usagef("--auth-token and --auth-token-file: give one")
+	case flag != "":
+		fmt.Fprintf(a.errOut, "pgcoord: warning: --auth-token shows in `ps` and the shell's history; prefer --auth-token-file or $%s\n", env)
+		token = flag
+	case file != "":
+		f, err := os.Open(file)
+		if err != nil {
+			return "", usagef("--auth-token-file: %v", err)
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.Mode().Perm()&0o077 != 0 {
+			fmt.Fprintf(a.errOut, "pgcoord: warning: --auth-token-file %s can be read by other users (mode %v): chmod 600 it\n", file, st.Mode().Perm())
+		}
+		b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
+		if err != nil {
+			return "", usagef("--auth-token-file: %v", err)
+		}
+		if len(b) > maxTokenFile {
+			return "", usagef("--auth-token-file %s: over %d bytes: want the token alone", file, maxTokenFile)
+		}
+		token, _, _ = strings.Cut(string(b), "\n")
+		if token = strings.TrimSpace(token); token == "" {
+			return "", usagef("--auth-token-file %s: empty: %s > %s", file, "openssl rand -hex 32", file)
+		}
+	default:
+		token, _ = a.lookupEnv(env)
+	}
+	if token == "" {
+		return "", nil
+	}
+	if err := httpsec.CheckToken(token); err != nil {
+		return "", usagef("auth token: %v", err)
+	}
+	return token, nil
+}
+
 // logger writes the server's logs to the error stream.
 func (a *app) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(a.errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -145,7 +207,7 @@ func (a *app) serve(ctx context.Context, addr string, h http.Handler, what, mode
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpsec.NewServer(h) // bounded reads: a slow client cannot hold a connection
 	fmt.Fprintf(a.errOut, "pgcoord: %s listening on http://%s/ — %s\n", what, ln.Addr(), mode)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -135,15 +137,18 @@ func TestUICommandServes(t *testing.T) {
 func TestUICommandToken(t *testing.T) {
 	t.Parallel()
 	d := newTestDB(t)
-	s := serve(t, d, "ui", "--listen", "0.0.0.0:0", "--auth-token", "0123456789abcdef0123456789abcdef", "--allow-actions")
+	s := serve(t, d, "ui", "--listen", "0.0.0.0:0", "--auth-token", strongToken, "--allow-actions")
 	if msg := s.stderr.String(); !strings.Contains(msg, "actions ENABLED") || !strings.Contains(msg, "token required") {
 		t.Fatalf("start message %q", msg)
+	}
+	if msg := s.stderr.String(); !strings.Contains(msg, "warning: --auth-token shows in `ps`") || !strings.Contains(msg, "--auth-token-file or $PGCOORD_UI_TOKEN") {
+		t.Fatalf("start message %q does not warn that a token given as a flag shows in ps", msg)
 	}
 	local := strings.Replace(s.url, "0.0.0.0", "127.0.0.1", 1)
 	if code, _ := get(t, local+"/"); code != http.StatusUnauthorized {
 		t.Fatalf("GET / without the token = %d, want 401", code)
 	}
-	if code, _ := get(t, local+"/", "Authorization", "Bearer 0123456789abcdef0123456789abcdef"); code != http.StatusOK {
+	if code, _ := get(t, local+"/", "Authorization", "Bearer "+strongToken); code != http.StatusOK {
 		t.Fatalf("GET / with the token = %d, want 200", code)
 	}
 }
@@ -158,6 +163,10 @@ func TestUICommandBadListen(t *testing.T) {
 	}{
 		{[]string{"ui", "--listen", "0.0.0.0:8080"}, "needs an auth token"},
 		{[]string{"ui", "--listen", ":8080"}, "(--auth-token, or $PGCOORD_UI_TOKEN)"},
+		{[]string{"ui", "--listen", "0.0.0.0:8080", "--allow-actions"}, "needs an auth token"},
+		{[]string{"ui", "--auth-token", strongToken, "--auth-token-file", "/dev/null"}, "give one"},
+		{[]string{"ui", "--auth-token-file", "/nonexistent/token"}, "--auth-token-file"},
+		{[]string{"metrics", "--auth-token-file", "/dev/null"}, "empty"},
 		{[]string{"ui", "--listen", "8080"}, "want host:port"},
 		{[]string{"ui", "--refresh", "10ms"}, "--refresh"},
 		{[]string{"metrics", "--listen", "192.168.0.1:9190"}, "(--auth-token, or $PGCOORD_METRICS_TOKEN)"},
@@ -188,12 +197,73 @@ func TestMetricsCommandServes(t *testing.T) {
 	}
 	s.stop()
 
-	s = serve(t, d, "metrics", "--listen", "127.0.0.1:0", "--auth-token", "scrape-me")
+	// The token from a file (its first line), as Prometheus's credentials_file holds it.
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte(strongToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = serve(t, d, "metrics", "--listen", "127.0.0.1:0", "--auth-token-file", file)
+	if strings.Contains(s.stderr.String(), "warning") {
+		t.Fatalf("a token from a file warned: %s", s.stderr.String())
+	}
 	if code, _ := get(t, s.url+"/metrics"); code != http.StatusUnauthorized {
 		t.Fatalf("scrape without the token = %d, want 401", code)
 	}
-	if code, _ := get(t, s.url+"/metrics", "Authorization", "Bearer scrape-me"); code != http.StatusOK {
+	if code, _ := get(t, s.url+"/metrics", "Authorization", "Bearer "+strongToken); code != http.StatusOK {
 		t.Fatalf("scrape with the token = %d, want 200", code)
+	}
+}
+
+// strongToken is a token as `openssl rand -hex 16` prints.
+const strongToken = "9b2e4f71c0a83d56e1f7b24c8a0d3e95"
+
+// Issue 28, Medium 6: `pgcoord metrics` answers only loopback names without a token, as
+// the dashboard does: a page of rebind.attacker.example, a name pointed at 127.0.0.1
+// (DNS rebinding), cannot read /metrics from a browser.
+func TestMetricsCommandRefusesRebinding(t *testing.T) {
+	t.Parallel()
+	d := newTestDB(t)
+	s := serve(t, d, "metrics", "--listen", "127.0.0.1:0")
+	port := s.url[strings.LastIndex(s.url, ":")+1:]
+	for host, want := range map[string]int{
+		"rebind.attacker.example":         http.StatusMisdirectedRequest,
+		"rebind.attacker.example:" + port: http.StatusMisdirectedRequest,
+		"localhost:" + port:               http.StatusOK,
+		"127.0.0.1:" + port:               http.StatusOK,
+	} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, s.url+"/metrics", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || (want != http.StatusOK && strings.Contains(string(body), "pgcoord_up")) {
+			t.Errorf("GET /metrics with Host %s = %d, want %d", host, resp.StatusCode, want)
+		}
+	}
+}
+
+// Issue 28, Medium 6: a weak token — 32 × 'a', a string repeated, too short — is refused
+// by both servers before they connect, saying how to make a good one.
+func TestServerCommandsRefuseWeakTokens(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte(strings.Repeat("a", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"ui", "metrics"} {
+		for _, tok := range [][]string{
+			{"--auth-token", strings.Repeat("a", 32)}, {"--auth-token", "0123456789abcdef0123456789abcdef"},
+			{"--auth-token", "scrape-me"}, {"--auth-token-file", file},
+		} {
+			args := append([]string{"--database-url", "postgres://nobody@127.0.0.1:1/none", cmd}, tok...)
+			code, _, errOut := run(t, args...)
+			if code != cli.ExitUsage || !strings.Contains(errOut, "openssl rand -hex 32") {
+				t.Errorf("pgcoord %v = %d %q, want exit 2 saying how to make a token", args[2:], code, errOut)
+			}
+		}
 	}
 }
 

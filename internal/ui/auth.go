@@ -89,8 +89,8 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, http.StatusOK, "login", loginView{Next: s.safeNext(r.URL.Query().Get("next"))})
 }
 
-// login checks a token, at most a burst of tries per client address and in all (then one
-// every loginEvery), and starts a session that lasts SessionTTL.
+// login checks a token, at most a burst of tries per client address (then one every
+// loginEvery), and starts a session that lasts SessionTTL.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
 	if s.cfg.Token == "" || r.ParseForm() != nil {
@@ -104,7 +104,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusForbidden, "login", v)
 		return
 	}
-	if !s.limiter.allow(clientAddr(r), time.Now()) {
+	if !s.limiter.allow(s.clientAddr(r), time.Now()) {
 		w.Header().Set("Retry-After", fmt.Sprint(int(loginEvery.Seconds())))
 		v.Error = "too many failed sign-ins: wait and try again"
 		s.render(w, http.StatusTooManyRequests, "login", v)
@@ -120,9 +120,9 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusUnauthorized, "login", v)
 		return
 	}
-	s.limiter.forgive(clientAddr(r))
+	s.limiter.forgive(s.clientAddr(r))
 	http.SetCookie(w, &http.Cookie{Name: authCookie, Value: s.sessions.start(name, time.Now()), Path: "/",
-		MaxAge: int(SessionTTL.Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
+		MaxAge: int(SessionTTL.Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
@@ -141,14 +141,15 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 		s.sessions.end(c.Value)
 	}
 	http.SetCookie(w, &http.Cookie{Name: authCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: secure(r)})
+		SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
 
-// secure tells whether cookies for r must be Secure: it came over TLS, or through a proxy
-// that says so.
-func secure(r *http.Request) bool {
-	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+// secure tells whether cookies for r must be Secure: it came over TLS, or, with
+// Config.TrustProxy, through a proxy that says so (without it, X-Forwarded-Proto is what
+// any client chose to send).
+func (s *Server) secure(r *http.Request) bool {
+	return r.TLS != nil || (s.cfg.TrustProxy && strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https"))
 }
 
 // safeNext keeps a post-login redirect on this dashboard: a page of the table, with its
@@ -179,7 +180,7 @@ func (s *Server) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	_, _ = rand.Read(b)
 	v := hex.EncodeToString(b)
 	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: v, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
 	return s.mac("csrf", v)
 }
 

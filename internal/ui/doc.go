@@ -35,8 +35,20 @@
 //     Origin header, when sent, must match the Host. It runs in one transaction with its
 //     audit row (package audit): committed together or not at all.
 //   - With Config.Token set, every request — pages, actions, /metrics — needs
-//     "Authorization: Bearer <token>" or the cookie the login form sets. Without a token
-//     the server must listen on a loopback address (CheckListen).
+//     "Authorization: Bearer <token>" or the cookie the login form sets; New refuses a
+//     weak token (httpsec.CheckToken). Without a token the server must listen on a
+//     loopback address (CheckListen; New refuses such an Addr too) and answers only
+//     requests addressed to a loopback name at its port (httpsec.HostAllowed: DNS
+//     rebinding gets 421).
+//   - Sign-ins are limited per client address (loginBurst failures, then one per
+//     loginEvery), with no limit shared by all addresses: failures from many addresses
+//     never refuse a correct token from an address that has not failed. The limiter's
+//     memory is bounded (maxLoginClients addresses, the one idle longest evicted first).
+//   - A query parameter is shown back only when it names something that exists; stored
+//     text is HTML-escaped, and its control characters are drawn as Go escapes (\x1b).
+//   - Cookies are Secure over TLS, or when Config.TrustProxy is set and the proxy says
+//     X-Forwarded-Proto: https; with TrustProxy the login limiter counts the address the
+//     proxy appended to X-Forwarded-For. Pages carry X-Frame-Options: DENY and a CSP.
 //   - Payloads and stored responses (dead outbox messages, a looked-up idempotency key) are
 //     never rendered unless Config.ShowPayloads is set.
 //

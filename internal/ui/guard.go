@@ -1,63 +1,34 @@
 package ui
 
 import (
+	"container/list"
 	"crypto/rand"
 	"encoding/hex"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pgcoord/pgcoord/internal/httpsec"
 )
 
 // What the dashboard holds in memory for its browsers, each bounded.
 const (
-	// MinTokenLen is the shortest token New accepts: 32 characters, such as
-	// `openssl rand -hex 16` prints (128 bits).
-	MinTokenLen = 32
 	// SessionTTL is how long a browser's login lasts; logging out ends it sooner.
 	SessionTTL  = 12 * time.Hour
 	maxSessions = 1000 // logins kept; past it, the one closest to expiry is dropped
 	// Login attempts: a client address may fail loginBurst times, then once per
-	// loginEvery; all clients together globalLoginBurst times, then once per loginEvery.
-	loginBurst       = 5
-	globalLoginBurst = 50
-	loginEvery       = 10 * time.Second
-	maxLoginClients  = 10000
-	flashTTL         = time.Minute // how long an action's result waits for its page
-	maxFlashes       = 1000
+	// loginEvery; the limiter remembers the maxLoginClients addresses seen last (an IPv6
+	// client counts by its /64).
+	loginBurst      = 5
+	loginEvery      = 10 * time.Second
+	maxLoginClients = 10000
+	flashTTL        = time.Minute // how long an action's result waits for its page
+	maxFlashes      = 1000
 )
-
-// hostAllowed reports whether r may be served at the Host it names. Without a token the
-// dashboard answers only to a loopback name (localhost, 127.0.0.1, [::1]) at the port it
-// serves: a page of another site whose name an attacker pointed at 127.0.0.1 (DNS
-// rebinding) names its own host, and is refused. With a token, any Host: a rebound page
-// has no session and no token.
-func (s *Server) hostAllowed(host string) bool {
-	if s.cfg.Token != "" {
-		return true
-	}
-	return s.loopbackHost(host)
-}
-
-// loopbackHost reports whether host (host[:port], as in a Host header or an Origin) is a
-// loopback name (localhost, or an address in 127.0.0.0/8 or ::1) at the served port (any
-// port when Config.Addr names none).
-func (s *Server) loopbackHost(host string) bool {
-	name, port, err := net.SplitHostPort(host)
-	if err != nil {
-		name, port = host, ""
-	}
-	if ip := net.ParseIP(name); !strings.EqualFold(name, "localhost") && (ip == nil || !ip.IsLoopback()) {
-		return false
-	}
-	_, served, err := net.SplitHostPort(s.cfg.Addr)
-	if err != nil || served == "" || served == "0" {
-		return true
-	}
-	return port == served
-}
 
 // originAllowed reports whether a POST's Origin header, if present, is this dashboard as
 // its operator reaches it: without a token a loopback name at the served port, with one
@@ -74,7 +45,7 @@ func (s *Server) originAllowed(r *http.Request) bool {
 		return false
 	}
 	if s.cfg.Token == "" {
-		return s.loopbackHost(u.Host)
+		return httpsec.LoopbackHost(u.Host, s.cfg.Addr)
 	}
 	return strings.EqualFold(u.Host, r.Host)
 }
@@ -131,12 +102,22 @@ func (ss *sessions) end(id string) {
 	delete(ss.exp, id)
 }
 
-// loginLimiter slows down guessing: each client address, and all of them together, may
-// fail a burst of logins, then one per loginEvery (a token bucket each).
+// loginLimiter slows down guessing: each client address may fail a burst of logins, then
+// one per loginEvery (a token bucket each). There is no bucket shared by all clients: one
+// that many addresses drain would refuse the operator's own correct token, so an address
+// that has not failed always gets its token checked. The memory is bounded and never
+// reset: it keeps the maxLoginClients addresses seen most recently; a new address past
+// that evicts the one idle longest (the bucket closest to full again), one at a time.
 type loginLimiter struct {
 	mu      sync.Mutex
-	clients map[string]*bucket
-	global  bucket
+	max     int // maxLoginClients; a test may set fewer
+	clients map[string]*list.Element
+	order   list.List // of *client, the least recently seen first
+}
+
+type client struct {
+	addr string
+	b    bucket
 }
 
 type bucket struct {
@@ -149,7 +130,7 @@ func (b *bucket) take(n int, now time.Time) bool {
 	if b.at.IsZero() {
 		b.tokens = float64(n)
 	} else {
-		b.tokens = min(float64(n), b.tokens+now.Sub(b.at).Seconds()/loginEvery.Seconds())
+		b.tokens = min(float64(n), b.tokens+max(now.Sub(b.at), 0).Seconds()/loginEvery.Seconds())
 	}
 	b.at = now
 	if b.tokens < 1 {
@@ -159,42 +140,71 @@ func (b *bucket) take(n int, now time.Time) bool {
 	return true
 }
 
-// allow reports whether a login attempt from addr may be checked now; a refused attempt
-// spends nothing.
+// allow reports whether a login attempt from addr may be checked now, spending one of
+// its attempts.
 func (l *loginLimiter) allow(addr string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.clients == nil {
-		l.clients = map[string]*bucket{}
+		l.clients = map[string]*list.Element{}
 	}
-	c := l.clients[addr]
-	if c == nil {
-		if len(l.clients) >= maxLoginClients {
-			clear(l.clients) // forgetting clients only gives them their burst back
+	if l.max <= 0 {
+		l.max = maxLoginClients
+	}
+	e := l.clients[addr]
+	if e == nil {
+		for len(l.clients) >= l.max {
+			oldest := l.order.Front()
+			delete(l.clients, oldest.Value.(*client).addr)
+			l.order.Remove(oldest)
 		}
-		c = &bucket{}
-		l.clients[addr] = c
+		e = l.order.PushBack(&client{addr: addr})
+		l.clients[addr] = e
+	} else {
+		l.order.MoveToBack(e)
 	}
-	saveC, saveG := *c, l.global
-	if !c.take(loginBurst, now) || !l.global.take(globalLoginBurst, now) {
-		*c, l.global = saveC, saveG
-		return false
-	}
-	return true
+	return e.Value.(*client).b.take(loginBurst, now)
 }
 
 // forgive gives addr its burst back after a successful login.
 func (l *loginLimiter) forgive(addr string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.clients, addr)
+	if e := l.clients[addr]; e != nil {
+		delete(l.clients, addr)
+		l.order.Remove(e)
+	}
 }
 
-// clientAddr is r's client address without its port: what the login limiter counts.
-func clientAddr(r *http.Request) string {
+// tracked returns how many addresses l remembers.
+func (l *loginLimiter) tracked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.clients)
+}
+
+// clientAddr is r's client address without its port: what the login limiter counts. An
+// IPv6 address counts by its /64, which one host usually holds whole. With
+// Config.TrustProxy it is the address the proxy appended to X-Forwarded-For (the last
+// one: those before it are whatever the client sent), else the connection's: without
+// the flag a client cannot pick a fresh address by sending the header.
+func (s *Server) clientAddr(r *http.Request) string {
 	h, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		return r.RemoteAddr
+		h = r.RemoteAddr
+	}
+	if s.cfg.TrustProxy {
+		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+			list := strings.Split(xff[len(xff)-1], ",")
+			if ip, err := netip.ParseAddr(strings.TrimSpace(list[len(list)-1])); err == nil {
+				h = ip.String()
+			}
+		}
+	}
+	if ip, err := netip.ParseAddr(h); err == nil && ip.Is6() && !ip.Is4In6() {
+		if p, err := ip.Prefix(64); err == nil {
+			return p.String()
+		}
 	}
 	return h
 }

@@ -35,8 +35,8 @@ type dash struct {
 	client *http.Client
 }
 
-// testToken is a dashboard token of the minimum strength.
-const testToken = "0123456789abcdef0123456789abcdef"
+// testToken is a dashboard token of the minimum strength (128 bits, as `openssl rand -hex 16` prints).
+const testToken = "5e1f0c9a27d84b36a0f2c7e19d4b8a63"
 
 func newDash(t *testing.T, cfg ui.Config) *dash {
 	t.Helper()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgcoord/pgcoord/idempotency"
+	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
 type keyRow struct {
@@ -71,9 +72,12 @@ func loadIdempotency(ctx context.Context, s *Server, q url.Values) (any, error) 
 		k, err := idempotency.Get(ctx, s.cfg.Pool, d.Scope, d.Key)
 		switch {
 		case errors.Is(err, idempotency.ErrNotFound):
-			d.LookupErr = "no key " + d.Key + " in scope " + d.Scope
+			// A link's text is not shown back, not even in the form: only a key that exists is.
+			d.Scope, d.Key, d.LookupErr = "", "", "no key of that name in that scope"
+		case errors.Is(err, pgcoord.ErrInvalidName) || errors.Is(err, pgcoord.ErrInvalidArgument):
+			d.Scope, d.Key, d.LookupErr = "", "", "not a valid scope and key" // said before any SQL
 		case err != nil:
-			d.LookupErr = err.Error() // a bad scope or key, said before any SQL
+			return nil, err
 		default:
 			d.Lookup = &k
 		}

@@ -36,7 +36,7 @@ func findParams(q url.Values) (keyFind, error) {
 	switch f.State {
 	case "", idempotency.StateInFlight, idempotency.StateCompleted:
 	default:
-		return f, userErrorf(http.StatusBadRequest, "state %q: want %s, %s or nothing", f.State, idempotency.StateInFlight, idempotency.StateCompleted)
+		return f, userErrorf(http.StatusBadRequest, "state: want %s, %s or nothing", idempotency.StateInFlight, idempotency.StateCompleted)
 	}
 	return f, nil
 }

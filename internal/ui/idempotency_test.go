@@ -40,7 +40,7 @@ func TestUIIdempotencyPage(t *testing.T) {
 		}
 		contains(t, "stuck key lookup", d.page(t, "/idempotency?scope=payments&key=dead-1"), "<dt>recovery point</dt><dd>reserved</dd>",
 			`<span class="badge stuck">stuck</span>`)
-		contains(t, "unknown key lookup", d.page(t, "/idempotency?scope=payments&key=nope"), "no key nope in scope payments")
+		contains(t, "unknown key lookup", d.page(t, "/idempotency?scope=payments&key=nope"), "no key of that name in that scope")
 	}
 }
 

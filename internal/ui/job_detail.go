@@ -38,7 +38,8 @@ func loadJobDetail(ctx context.Context, s *Server, name string) (*jobDetail, err
 		return nil, err
 	}
 	if len(jobs) == 0 || jobs[0].Name != name {
-		d.Missing = "no job " + name + " in the ledger"
+		// A link's text is not shown back (it could say anything): only known names are.
+		d.Name, d.Missing = "", "no job of that name in the ledger"
 		return d, nil
 	}
 	runs, err := singleton.ListRuns(ctx, s.cfg.Pool, name, &singleton.ListRunsOpts{Limit: detailRows})

@@ -55,7 +55,7 @@ func loadLeaseDetail(ctx context.Context, s *Server, name string) (*leaseDetail,
 	i, err := leases.Get(ctx, s.cfg.Pool, name)
 	switch {
 	case errors.Is(err, leases.ErrNotFound):
-		d.Missing = "no lease " + name + ": never granted, or collected"
+		d.Missing = "no lease of that name: never granted, or collected"
 	case err != nil:
 		return nil, err
 	default:
@@ -85,8 +85,23 @@ func loadLeaseDetail(ctx context.Context, s *Server, name string) (*leaseDetail,
 	if job, ok := strings.CutPrefix(name, "job:"); ok { // the resource a job's runs fence with
 		d.Job = job
 	}
-	d.Audit, err = auditOf(ctx, s, name)
-	return d, err
+	if d.Audit, err = auditOf(ctx, s, name); err != nil {
+		return nil, err
+	}
+	if d.Job != "" { // the register a job's runs fence with is known while the job is
+		jobs, _, err := listJobs(ctx, s, d.Job, "", 1)
+		if err != nil {
+			return nil, err
+		}
+		if len(jobs) == 0 || jobs[0].Name != d.Job {
+			d.Job = ""
+		}
+	}
+	if d.Info == nil && d.Register == nil && wanted == nil && len(d.Audit) == 0 && d.Job == "" {
+		// Nothing of that name: a link's text is not shown back (it could say anything).
+		d.Name, d.Job, d.Missing = "", "", "no lease, fence register or operator action of that name"
+	}
+	return d, nil
 }
 
 // auditOf reads the newest operator actions on target (at most auditRows).

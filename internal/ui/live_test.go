@@ -104,7 +104,7 @@ func TestUILiveSystem(t *testing.T) {
 		t.Error("waiters are not listed first in line first")
 	}
 	contains(t, "semaphore list", d.page(t, "/semaphores"), `<a href="/semaphores?key=tenant%3aa">tenant:a</a>`)
-	if code, body, _ := d.do(t, http.MethodGet, "/semaphores?key=nope", nil); code != http.StatusOK || !strings.Contains(body, "no semaphore key nope") {
+	if code, body, _ := d.do(t, http.MethodGet, "/semaphores?key=nope", nil); code != http.StatusOK || !strings.Contains(body, "no semaphore key of that name") || strings.Contains(body, "nope") {
 		t.Errorf("unknown key = %d %q", code, body)
 	}
 
@@ -145,7 +145,7 @@ func TestUILinks(t *testing.T) {
 	if n := strings.Count(body, `<tr class="`); n != 3+1 { // its 3 runs, and its row in the list
 		t.Errorf("job detail and list have %d rows, want 4", n)
 	}
-	contains(t, "fence register of a job", d.page(t, "/leases?name=job:nightly"), "no lease job:nightly", "the runs of job")
+	contains(t, "fence register of a job", d.page(t, "/leases?name=job:nightly"), "Lease job:nightly", "no lease of that name", "the runs of job")
 
 	ms := enqueue(t, d.pool, outbox.Message{Topic: "mail", Key: "user:1", Payload: []byte("one")},
 		outbox.Message{Topic: "mail", Key: "user:1", Payload: []byte("poison two")},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -93,11 +94,11 @@ func loadOutbox(ctx context.Context, s *Server, q url.Values) (any, error) {
 	var after int64
 	if d.After != "" {
 		if after, err = strconv.ParseInt(d.After, 10, 64); err != nil || after < 0 {
-			return nil, userErrorf(http.StatusBadRequest, "after %q: want a message id", d.After)
+			return nil, userErrorf(http.StatusBadRequest, "after: want a message id")
 		}
 	}
 	if d.Key != "" && d.Topic == "" {
-		return nil, userErrorf(http.StatusBadRequest, "key %q: name its topic too (?topic=&key=)", d.Key)
+		return nil, userErrorf(http.StatusBadRequest, "key: name its topic too (?topic=&key=)")
 	}
 	stats, err := outbox.Stats(ctx, s.cfg.Pool, nil)
 	if err != nil {
@@ -106,6 +107,12 @@ func loadOutbox(ctx context.Context, s *Server, q url.Values) (any, error) {
 	rate, err := outbox.DeliveryRate(ctx, s.cfg.Pool, &outbox.DeliveryRateOpts{Minutes: rateMinutes})
 	if err != nil {
 		return nil, err
+	}
+	// Only a topic of the outbox (pending, dead or recently delivered messages) is shown
+	// back, never a link's text: it could say anything.
+	if d.Topic != "" && !slices.ContainsFunc(stats, func(st outbox.TopicStats) bool { return st.Topic == d.Topic }) &&
+		!slices.ContainsFunc(rate.Topics, func(r outbox.TopicDeliveries) bool { return r.Topic == d.Topic }) {
+		return nil, userErrorf(http.StatusNotFound, "topic: the outbox has no pending, dead or recently delivered message of that topic")
 	}
 	var payloadBytes int
 	if s.cfg.ShowPayloads {
@@ -119,6 +126,9 @@ func loadOutbox(ctx context.Context, s *Server, q url.Values) (any, error) {
 	if d.Key != "" {
 		if d.KeyMessages, err = loadKeyMessages(ctx, s, d.Topic, d.Key); err != nil {
 			return nil, err
+		}
+		if len(d.KeyMessages) == 0 {
+			return nil, userErrorf(http.StatusNotFound, "key: the topic has no message of that key (or none among the newest delivered)")
 		}
 	}
 	if d.Relays, d.RelaysMore, err = loadRelays(ctx, s); err != nil {

@@ -50,7 +50,8 @@ func loadSemDetail(ctx context.Context, s *Server, key string) (*semDetail, erro
 	st, err := semaphore.Get(ctx, s.cfg.Pool, key)
 	switch {
 	case errors.Is(err, semaphore.ErrNotFound):
-		d.Missing = "no semaphore key " + key
+		// A link's text is not shown back (it could say anything): only known keys are.
+		d.Key, d.Missing = "", "no semaphore key of that name"
 		return d, nil
 	case err != nil:
 		return nil, err

@@ -11,11 +11,13 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/base"
+	"github.com/pgcoord/pgcoord/internal/httpsec"
 	"github.com/pgcoord/pgcoord/internal/ui/audit"
 	"github.com/pgcoord/pgcoord/metrics"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -47,10 +49,18 @@ type Config struct {
 	// answers only requests addressed to a loopback name (localhost, 127.0.0.1, [::1]) at
 	// this port (at any port when Addr names none), which defeats DNS rebinding.
 	Addr string
-	// Token, if set, is required of every request (Bearer header or login cookie): at
-	// least MinTokenLen characters. It must be set when the server listens beyond loopback
-	// (see CheckListen).
+	// Token, if set, is required of every request (Bearer header or login cookie). New
+	// refuses a weak one (httpsec.CheckToken: under 128 bits, or one character or string
+	// repeated). It must be set when Addr is beyond loopback (see CheckListen): New refuses
+	// such an Addr without one.
 	Token string
+	// TrustProxy says that the server is reached only through a reverse proxy that sets
+	// X-Forwarded-Proto and appends the client's address to X-Forwarded-For: only then
+	// does "X-Forwarded-Proto: https" mark cookies Secure, and the login limiter count the
+	// address the proxy appended rather than the proxy's own (otherwise any client could
+	// send either header). Without it, cookies are Secure when the request itself came
+	// over TLS, and the limiter counts the connection's address.
+	TrustProxy bool
 	// Actor names the operator in the audit log when there is no token (with a token,
 	// each browser gives a name at login). Default "local".
 	Actor string
@@ -92,7 +102,8 @@ type Server struct {
 var assets embed.FS
 
 // New returns the dashboard for cfg. It returns an error wrapping
-// pgcoord.ErrInvalidArgument for a nil pool or a negative duration.
+// pgcoord.ErrInvalidArgument for a nil pool, a negative duration, a weak token or an Addr
+// beyond loopback without a token.
 func New(cfg Config) (*Server, error) {
 	if cfg.Pool == nil {
 		return nil, check.Invalid("ui: nil pool")
@@ -100,8 +111,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Refresh < 0 || cfg.MaxStaleness < 0 || cfg.DoctorEvery < 0 {
 		return nil, check.Invalid("ui: negative Refresh, MaxStaleness or DoctorEvery")
 	}
-	if cfg.Token != "" && len(cfg.Token) < MinTokenLen {
-		return nil, check.Invalid("ui: the token is %d characters, fewer than %d: make one with `openssl rand -hex 16`", len(cfg.Token), MinTokenLen)
+	if cfg.Token != "" {
+		if err := httpsec.CheckToken(cfg.Token); err != nil {
+			return nil, check.Invalid("ui: %v", err)
+		}
+	}
+	if cfg.Addr != "" {
+		if err := CheckListen(cfg.Addr, cfg.Token != ""); err != nil {
+			return nil, check.Invalid("%v", err)
+		}
 	}
 	if cfg.Actor == "" {
 		cfg.Actor = "local"
@@ -139,12 +157,13 @@ func New(cfg Config) (*Server, error) {
 // ServeHTTP serves the dashboard: the Host check, security headers, then authentication,
 // then the route.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !s.hostAllowed(r.Host) {
-		http.Error(w, "misdirected request: without a token this dashboard answers only at localhost, 127.0.0.1 or [::1]", http.StatusMisdirectedRequest)
+	if !httpsec.HostAllowed(r.Host, s.cfg.Addr, s.cfg.Token != "") {
+		httpsec.MisdirectedRequest(w)
 		return
 	}
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	h.Set("X-Frame-Options", "DENY") // frame-ancestors, for browsers that predate it
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
@@ -232,7 +251,36 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, v any) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(visibleControls(buf.Bytes()))
+}
+
+// visibleControls writes every control character of a drawn page — C0 and C1 controls,
+// DEL, the bidirectional controls and the line separators (base.IsControl), and bytes that
+// are not UTF-8 — as Go escapes it (\x1b, \u202e), except the tab and the newline: html/template
+// escapes HTML but lets ESC through, and stored text (a last_error, a holder, a payload)
+// copied from the page into a terminal could then move its cursor or retitle it. The
+// templates hold none of them, so only stored or requested text is changed.
+func visibleControls(page []byte) []byte {
+	hidden := func(r rune) bool { return r != '\n' && r != '\t' && (r == utf8.RuneError || base.IsControl(r)) }
+	if bytes.IndexFunc(page, hidden) < 0 {
+		return page
+	}
+	out := make([]byte, 0, len(page)+64)
+	for len(page) > 0 {
+		r, n := utf8.DecodeRune(page)
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			out = fmt.Appendf(out, `\x%02x`, page[0])
+		case r == '\n' || r == '\t' || !base.IsControl(r):
+			out = append(out, page[:n]...)
+		case r < 0x100:
+			out = fmt.Appendf(out, `\x%02x`, r)
+		default:
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		page = page[n:]
+	}
+	return out
 }
 
 func (s *Server) templateFailed(w http.ResponseWriter, name string, err error) {
@@ -295,7 +343,7 @@ func (s *Server) actionHandler(a action, back string) http.HandlerFunc {
 // refuse answers with status and a short page (or plain text for non-browsers).
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	if !strings.Contains(r.Header.Get("Accept"), "text/html") {
-		http.Error(w, msg, status)
+		http.Error(w, base.Printable(msg), status) // plain text, maybe for a terminal
 		return
 	}
 	s.renderPage(w, status, "error", view{Title: http.StatusText(status), Nav: s.nav, Error: msg})
