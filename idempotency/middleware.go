@@ -30,7 +30,8 @@ const (
 // default.
 type Config struct {
 	// Header is the request header carrying the key. Default DefaultHeader
-	// ("Idempotency-Key"). Its value is read with ParseKey.
+	// ("Idempotency-Key"). Its value is read with ParseKey; a request with the header twice
+	// is refused with InvalidKeyStatus.
 	Header string
 	// Methods are the methods the middleware applies to; requests with other methods pass
 	// through untouched. Default POST and PATCH (the non-idempotent methods; PUT and DELETE
@@ -176,7 +177,15 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-	raw := r.Header.Get(m.c.Header)
+	values := r.Header.Values(m.c.Header)
+	if len(values) > 1 {
+		problem(w, m.c.InvalidKeyStatus, "Invalid idempotency key", fmt.Sprintf("this request has %d %s headers; send exactly one", len(values), m.c.Header))
+		return
+	}
+	raw := ""
+	if len(values) == 1 {
+		raw = values[0]
+	}
 	if raw == "" {
 		if m.c.KeyOptional {
 			m.next.ServeHTTP(w, r)
