@@ -1,0 +1,85 @@
+package idempotency_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/pgcoord/pgcoord/idempotency"
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+)
+
+// The middleware cannot deadlock its pool: with a pool of 4 and 50 concurrent requests
+// whose handlers query the same pool, every request is answered, none hangs (each is
+// bounded by pgtest.WaitLimit). The handlers wait until `together` of them run at once, so
+// a middleware that holds a connection across the handler is seen to deadlock, not just
+// likely to. Without Atomic every request executes; with Atomic, attempts beyond the
+// pool's share are answered 503 with Retry-After.
+func TestMiddlewareCannotDeadlockItsPool(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []struct {
+		atomic   bool
+		together int64
+	}{{false, 4}, {true, 2}} {
+		t.Run(fmt.Sprintf("atomic=%v", mode.atomic), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.PoolMax(t, 4)
+			var started, executed atomic.Int64
+			together := make(chan struct{})
+			srv := serve(t, pool, &idempotency.Config{Atomic: mode.atomic}, func(w http.ResponseWriter, r *http.Request) {
+				if started.Add(1) == mode.together {
+					close(together)
+				}
+				select {
+				case <-together:
+				case <-r.Context().Done():
+					return
+				}
+				var n int
+				if err := pool.QueryRow(r.Context(), `SELECT 1`).Scan(&n); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				executed.Add(1)
+				w.WriteHeader(http.StatusCreated)
+			})
+			const requests = 50
+			statuses := make([]int, requests)
+			var wg sync.WaitGroup
+			for i := range requests {
+				wg.Go(func() {
+					ctx, cancel := context.WithTimeout(t.Context(), pgtest.WaitLimit)
+					defer cancel()
+					req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL, strings.NewReader("{}"))
+					req.Header.Set("Idempotency-Key", fmt.Sprint("k-", i))
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Errorf("request %d got no answer: %v", i, err)
+						return
+					}
+					resp.Body.Close()
+					statuses[i] = resp.StatusCode
+					if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "" {
+						t.Errorf("request %d: 503 without Retry-After", i)
+					}
+				})
+			}
+			wg.Wait()
+			for i, s := range statuses {
+				if s != http.StatusCreated && (!mode.atomic || s != http.StatusServiceUnavailable) && s != 0 {
+					t.Errorf("request %d answered %d", i, s)
+				}
+			}
+			if !mode.atomic && executed.Load() != requests {
+				t.Errorf("%d of %d requests executed, want all", executed.Load(), requests)
+			}
+			if executed.Load() == 0 {
+				t.Error("no request executed")
+			}
+		})
+	}
+}
