@@ -27,8 +27,10 @@ type BeginOpts struct {
 	Retention time.Duration
 	// Wait, if positive, makes Begin wait up to Wait for a live attempt with the key to
 	// finish, and then return what it left (its stored response, or the key to execute
-	// again if it rolled back). Zero (the default) returns ErrInFlight at once. A positive
-	// Wait is at least a millisecond and at most an hour.
+	// again if it rolled back). It polls, every 5ms growing to 100ms, holding no
+	// connection in between; with Atomic it also waits for a place in the pool's share.
+	// Zero (the default) returns ErrInFlight (or ErrBusy) at once. A positive Wait is at
+	// least a millisecond and at most an hour.
 	Wait time.Duration
 	// Lease is how long the attempt holds its key without a renewal, by the database clock.
 	// While the attempt runs, a goroutine renews it every Lease/3 (a statement on a

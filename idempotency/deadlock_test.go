@@ -2,15 +2,20 @@ package idempotency_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
 // The middleware cannot deadlock its pool: with a pool of 4 and 50 concurrent requests
@@ -81,5 +86,57 @@ func TestMiddlewareCannotDeadlockItsPool(t *testing.T) {
 				t.Error("no request executed")
 			}
 		})
+	}
+}
+
+// A running attempt's lease is renewed (every third of it) while its work runs, so a slow
+// but live holder is not taken over; Close stops the renewals and frees the key. An
+// Atomic middleware on a pool of one connection (which its handler could never share) is
+// refused.
+func TestLeaseRenewedWhileTheAttemptRuns(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	a, err := idempotency.Begin(ctx, pool, "slow", "k", fp, &idempotency.BeginOpts{Lease: idempotency.MinLease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := func() time.Time {
+		var at time.Time
+		if err := pool.QueryRow(ctx, `SELECT lease_expires_at FROM pgcoord_idempotency_keys WHERE key = 'k'`).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	first := lease()
+	deadline := time.Now().Add(pgtest.WaitLimit)
+	for renewals := 0; renewals < 4; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d renewals of a 1s lease within %v", renewals, pgtest.WaitLimit)
+		}
+		if at := lease(); at.After(first) {
+			renewals++
+			first = at
+		}
+		if _, err := idempotency.Begin(ctx, pool, "slow", "k", fp, nil); !errors.Is(err, idempotency.ErrInFlight) {
+			t.Fatalf("repeat while the holder renews: %v, want ErrInFlight", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	a.Close(ctx)
+	if keys(t, pool) != 0 {
+		t.Fatal("Close left the key")
+	}
+
+	one, err := pgxpool.NewWithConfig(ctx, func() *pgxpool.Config { c := pool.Config(); c.MaxConns = 1; return c }())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	if _, err := idempotency.Middleware(one, &idempotency.Config{Atomic: true, Scope: oneScope}); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+		t.Errorf("Atomic middleware on a 1-connection pool: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := idempotency.Begin(ctx, one, "slow", "one", fp, &idempotency.BeginOpts{Atomic: true}); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+		t.Errorf("Atomic Begin on a 1-connection pool: %v, want ErrInvalidArgument", err)
 	}
 }

@@ -82,7 +82,9 @@ type Config struct {
 	MaxResponseBytes int
 	// The statuses of the middleware's own answers, by default those of the IETF draft
 	// (see the package documentation): MissingKeyStatus 400, InvalidKeyStatus 400,
-	// MismatchStatus 422, InFlightStatus 409, ExpiredStatus 422, TooLargeStatus 500.
+	// MismatchStatus 422, InFlightStatus 409, ExpiredStatus 422, TooLargeStatus 500. An
+	// Atomic request beyond the pool's Atomic share (ErrBusy) is answered 503 with
+	// Retry-After.
 	MissingKeyStatus, InvalidKeyStatus, MismatchStatus, InFlightStatus, ExpiredStatus, TooLargeStatus int
 	// Logger logs store failures (answered 500). Default slog.Default().
 	Logger *slog.Logger
