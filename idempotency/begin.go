@@ -153,33 +153,53 @@ const claimSQL = `SELECT k.* FROM pgcoord_idempotency_claim($1::text, $2::text, 
 
 // claim claims the key for a new holder. A non-Atomic attempt then holds no connection; an
 // Atomic one takes a slot of the pool's Atomic share and keeps a connection, in the open
-// transaction its handler writes with.
+// transaction its handler writes with. When the share is taken, an Atomic claim still
+// answers what a repeat must hear (a replay, ErrInFlight, ErrMismatch, ErrExpired): it
+// claims without a connection, and gives back a key it would hold, with ErrBusy.
 func (a *Attempt) claim(ctx context.Context, pool *pgxpool.Pool, fingerprint []byte, o BeginOpts) error {
 	a.holder = base.NewHolderID()
 	args := []any{a.scope, a.key, fingerprint, a.holder, dbarg.Interval(o.Retention), dbarg.Interval(o.Lease)}
-	var (
-		row   dbsqlc.PgcoordIdempotencyKey
-		found bool
-		err   error
-	)
-	if o.Atomic {
-		if a.slot, err = atomicSlot(pool); err != nil {
+	if !o.Atomic {
+		row, found, err := claimOnPool(ctx, pool, args)
+		return a.claimed(ctx, fingerprint, row, found, err)
+	}
+	slot, err := atomicSlot(pool)
+	if errors.Is(err, ErrBusy) {
+		row, found, err := claimOnPool(ctx, pool, args)
+		if err := a.claimed(ctx, fingerprint, row, found, err); err != nil || a.replay != nil {
 			return err
 		}
-		if a.conn, err = pool.Acquire(ctx); err != nil {
-			a.finish(ctx, false)
-			return fmt.Errorf("idempotency: begin %s/%s: %w", a.scope, a.key, err)
-		}
-		row, found, err = a.sendClaim(ctx, args)
-	} else {
-		rows, qerr := pool.Query(ctx, claimSQL, args...)
-		row, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[dbsqlc.PgcoordIdempotencyKey])
-		err = errors.Join(qerr, err)
-		found = err == nil
-		if qerr == nil && errors.Is(err, pgx.ErrNoRows) {
-			err = nil
-		}
+		a.finish(ctx, false) // the key is free: give it back, to run when there is room
+		return ErrBusy
 	}
+	if err != nil {
+		return err
+	}
+	a.slot = slot
+	if a.conn, err = pool.Acquire(ctx); err != nil {
+		a.finish(ctx, false)
+		return fmt.Errorf("idempotency: begin %s/%s: %w", a.scope, a.key, err)
+	}
+	row, found, err := a.sendClaim(ctx, args)
+	return a.claimed(ctx, fingerprint, row, found, err)
+}
+
+// claimOnPool sends the claim alone: it commits at once.
+func claimOnPool(ctx context.Context, pool *pgxpool.Pool, args []any) (dbsqlc.PgcoordIdempotencyKey, bool, error) {
+	rows, err := pool.Query(ctx, claimSQL, args...)
+	if err != nil {
+		return dbsqlc.PgcoordIdempotencyKey{}, false, err
+	}
+	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[dbsqlc.PgcoordIdempotencyKey])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return row, false, nil
+	}
+	return row, err == nil, err
+}
+
+// claimed reads the outcome of a claim: the attempt holds the key (and renews its lease
+// from now on), replays it, or is refused and finished.
+func (a *Attempt) claimed(ctx context.Context, fingerprint []byte, row dbsqlc.PgcoordIdempotencyKey, found bool, err error) error {
 	if err != nil {
 		a.finish(ctx, false)
 		return fmt.Errorf("idempotency: begin %s/%s: %w", a.scope, a.key, base.TranslateError(err))

@@ -140,3 +140,50 @@ func TestLeaseRenewedWhileTheAttemptRuns(t *testing.T) {
 		t.Errorf("Atomic Begin on a 1-connection pool: %v, want ErrInvalidArgument", err)
 	}
 }
+
+// While the pool's Atomic share is taken, an Atomic Begin answers a repeat as usual (a
+// replay, ErrInFlight) and a key it could run with ErrBusy, leaving the key as it found it:
+// a new key is not stored, a dead holder's key keeps its recovery point for the next
+// attempt.
+func TestAtomicBusyLeavesKeysAsTheyWere(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.PoolMax(t, 2) // an Atomic share of one
+	atomicOpts := &idempotency.BeginOpts{Atomic: true}
+	done, err := idempotency.Begin(ctx, pool, "busy", "done", fp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := done.Complete(ctx, idempotency.Response{Status: 201, Body: []byte("done")}); err != nil {
+		t.Fatal(err)
+	}
+	deadHolder(t, pool, "busy", "dead", fp, "charged")
+	running, err := idempotency.Begin(ctx, pool, "busy", "running", fp, atomicOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer running.Close(ctx)
+	if r, err := idempotency.Begin(ctx, pool, "busy", "done", fp, atomicOpts); err != nil || r.Replay() == nil {
+		t.Errorf("replay while busy = %v; want the stored response", err)
+	}
+	if _, err := idempotency.Begin(ctx, pool, "busy", "running", fp, atomicOpts); !errors.Is(err, idempotency.ErrInFlight) {
+		t.Errorf("repeat of the running key while busy: %v, want ErrInFlight", err)
+	}
+	for _, key := range []string{"new", "dead"} {
+		if _, err := idempotency.Begin(ctx, pool, "busy", key, fp, atomicOpts); !errors.Is(err, idempotency.ErrBusy) {
+			t.Errorf("%s key while busy: %v, want ErrBusy", key, err)
+		}
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM pgcoord_idempotency_keys WHERE key = 'new'`); n != 0 {
+		t.Error("a refused Atomic Begin left its key stored")
+	}
+	running.Close(ctx)
+	b, err := idempotency.Begin(ctx, pool, "busy", "dead", fp, atomicOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if point, _ := b.RecoveryPoint(); point != "charged" {
+		t.Errorf("after the busy refusal the dead holder's key resumes at %q, want charged", point)
+	}
+	b.Close(ctx)
+}

@@ -188,7 +188,7 @@ func (q *Queries) IdempotencyList(ctx context.Context, db DBTX, arg IdempotencyL
 
 const idempotencyLookup = `-- name: IdempotencyLookup :one
 
-SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point, k.recovery_data, k.status, k.headers, k.body, k.created_at, k.updated_at, k.completed_at, k.expires_at, k.lease_expires_at, (k.state = 'in_flight' AND k.lease_expires_at > pgcoord_now())::boolean AS live
+SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point, k.recovery_data, k.status, k.headers, k.body, k.created_at, k.updated_at, k.completed_at, k.expires_at, k.lease_expires_at, coalesce(k.state = 'in_flight' AND k.lease_expires_at > pgcoord_now(), false)::boolean AS live
 FROM pgcoord_idempotency_lookup($1::text, $2::text) k
 `
 

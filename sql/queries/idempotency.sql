@@ -6,7 +6,7 @@
 -- name: IdempotencyLookup :one
 -- live: the key is in flight and its holder's lease has not lapsed (a repeat is in flight
 -- without a claim).
-SELECT k.*, (k.state = 'in_flight' AND k.lease_expires_at > pgcoord_now())::boolean AS live
+SELECT k.*, coalesce(k.state = 'in_flight' AND k.lease_expires_at > pgcoord_now(), false)::boolean AS live
 FROM pgcoord_idempotency_lookup(@scope::text, @key::text) k;
 
 -- name: IdempotencyGC :one
