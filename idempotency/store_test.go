@@ -236,7 +236,7 @@ func TestBeginRejectsBadInputBeforeSQL(t *testing.T) {
 		{"s", "k", bytes.Repeat([]byte{1}, 65), nil, pgcoord.ErrInvalidArgument},
 		{"s", "k", fp, &idempotency.BeginOpts{Retention: -time.Hour}, pgcoord.ErrInvalidArgument},
 		{"s", "k", fp, &idempotency.BeginOpts{Wait: -1}, pgcoord.ErrInvalidArgument},
-		// The bounds of pgcoord_idempotency_begin and _complete, refused before sending.
+		// The bounds of pgcoord_idempotency_claim and _complete, refused before sending.
 		{"s", "k", fp, &idempotency.BeginOpts{Retention: idempotency.MaxRetention + time.Second}, pgcoord.ErrInvalidArgument},
 		{"s", "k", fp, &idempotency.BeginOpts{Wait: time.Hour + time.Second}, pgcoord.ErrInvalidArgument},
 		{"s", "k", fp, &idempotency.BeginOpts{Wait: 500 * time.Microsecond}, pgcoord.ErrInvalidArgument},
