@@ -311,6 +311,9 @@ func checkBegin(pool *pgxpool.Pool, scope, key string, fingerprint []byte, opts 
 	if len(fingerprint) == 0 || len(fingerprint) > MaxFingerprintLen {
 		return BeginOpts{}, check.Invalid("fingerprint is %d bytes, want 1 to %d", len(fingerprint), MaxFingerprintLen)
 	}
+	if opts != nil && opts.Atomic && pool.Stat().MaxConns() < 2 {
+		return BeginOpts{}, check.Invalid("an Atomic attempt holds a connection while its handler runs: its pool needs MaxConns of at least 2, not %d", pool.Stat().MaxConns())
+	}
 	return opts.withDefaults()
 }
 

@@ -116,3 +116,32 @@ func TestStrangerCannotStallAKey(t *testing.T) {
 		}
 	}
 }
+
+// The functions of 00011 resolve names in pgcoord's schema, then pg_temp, whatever the
+// caller's search_path: a login cannot shadow a table or function they use with one of
+// its own.
+func TestLivenessFunctionsPinTheirSearchPath(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	var schema string
+	if err := pool.QueryRow(t.Context(), `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := pool.Query(t.Context(), `SELECT ARRAY[p.proname::text, coalesce(array_to_string(p.proconfig, ','), '')]
+		FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace
+		  AND p.proname IN ('pgcoord_idempotency_claim', 'pgcoord_idempotency_renew', 'pgcoord_idempotency_release',
+		                    'pgcoord_idempotency_lookup', 'pgcoord_idempotency_held', 'pgcoord_idempotency_gc')`)
+	configs, err := pgx.CollectRows(rows, pgx.RowTo[[]string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(configs) != 6 {
+		t.Fatalf("found %d of the 6 functions", len(configs))
+	}
+	want := "search_path=" + pgx.Identifier{schema}.Sanitize() + ", pg_temp"
+	for _, c := range configs {
+		if c[1] != want && c[1] != "search_path="+schema+", pg_temp" {
+			t.Errorf("%s: config %q, want %q", c[0], c[1], want)
+		}
+	}
+}
