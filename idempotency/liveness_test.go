@@ -187,3 +187,24 @@ func TestAtomicBusyLeavesKeysAsTheyWere(t *testing.T) {
 	}
 	b.Close(ctx)
 }
+
+// GC skips a key past its retention while its holder's lease is live, and deletes it
+// (leaving a tombstone) once the lease has lapsed.
+func TestGCSkipsLiveLeases(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	a, err := idempotency.Begin(ctx, pool, "gc", "running", fp, &idempotency.BeginOpts{Retention: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	exec(t, pool, `UPDATE pgcoord_idempotency_keys SET expires_at = pgcoord_now() - interval '1 second'`)
+	if n, err := idempotency.GC(ctx, pool, nil); err != nil || n != 0 || keys(t, pool) != 1 {
+		t.Fatalf("GC of an expired key with a live lease = %d, %v; want it skipped", n, err)
+	}
+	exec(t, pool, `UPDATE pgcoord_idempotency_keys SET holder = 'dead-process', lease_expires_at = pgcoord_now() - interval '1 second'`)
+	if n, err := idempotency.GC(ctx, pool, nil); err != nil || n != 1 || keys(t, pool) != 0 {
+		t.Fatalf("GC of an expired key whose lease lapsed = %d, %v; want it deleted", n, err)
+	}
+}
