@@ -97,8 +97,9 @@ func Begin(ctx context.Context, pool *pgxpool.Pool, scope, key string, fingerpri
 }
 
 // begin is Begin with checked input and options. With Wait, it tries again while the key
-// is in flight (or, for Atomic, while the pool's Atomic share is taken), after a pause that grows from 5ms to 100ms, holding no connection between
-// tries, until the key is free or completed or the wait has passed.
+// is in flight (or, for Atomic, while the pool's Atomic share is taken), after a pause
+// that grows from 5ms to 100ms, holding no connection between tries, until the key is
+// free or completed or the wait has passed.
 func begin(ctx context.Context, pool *pgxpool.Pool, scope, key string, fingerprint []byte, o BeginOpts) (*Attempt, error) {
 	deadline := time.Now().Add(o.Wait)
 	pause := 5 * time.Millisecond
