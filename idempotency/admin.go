@@ -89,7 +89,7 @@ type KeyInfo struct {
 	Holder        string // the attempt that holds (or last held) the key
 	Attempts      int    // attempts that have held the key
 	RecoveryPoint string // the last recovery point recorded; "" if none
-	// Held reports whether a live attempt holds the key (its lock is granted). An
+	// Held reports whether a live attempt holds the key (its lease has not lapsed). An
 	// in-flight key that nobody holds is stuck: see Stuck.
 	Held        bool
 	Status      int // the stored status; 0 while in flight
@@ -102,9 +102,9 @@ type KeyInfo struct {
 	DBNow       time.Time // the database clock when read
 }
 
-// Stuck reports whether the key is in flight but held by no live attempt: its holder died
-// after committing a recovery point, and no retry has come to recover it yet. The next
-// attempt with the key recovers it at once.
+// Stuck reports whether the key is in flight but held by no live attempt: its holder's
+// lease lapsed (it died) or it gave up after a recovery point, and no retry has come to
+// recover it yet. The next attempt with the key recovers it at once.
 func (k KeyInfo) Stuck() bool { return k.State == StateInFlight && !k.Held }
 
 // ListOpts are the options of List. A nil *ListOpts means the defaults.

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/base"
+	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/txhandle"
 )
 
@@ -33,9 +34,14 @@ type Attempt struct {
 	attempts           int
 	point              string
 	data               []byte
-	conn               *pgxpool.Conn // nil once finished
-	tx                 pgx.Tx        // Atomic only
 	maxBody            int
+	pool               *pgxpool.Pool
+	lease              time.Duration
+	held               bool          // the attempt holds the key's lease
+	stopHeartbeat      func()        // stops the lease's renewals; nil when none run
+	conn               *pgxpool.Conn // Atomic only, nil once finished
+	tx                 pgx.Tx        // Atomic only
+	slot               func()        // Atomic only: gives the pool's Atomic slot back
 }
 
 // Replay returns the stored response when Begin found the key completed, or nil when the
@@ -49,8 +55,8 @@ func (a *Attempt) Scope() string { return a.scope }
 func (a *Attempt) Key() string { return a.key }
 
 // Attempts returns how many attempts have held the key, this one included: 1 for the
-// first, more when this one recovers the key from attempts that died after committing a
-// recovery point. 0 for a replay.
+// first, more when this one takes the key over from attempts that died (or lost their
+// lease) before completing it, or gave it up after a recovery point. 0 for a replay.
 func (a *Attempt) Attempts() int { return a.attempts }
 
 // RecoveryPoint returns the last recovery point recorded with Checkpoint, by this attempt
@@ -77,11 +83,14 @@ func (a *Attempt) Tx() pgx.Tx {
 // errTxOwned is what Commit and Rollback of the attempt's Tx return.
 var errTxOwned = errors.New("idempotency: the attempt's transaction is committed by Complete and rolled back by Close")
 
-// completeSQL and the others below are sent in one round trip with COMMIT (and BEGIN).
+// The statements of a holding attempt. An Atomic attempt sends complete and checkpoint in
+// one round trip with COMMIT (and BEGIN), release after its ROLLBACK; a non-Atomic one
+// sends each alone, on any connection of the pool.
 const (
 	completeSQL   = `SELECT 1 FROM pgcoord_idempotency_complete($1::text, $2::text, $3::text, $4::int, $5::jsonb, $6::bytea)`
 	checkpointSQL = `SELECT 1 FROM pgcoord_idempotency_checkpoint($1::text, $2::text, $3::text, $4::text, $5::bytea)`
-	relockSQL     = `SELECT pgcoord_idempotency_relock($1::text, $2::text, $3::text)`
+	renewSQL      = `SELECT pgcoord_idempotency_renew($1::text, $2::text, $3::text, $4::interval)`
+	releaseSQL    = `SELECT pgcoord_idempotency_release($1::text, $2::text, $3::text)`
 )
 
 // Complete stores resp as the key's response and commits the attempt's transaction — with
@@ -96,7 +105,7 @@ const (
 // headers over MaxStoredHeaderBytes return an error wrapping both. A failed store returns
 // an error (ErrLost if the key was taken over), also with the transaction rolled back.
 func (a *Attempt) Complete(ctx context.Context, resp Response) error {
-	if a.conn == nil {
+	if !a.held {
 		return check.Invalid("Complete of an attempt that does not hold its key")
 	}
 	if resp.Status < 100 || resp.Status > 999 {
@@ -134,18 +143,18 @@ func (a *Attempt) Complete(ctx context.Context, resp Response) error {
 }
 
 // Checkpoint records a recovery point — a name, and data the work needs to resume from it —
-// and commits the attempt's transaction (with the writes made through Tx so far), then
-// goes on holding the key in a new transaction, in one round trip. If this process dies
-// later, the attempt that recovers the key sees point and data in RecoveryPoint, and the
-// phases before it committed. It returns ErrLost if another attempt took the key over in
-// the instant between the two transactions (that attempt resumes from point): stop the
+// in one round trip: in Atomic mode it commits the attempt's transaction (with the writes
+// made through Tx so far) and goes on in a new one. If this process dies later, the
+// attempt that recovers the key sees point and data in RecoveryPoint, and (in Atomic mode)
+// the phases before it committed. It returns ErrLost if another attempt took the key over
+// (this attempt's lease had lapsed: it could not renew it for a whole Lease): stop the
 // work. An error ends the attempt (Close is then a no-op), except for bad input: a point
 // that is not a valid name (1 to pgcoord.MaxNameLen bytes of UTF-8 without NUL; an error
 // wrapping both pgcoord.ErrInvalidArgument and pgcoord.ErrInvalidName) or data over
 // MaxRecoveryDataBytes (wrapping pgcoord.ErrInvalidArgument) is refused before any SQL
 // runs, and the attempt goes on holding its key, its transaction untouched.
 func (a *Attempt) Checkpoint(ctx context.Context, point string, data []byte) error {
-	if a.conn == nil {
+	if !a.held {
 		return check.Invalid("Checkpoint of an attempt that does not hold its key")
 	}
 	if err := check.Name("recovery point", point); err != nil {
@@ -161,33 +170,31 @@ func (a *Attempt) Checkpoint(ctx context.Context, point string, data []byte) err
 	return nil
 }
 
-// commit sends sql then COMMIT in one round trip and, with again, BEGIN and the relock
-// too. Unless it goes on holding the key, the attempt is over afterwards.
+// commit stores sql's change: on a non-Atomic attempt alone; on an Atomic one with COMMIT
+// in one round trip and, with again, BEGIN too. Unless it goes on holding the key, the
+// attempt is over afterwards.
 func (a *Attempt) commit(ctx context.Context, sql string, args []any, again bool) (err error) {
-	b := &pgx.Batch{}
-	b.Queue(sql, args...)
-	b.Queue("COMMIT")
-	if again {
-		b.Queue("BEGIN")
-		b.Queue(relockSQL, a.scope, a.key, a.holder)
-	}
-	br := a.conn.SendBatch(ctx, b)
-	_, err = br.Exec()
-	tag, cerr := br.Exec()
-	err = errors.Join(err, cerr)
-	if err == nil && tag.String() != "COMMIT" {
-		err = ErrLost // the transaction had failed: COMMIT rolled it back
-	}
-	var held bool
-	if err == nil && again {
-		if _, err = br.Exec(); err == nil {
-			err = br.QueryRow().Scan(&held)
+	if a.conn == nil {
+		_, err = a.pool.Exec(ctx, sql, args...)
+	} else {
+		b := &pgx.Batch{}
+		b.Queue(sql, args...)
+		b.Queue("COMMIT")
+		if again {
+			b.Queue("BEGIN")
 		}
-		if err == nil && !held {
-			err = ErrLost
+		br := a.conn.SendBatch(ctx, b)
+		_, err = br.Exec()
+		tag, cerr := br.Exec()
+		err = errors.Join(err, cerr)
+		if err == nil && tag.String() != "COMMIT" {
+			err = ErrLost // the transaction had failed: COMMIT rolled it back
 		}
+		if err == nil && again {
+			_, err = br.Exec()
+		}
+		err = errors.Join(err, br.Close())
 	}
-	err = errors.Join(err, br.Close())
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55000" {
 		err = fmt.Errorf("%w: %w", ErrLost, err)
@@ -198,25 +205,78 @@ func (a *Attempt) commit(ctx context.Context, sql string, args []any, again bool
 	return err
 }
 
-// Close gives the key up if the attempt still holds it: its transaction rolls back (with
-// the writes made through Tx), so the next attempt executes — from the last committed
-// recovery point, if any. It is a no-op after Complete, after an error that ended the
-// attempt, and for a replay; always defer it.
+// Close gives the key up if the attempt still holds it, so the next attempt executes at
+// once — from the last committed recovery point, if any (pgcoord_idempotency_release). An
+// Atomic attempt's transaction rolls back, with the writes made through Tx. It is a no-op
+// after Complete, after an error that ended the attempt, and for a replay; always defer
+// it. If the release cannot be sent (the database is unreachable), the key is taken over
+// when its lease lapses.
 func (a *Attempt) Close(ctx context.Context) {
 	a.finish(ctx, false)
 }
 
-// finish returns the attempt's connection to the pool, rolled back unless committed.
+// finish ends the attempt: it stops the lease's renewals, releases the key unless the
+// attempt completed it (or never held it), and gives back an Atomic attempt's connection,
+// rolled back unless committed, and its slot.
 func (a *Attempt) finish(ctx context.Context, committed bool) {
-	if a.conn == nil {
-		return
+	if a.stopHeartbeat != nil {
+		a.stopHeartbeat()
+		a.stopHeartbeat = nil
 	}
-	conn := a.conn
-	a.conn = nil
-	if !committed && conn.Conn().PgConn().TxStatus() != 'I' {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_, _ = conn.Exec(rctx, "ROLLBACK") // on failure the pool destroys the connection
+	release := a.held && !committed
+	a.held = false
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if a.conn != nil {
+		conn := a.conn
+		a.conn = nil
+		b := &pgx.Batch{}
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			b.Queue("ROLLBACK")
+		}
+		if release {
+			b.Queue(releaseSQL, a.scope, a.key, a.holder)
+		}
+		if b.Len() > 0 {
+			_ = conn.SendBatch(rctx, b).Close() // on failure the pool destroys the connection
+		}
+		conn.Release()
+	} else if release {
+		_, _ = a.pool.Exec(rctx, releaseSQL, a.scope, a.key, a.holder)
 	}
-	conn.Release()
+	if a.slot != nil {
+		a.slot()
+		a.slot = nil
+	}
+}
+
+// startHeartbeat renews the attempt's lease every third of it until finish stops it, each
+// time on a connection of the pool taken for the statement alone. It stops by itself once
+// the attempt has lost its key (then Complete and Checkpoint return ErrLost); a failed
+// renewal is tried again at the next tick.
+func (a *Attempt) startHeartbeat() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	a.stopHeartbeat = func() { cancel(); <-done }
+	pool, every := a.pool, a.lease/3
+	args := []any{a.scope, a.key, a.holder, dbarg.Interval(a.lease)}
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			rctx, rcancel := context.WithTimeout(ctx, every)
+			var held bool
+			err := pool.QueryRow(rctx, renewSQL, args...).Scan(&held)
+			rcancel()
+			if err == nil && !held {
+				return
+			}
+		}
+	}()
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/base"
@@ -28,14 +27,24 @@ type BeginOpts struct {
 	Retention time.Duration
 	// Wait, if positive, makes Begin wait up to Wait for a live attempt with the key to
 	// finish, and then return what it left (its stored response, or the key to execute
-	// again if it rolled back). Zero (the default) returns ErrInFlight at once. A positive
-	// Wait is at least a millisecond and at most an hour.
+	// again if it rolled back). It polls, every 5ms growing to 100ms, holding no
+	// connection in between; with Atomic it also waits for a place in the pool's share.
+	// Zero (the default) returns ErrInFlight (or ErrBusy) at once. A positive Wait is at
+	// least a millisecond and at most an hour.
 	Wait time.Duration
+	// Lease is how long the attempt holds its key without a renewal, by the database clock.
+	// While the attempt runs, a goroutine renews it every Lease/3 (a statement on a
+	// connection of the pool, taken for the statement alone); a holder that dies is taken
+	// over by the first attempt after its lease lapses: at most Lease after its last
+	// renewal. Default DefaultLease; MinLease to MaxLease.
+	Lease time.Duration
 	// Atomic makes the attempt's transaction available as Attempt.Tx: the handler's own
-	// writes then commit with the stored response, or not at all. The first Atomic Begin on
-	// each of the pool's connections costs one round trip more (pgx hands out a pgx.Tx only
-	// for a BEGIN of its own); later ones on that connection cost what a non-atomic Begin
-	// does.
+	// writes then commit with the stored response, or not at all. An Atomic attempt holds
+	// a connection of the pool while it runs; at most half of the pool's MaxConns Atomic
+	// attempts run at once, and Begin returns ErrBusy beyond that (so their handlers always
+	// find connections left). The first Atomic Begin on each of the pool's connections
+	// costs one round trip more (pgx hands out a pgx.Tx only for a BEGIN of its own); later
+	// ones on that connection cost what a non-atomic Begin does.
 	Atomic bool
 	// MaxResponseBytes is the largest body Complete stores. Default
 	// DefaultMaxResponseBytes; at most MaxStoredBodyBytes.
@@ -56,14 +65,18 @@ type BeginOpts struct {
 //     Complete, or Close to give up (a rollback: the next attempt executes). Always Close
 //     it (a no-op after Complete).
 //   - ErrInFlight while a live attempt holds the key (after waiting BeginOpts.Wait, if set);
+//     ErrBusy, for Atomic, while half of the pool's connections hold Atomic attempts;
 //     ErrMismatch if the key was used with another fingerprint; ErrExpired if GC removed
 //     the key and its tombstone is still kept.
 //
-// A holding attempt keeps one connection of pool, in an open transaction holding the key's
-// advisory lock, until Complete or Close: that lock is how others know it is alive, and it
-// goes away with the connection if the process dies. A new key costs three round trips
-// (a lookup, BEGIN with the claim, and the COMMIT with the stored response); in Atomic mode
-// the BEGIN and COMMIT are the handler's own, so it adds one round trip to the handler.
+// A holding attempt holds the key with a lease on the key's row (BeginOpts.Lease), renewed
+// while it runs and ended by Complete or Close; without Atomic it holds no connection
+// between those statements, so its work may use every connection of pool. A new key costs
+// three round trips (a lookup, the claim, and the stored response); in Atomic mode the
+// claim rides with the BEGIN of the handler's transaction and the stored response with its
+// COMMIT, so it adds one round trip to the handler. An Atomic attempt holds a connection
+// of pool until it ends, and Begin returns ErrBusy (at once) while half of the pool's
+// MaxConns are held so; a pool of fewer than 2 connections is refused for Atomic.
 //
 // The key's times (its creation, and the expiry its Retention sets) are the database
 // clock's; no option lets a caller choose them.
@@ -83,9 +96,36 @@ func Begin(ctx context.Context, pool *pgxpool.Pool, scope, key string, fingerpri
 	return begin(ctx, pool, scope, key, fingerprint, o)
 }
 
-// begin is Begin with checked input and options.
+// begin is Begin with checked input and options. With Wait, it tries again while the key
+// is in flight (or, for Atomic, while the pool's Atomic share is taken), after a pause
+// that grows from 5ms to 100ms, holding no connection between tries, until the key is
+// free or completed or the wait has passed.
 func begin(ctx context.Context, pool *pgxpool.Pool, scope, key string, fingerprint []byte, o BeginOpts) (*Attempt, error) {
-	a := &Attempt{scope: scope, key: key, maxBody: o.MaxResponseBytes}
+	deadline := time.Now().Add(o.Wait)
+	pause := 5 * time.Millisecond
+	for {
+		a, err := beginOnce(ctx, pool, scope, key, fingerprint, o)
+		if o.Wait == 0 || !(errors.Is(err, ErrInFlight) || errors.Is(err, ErrBusy)) {
+			return a, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, fmt.Errorf("%w (waited %v)", err, o.Wait)
+		}
+		timer := time.NewTimer(min(pause, left))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, fmt.Errorf("idempotency: begin %s/%s: %w", scope, key, ctx.Err())
+		case <-timer.C:
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}
+
+// beginOnce is one try of begin.
+func beginOnce(ctx context.Context, pool *pgxpool.Pool, scope, key string, fingerprint []byte, o BeginOpts) (*Attempt, error) {
+	a := &Attempt{scope: scope, key: key, maxBody: o.MaxResponseBytes, pool: pool, lease: o.Lease}
 	// One plain read answers repeats of a completed key (a replay is one round trip) and
 	// refuses mismatched and expired ones.
 	row, err := queries.IdempotencyLookup(ctx, pool, dbsqlc.IdempotencyLookupParams{Scope: scope, Key: key})
@@ -93,10 +133,13 @@ func begin(ctx context.Context, pool *pgxpool.Pool, scope, key string, fingerpri
 		return nil, fmt.Errorf("idempotency: look up %s/%s: %w", scope, key, err)
 	}
 	if err == nil && (row.State != StateInFlight || !bytes.Equal(row.Fingerprint, fingerprint)) {
-		if err := a.decide(&row, fingerprint); err != nil {
+		if err := a.decide(lookedUp(&row), fingerprint); err != nil {
 			return nil, err
 		}
 		return a, nil
+	}
+	if err == nil && row.Live { // a repeat while the holder's lease runs: no claim
+		return nil, ErrInFlight
 	}
 	if err := a.claim(ctx, pool, fingerprint, o); err != nil {
 		return nil, err
@@ -104,73 +147,119 @@ func begin(ctx context.Context, pool *pgxpool.Pool, scope, key string, fingerpri
 	return a, nil
 }
 
-// beginSQL is pgcoord_idempotency_begin, sent in one round trip with the BEGIN of the
-// attempt's transaction (so not through sqlc).
-const beginSQL = `SELECT k.* FROM pgcoord_idempotency_begin($1::text, $2::text, $3::bytea, $4::text, $5::interval, $6::interval) k`
+// claimSQL is pgcoord_idempotency_claim. A non-Atomic attempt sends it alone (it commits
+// at once); an Atomic one sends it with BEGIN, COMMIT and the BEGIN of the handler's
+// transaction in one round trip (so not through sqlc).
+const claimSQL = `SELECT k.* FROM pgcoord_idempotency_claim($1::text, $2::text, $3::bytea, $4::text, $5::interval, $6::interval) k`
 
-// claim opens the attempt's transaction and claims the key in it.
+// claim claims the key for a new holder. A non-Atomic attempt then holds no connection; an
+// Atomic one takes a slot of the pool's Atomic share and keeps a connection, in the open
+// transaction its handler writes with. When the share is taken, an Atomic claim still
+// answers what a repeat must hear (a replay, ErrInFlight, ErrMismatch, ErrExpired): it
+// claims without a connection, and gives back a key it would hold, with ErrBusy.
 func (a *Attempt) claim(ctx context.Context, pool *pgxpool.Pool, fingerprint []byte, o BeginOpts) error {
-	conn, err := pool.Acquire(ctx)
+	a.holder = base.NewHolderID()
+	args := []any{a.scope, a.key, fingerprint, a.holder, dbarg.Interval(o.Retention), dbarg.Interval(o.Lease)}
+	if !o.Atomic {
+		row, found, err := claimOnPool(ctx, pool, args)
+		return a.claimed(ctx, fingerprint, row, found, err)
+	}
+	slot, err := atomicSlot(pool)
+	if errors.Is(err, ErrBusy) {
+		row, found, err := claimOnPool(ctx, pool, args)
+		if err := a.claimed(ctx, fingerprint, row, found, err); err != nil || a.replay != nil {
+			return err
+		}
+		a.finish(ctx, false) // the key is free: give it back, to run when there is room
+		return ErrBusy
+	}
 	if err != nil {
+		return err
+	}
+	a.slot = slot
+	if a.conn, err = pool.Acquire(ctx); err != nil {
+		a.finish(ctx, false)
 		return fmt.Errorf("idempotency: begin %s/%s: %w", a.scope, a.key, err)
 	}
-	a.conn = conn
-	a.holder = base.NewHolderID()
-	args := []any{a.scope, a.key, fingerprint, a.holder, dbarg.Interval(o.Retention), nil}
-	if o.Wait > 0 {
-		args[5] = dbarg.Interval(o.Wait)
-	}
-	row, found, err := a.sendBegin(ctx, args, o.Atomic)
+	row, found, err := a.sendClaim(ctx, args)
+	return a.claimed(ctx, fingerprint, row, found, err)
+}
+
+// claimOnPool sends the claim alone: it commits at once.
+func claimOnPool(ctx context.Context, pool *pgxpool.Pool, args []any) (dbsqlc.PgcoordIdempotencyKey, bool, error) {
+	rows, err := pool.Query(ctx, claimSQL, args...)
 	if err != nil {
-		a.Close(ctx)
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_timeout: Wait passed
-			return fmt.Errorf("%w (waited %v)", ErrInFlight, o.Wait)
-		}
+		return dbsqlc.PgcoordIdempotencyKey{}, false, err
+	}
+	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[dbsqlc.PgcoordIdempotencyKey])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return row, false, nil
+	}
+	return row, err == nil, err
+}
+
+// claimed reads the outcome of a claim: the attempt holds the key (and renews its lease
+// from now on), replays it, or is refused and finished.
+func (a *Attempt) claimed(ctx context.Context, fingerprint []byte, row dbsqlc.PgcoordIdempotencyKey, found bool, err error) error {
+	if err != nil {
+		a.finish(ctx, false)
 		return fmt.Errorf("idempotency: begin %s/%s: %w", a.scope, a.key, base.TranslateError(err))
 	}
-	if !found { // a live attempt holds the key and has not committed its first phase
-		a.Close(ctx)
+	if !found { // the holder released the key in the instant of the claim
+		a.finish(ctx, false)
 		return ErrInFlight
 	}
 	if err := a.decide(&row, fingerprint); err != nil || a.replay != nil {
-		a.Close(ctx)
+		a.finish(ctx, false)
 		return err
 	}
+	a.held = true
+	a.startHeartbeat()
 	return nil
 }
 
-// sendBegin sends BEGIN and pgcoord_idempotency_begin in one round trip, and returns the
-// row, if any. An Atomic attempt also needs a pgx.Tx: txhandle makes one, a round trip more
-// on a connection's first Atomic attempt.
-func (a *Attempt) sendBegin(ctx context.Context, args []any, atomic bool) (row dbsqlc.PgcoordIdempotencyKey, found bool, err error) {
+// sendClaim sends BEGIN, the claim, COMMIT and BEGIN in one round trip on the Atomic
+// attempt's connection, and returns the row, if any: the claim commits at once, and the
+// transaction left open is the handler's. txhandle makes the pgx.Tx for it: a round trip
+// more on a connection's first Atomic attempt.
+func (a *Attempt) sendClaim(ctx context.Context, args []any) (row dbsqlc.PgcoordIdempotencyKey, found bool, err error) {
 	b := &pgx.Batch{}
+	b.Queue(claimSQL, args...)
+	b.Queue("COMMIT")
+	b.Queue("BEGIN")
 	var br pgx.BatchResults
-	if atomic {
-		b.Queue(beginSQL, args...)
-		if a.tx, br, err = txhandle.Begin(ctx, a.conn.Conn(), b); err != nil {
-			return row, false, err
-		}
-	} else {
-		b.Queue("BEGIN")
-		b.Queue(beginSQL, args...)
-		br = a.conn.SendBatch(ctx, b)
+	if a.tx, br, err = txhandle.Begin(ctx, a.conn.Conn(), b); err != nil {
+		return row, false, err
 	}
 	defer func() { err = errors.Join(err, br.Close()) }()
-	if !atomic {
-		if _, err = br.Exec(); err != nil {
-			return row, false, err
-		}
-	}
 	rows, err := br.Query()
 	if err != nil {
 		return row, false, err
 	}
 	row, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[dbsqlc.PgcoordIdempotencyKey])
+	found = err == nil
 	if errors.Is(err, pgx.ErrNoRows) {
-		return row, false, nil
+		err = nil
 	}
-	return row, err == nil, err
+	if err != nil {
+		return row, false, err
+	}
+	if tag, err := br.Exec(); err != nil || tag.String() != "COMMIT" {
+		return row, false, errors.Join(err, errors.New("the claim did not commit"))
+	}
+	_, err = br.Exec()
+	return row, found, err
+}
+
+// lookedUp returns the key's row of a lookup.
+func lookedUp(r *dbsqlc.IdempotencyLookupRow) *dbsqlc.PgcoordIdempotencyKey {
+	return &dbsqlc.PgcoordIdempotencyKey{
+		Scope: r.Scope, Key: r.Key, Fingerprint: r.Fingerprint, State: r.State, Holder: r.Holder,
+		Attempts: r.Attempts, RecoveryPoint: r.RecoveryPoint, RecoveryData: r.RecoveryData,
+		Status: r.Status, Headers: r.Headers, Body: r.Body, CreatedAt: r.CreatedAt,
+		UpdatedAt: r.UpdatedAt, CompletedAt: r.CompletedAt, ExpiresAt: r.ExpiresAt,
+		LeaseExpiresAt: r.LeaseExpiresAt,
+	}
 }
 
 // decide reads the key's row: the attempt holds it, replays it, or is refused.
@@ -223,6 +312,9 @@ func checkBegin(pool *pgxpool.Pool, scope, key string, fingerprint []byte, opts 
 	if len(fingerprint) == 0 || len(fingerprint) > MaxFingerprintLen {
 		return BeginOpts{}, check.Invalid("fingerprint is %d bytes, want 1 to %d", len(fingerprint), MaxFingerprintLen)
 	}
+	if opts != nil && opts.Atomic && pool.Stat().MaxConns() < 2 {
+		return BeginOpts{}, check.Invalid("an Atomic attempt holds a connection while its handler runs: its pool needs MaxConns of at least 2, not %d", pool.Stat().MaxConns())
+	}
 	return opts.withDefaults()
 }
 
@@ -239,11 +331,15 @@ func (opts *BeginOpts) withDefaults() (BeginOpts, error) {
 	if o.MaxResponseBytes == 0 {
 		o.MaxResponseBytes = DefaultMaxResponseBytes
 	}
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
 	switch {
+	case o.Lease < MinLease || o.Lease > MaxLease:
+		return o, check.Invalid("lease %v is outside %v..%v", o.Lease, MinLease, MaxLease)
 	case o.Retention < time.Millisecond || o.Retention > MaxRetention:
 		return o, check.Invalid("retention %v is outside 1ms..%v", o.Retention, MaxRetention)
 	case o.Wait < 0 || o.Wait > time.Hour || (o.Wait > 0 && o.Wait < time.Millisecond):
-		// The wait is a lock_timeout: milliseconds.
 		return o, check.Invalid("wait %v is neither 0 nor within 1ms..1h", o.Wait)
 	case o.MaxResponseBytes < 0 || o.MaxResponseBytes > MaxStoredBodyBytes:
 		return o, check.Invalid("MaxResponseBytes %d is outside 0..%d", o.MaxResponseBytes, MaxStoredBodyBytes)

@@ -19,10 +19,14 @@
 // request. A repeat of another request with the key is refused (422, ErrMismatch); one
 // while the first is in flight gets 409 (ErrInFlight), or with Wait the first's response.
 //
-// An attempt holds its key with a transaction-level advisory lock, in a transaction open
-// on its own connection while the handler runs: a dead process's key is taken over at
-// once, with no timer, behind PgBouncer in transaction mode too. With Atomic, the
-// handler's writes commit with the stored response. Checkpoint records recovery points for
+// An attempt holds its key with a lease on the key's row, by the database clock, renewed
+// every third of BeginOpts.Lease (default 30s) while it runs: a dead process's key is
+// taken over once its lease lapses, behind PgBouncer in transaction mode too. A non-Atomic
+// attempt holds no connection while its handler runs, so handlers may use the same pool
+// freely. With Atomic, the handler's writes commit with the stored response; the attempt
+// holds a connection for its transaction, and at most half of the pool's MaxConns Atomic
+// attempts run at once (ErrBusy, answered 503 with Retry-After, beyond). Only roles with
+// grants on pgcoord's tables can hold a key: no other login of the database can stall one. Checkpoint records recovery points for
 // handlers that call other services in phases, and DerivedKey gives each call a key for
 // that service. GC removes keys past their Retention and leaves tombstones that refuse
 // very late retries (422, ErrExpired).
@@ -30,7 +34,8 @@
 // # Guarantees
 //
 //   - At most one attempt holds a key at a time: of concurrent requests with one key, one
-//     executes; the others get 409 or (with Wait) its response.
+//     executes while its lease is renewed; the others get 409 or (with Wait) its response.
+//     At most one attempt's response is stored (and, with Atomic, its writes committed).
 //   - A stored response is final: every later repeat with the same fingerprint gets it,
 //     byte for byte, until GC removes the key. A client never receives a first response
 //     that was not stored.
@@ -38,7 +43,12 @@
 //     request's response.
 //   - Nothing is half-stored: a failed attempt (5xx, panic, oversize response, crash)
 //     stores nothing, nor, in Atomic mode, its writes; the next attempt executes.
-//   - A dead holder's key is recovered by the next attempt at once.
+//   - A holder that gives up (Close, 5xx, panic) frees its key at once; a dead holder's key
+//     is taken over by the first attempt after its lease lapses: at most Lease after its
+//     last renewal.
+//   - The middleware cannot deadlock its pool: a non-Atomic attempt holds no connection
+//     while its handler runs; Atomic attempts hold at most half of the pool's connections.
+//   - A login with no grant on pgcoord's tables cannot hold, stall or release a key.
 //   - Expiry is judged by the database clock alone.
 //   - What the store cannot keep is refused before any SQL runs, with an error wrapping
 //     pgcoord.ErrInvalidArgument (or pgcoord.ErrInvalidName).
@@ -47,16 +57,19 @@
 //
 //   - Effects outside the database, made before Complete, happen again after a crash: pass
 //     the provider DerivedKey, and record recovery points.
-//   - A process that hangs with its connection open keeps its keys held (repeats get 409)
-//     until it resumes or its connection is killed.
-//   - A repeat may take the key over at the instant of a Checkpoint, which then returns
-//     ErrLost: stop the work.
-//   - A running handler holds a connection and an open transaction: keep handlers short.
-//   - `pgcoord idempotency list --in-flight` shows only attempts that checkpointed.
-//   - GC skips keys held by a live attempt, not those of a dead one.
+//   - A process that dies leaves its keys in flight (repeats get 409) until their leases
+//     lapse; one that hangs with its renewals running keeps them until it resumes or dies.
+//   - A holder that cannot renew for a whole Lease (database unreachable, pool exhausted)
+//     can be taken over while it runs: its Checkpoint and Complete then return ErrLost
+//     and store nothing; effects outside the database may happen twice (use DerivedKey).
+//   - An Atomic handler holds a connection and an open transaction: keep handlers short.
+//     Beyond half of the pool, Atomic requests get 503; a handler that holds two
+//     connections of the pool at once can still exhaust it: give it a pool of its own.
+//   - GC skips keys whose lease is live, not those of a dead holder.
 //   - Responses are buffered, up to MaxResponseBytes: no streaming.
 //   - With asynchronous replication, a failover can lose a stored response: the retry
 //     executes again.
-//   - Only a primary takes writes: on a standby, Begin of a key not completed, Complete,
+//   - Only a primary takes writes: on a standby, Begin of a key neither completed nor in
+//     flight, Complete,
 //     Checkpoint and GC fail with an error wrapping pgcoord.ErrReadOnly; replays work.
 package idempotency

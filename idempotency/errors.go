@@ -20,9 +20,13 @@ var (
 	// ErrTooLarge: a response body over the limit; nothing was stored and the attempt was
 	// rolled back, so a retry executes again.
 	ErrTooLarge = errors.New("idempotency: response too large to store")
-	// ErrLost: the attempt no longer holds its key: another attempt took it over (possible
-	// only in the instant of a Checkpoint), or the attempt's transaction failed.
+	// ErrLost: the attempt no longer holds its key: another attempt took it over after its
+	// lease lapsed (it could not be renewed for a whole BeginOpts.Lease), or the attempt's
+	// transaction failed.
 	ErrLost = errors.New("idempotency: key no longer held by this attempt")
+	// ErrBusy: an Atomic Begin found half of its pool's MaxConns held by Atomic attempts
+	// already; nothing was claimed. The middleware answers 503 with Retry-After.
+	ErrBusy = errors.New("idempotency: too many Atomic attempts hold connections of this pool; retry later")
 	// ErrNotFound: Get found no such key.
 	ErrNotFound = errors.New("idempotency: no such key")
 )

@@ -54,21 +54,41 @@ func DerivedKey(scope, key, step string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// ParseKey reads the value of an Idempotency-Key header: a Structured Fields string as the
-// IETF draft writes it ("8e03978e-..." with the quotes, \" and \\ escaped), or the bare
-// token that Stripe's clients send. It returns the key, validated by ValidateKey.
+// ParseKey reads the value of an Idempotency-Key header: exactly one Structured Fields
+// string as the IETF draft writes it (RFC 8941: "8e03978e-..." with the quotes, \" and \\
+// escaped, nothing after the closing quote), or the bare token that Stripe's clients send
+// (no quote and no comma: a comma would make it a list). A list of strings ("a", "b"),
+// text after the string, a lone quote or another escape is refused. It returns the key,
+// validated by ValidateKey; every refusal wraps ErrInvalidKey and pgcoord.ErrInvalidName.
 func ParseKey(value string) (string, error) {
-	v := strings.TrimSpace(value)
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+	v := strings.Trim(value, " \t")
+	if !strings.HasPrefix(v, `"`) {
+		if strings.ContainsAny(v, `",`) {
+			return "", check.InvalidName("%w: a bare key may have no quote or comma; send one quoted string", ErrInvalidKey)
+		}
+	} else {
 		var b strings.Builder
-		inner := v[1 : len(v)-1]
-		for i := 0; i < len(inner); i++ {
-			c := inner[i]
-			if c == '\\' && i+1 < len(inner) && (inner[i+1] == '"' || inner[i+1] == '\\') {
+		closed := false
+		for i := 1; i < len(v); i++ {
+			c := v[i]
+			if closed {
+				return "", check.InvalidName("%w: text after the quoted key (one key per request, not a list)", ErrInvalidKey)
+			}
+			switch {
+			case c == '"':
+				closed = true
+				continue
+			case c == '\\':
+				if i+1 == len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
+					return "", check.InvalidName("%w: a quoted key may escape only \" and \\", ErrInvalidKey)
+				}
 				i++
-				c = inner[i]
+				c = v[i]
 			}
 			b.WriteByte(c)
+		}
+		if !closed {
+			return "", check.InvalidName("%w: the quoted key has no closing quote", ErrInvalidKey)
 		}
 		v = b.String()
 	}

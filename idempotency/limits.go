@@ -25,13 +25,20 @@ const (
 	MaxStoredHeaderBytes = 64 << 10
 	// MaxRecoveryDataBytes is the most data a recovery point may carry: 1 MiB.
 	MaxRecoveryDataBytes = 1 << 20
+	// DefaultLease is how long an attempt holds its key without a renewal by default
+	// (BeginOpts.Lease): a holder that dies is taken over at most this long after its last
+	// renewal.
+	DefaultLease = 30 * time.Second
+	// MinLease and MaxLease bound BeginOpts.Lease.
+	MinLease = time.Second
+	MaxLease = time.Hour
 	// DefaultTombstone is how long GC keeps a tombstone of a deleted key by default: 30 days.
 	DefaultTombstone = 30 * 24 * time.Hour
 )
 
 // The states of a key (KeyInfo.State).
 const (
-	StateInFlight  = "in_flight" // an attempt holds it, or its holder died (Stuck)
+	StateInFlight  = "in_flight" // an attempt holds it, or its holder's lease lapsed (Stuck)
 	StateCompleted = "completed" // its response is stored
 )
 

@@ -132,7 +132,7 @@ func TestStoredHeadersBound(t *testing.T) {
 	// Plain SQL refuses the same headers.
 	b, _ := json.Marshal(h)
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pgcoord_idempotency_begin('headers', 'sql', $1, 'h', '1 day')`, fp); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pgcoord_idempotency_claim('headers', 'sql', $1, 'h', '1 day', '1 minute')`, fp); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `SELECT pgcoord_idempotency_complete('headers', 'sql', 'h', 201, $1::jsonb, NULL)`, json.RawMessage(b))
@@ -174,7 +174,7 @@ func TestCheckpointRefusesBadInputAndKeepsTheKey(t *testing.T) {
 
 	// Plain SQL refuses oversize data too.
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pgcoord_idempotency_begin('phases', 'sql', $1, 'h', '1 day')`, fp); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pgcoord_idempotency_claim('phases', 'sql', $1, 'h', '1 day', '1 minute')`, fp); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `SELECT pgcoord_idempotency_checkpoint('phases', 'sql', 'h', 'charged', $1)`, over)

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -103,27 +102,15 @@ func keys(t testing.TB, pool *pgxpool.Pool) int {
 	return queryInt(t, pool, `SELECT count(*) FROM pgcoord_idempotency_keys`)
 }
 
-// holderPID returns the server process whose transaction holds (scope, key), or 0.
-func holderPID(t testing.TB, pool *pgxpool.Pool, scope, key string) int {
-	return queryInt(t, pool, `SELECT coalesce((SELECT l.pid FROM pg_locks l
-		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-		  AND l.classid = ((pgcoord_idempotency_lock_key($1, $2) >> 32) & 4294967295)::oid
-		  AND l.objid = (pgcoord_idempotency_lock_key($1, $2) & 4294967295)::oid), 0)`, scope, key)
-}
-
-// awaitWaiter waits, at most pgtest.WaitLimit, until some session waits for the lock of
-// the attempt holding (scope, key), and fails t if done returns true first.
-func awaitWaiter(t testing.TB, pool *pgxpool.Pool, scope, key string, done func() bool) {
+// deadHolder leaves (scope, key) as a process that claimed it and died leaves it: in
+// flight for a holder that will never renew its lease, at the recovery point point (if
+// not empty), with its lease lapsed by the database clock.
+func deadHolder(t testing.TB, pool *pgxpool.Pool, scope, key string, fingerprint []byte, point string) {
 	t.Helper()
-	deadline := time.Now().Add(pgtest.WaitLimit)
-	for {
-		holder := holderPID(t, pool, scope, key)
-		if holder != 0 && queryInt(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, holder) > 0 {
-			return
-		}
-		if done() || time.Now().After(deadline) {
-			t.Fatalf("nobody was seen waiting for the key %s/%s", scope, key)
-		}
-		time.Sleep(2 * time.Millisecond)
+	exec(t, pool, `SELECT FROM pgcoord_idempotency_claim($1, $2, $3, 'dead-process', '1 day', '1 minute')`, scope, key, fingerprint)
+	if point != "" {
+		exec(t, pool, `SELECT FROM pgcoord_idempotency_checkpoint($1, $2, 'dead-process', $3, 'ch_123')`, scope, key, point)
 	}
+	exec(t, pool, `UPDATE pgcoord_idempotency_keys SET lease_expires_at = pgcoord_now() - interval '1 second'
+		WHERE scope = $1 AND key = $2`, scope, key)
 }

@@ -30,7 +30,8 @@ const (
 // default.
 type Config struct {
 	// Header is the request header carrying the key. Default DefaultHeader
-	// ("Idempotency-Key"). Its value is read with ParseKey.
+	// ("Idempotency-Key"). Its value is read with ParseKey; a request with the header twice
+	// is refused with InvalidKeyStatus.
 	Header string
 	// Methods are the methods the middleware applies to; requests with other methods pass
 	// through untouched. Default POST and PATCH (the non-idempotent methods; PUT and DELETE
@@ -61,8 +62,15 @@ type Config struct {
 	// failed). Zero (the default) answers InFlightStatus at once. As BeginOpts.Wait: a
 	// positive Wait is 1ms to 1h.
 	Wait time.Duration
+	// Lease is how long an attempt holds its key without a renewal (BeginOpts.Lease): a
+	// process that dies mid-request leaves its key in flight (409) until then. Default
+	// DefaultLease.
+	Lease time.Duration
 	// Atomic runs the handler inside the key's transaction: Tx(r.Context()) is the pgx.Tx
-	// to write with; the writes commit with the stored response, or roll back with it.
+	// to write with; the writes commit with the stored response, or roll back with it. The
+	// transaction holds a connection of the pool while the handler runs: at most half of
+	// the pool's MaxConns requests run so at once, and the others are answered 503 with
+	// Retry-After (ErrBusy). Without Atomic, no connection is held while the handler runs.
 	Atomic bool
 	// MaxRequestBytes bounds the request body read for the fingerprint: a larger one is
 	// refused with 413 before anything is stored. Default DefaultMaxRequestBytes (1 MiB).
@@ -74,7 +82,9 @@ type Config struct {
 	MaxResponseBytes int
 	// The statuses of the middleware's own answers, by default those of the IETF draft
 	// (see the package documentation): MissingKeyStatus 400, InvalidKeyStatus 400,
-	// MismatchStatus 422, InFlightStatus 409, ExpiredStatus 422, TooLargeStatus 500.
+	// MismatchStatus 422, InFlightStatus 409, ExpiredStatus 422, TooLargeStatus 500. An
+	// Atomic request beyond the pool's Atomic share (ErrBusy) is answered 503 with
+	// Retry-After.
 	MissingKeyStatus, InvalidKeyStatus, MismatchStatus, InFlightStatus, ExpiredStatus, TooLargeStatus int
 	// Logger logs store failures (answered 500). Default slog.Default().
 	Logger *slog.Logger
@@ -100,6 +110,9 @@ func Middleware(pool *pgxpool.Pool, cfg *Config) (func(http.Handler) http.Handle
 	}
 	if pool == nil {
 		return nil, check.Invalid("nil pool")
+	}
+	if c.Atomic && pool.Stat().MaxConns() < 2 {
+		return nil, check.Invalid("Config.Atomic holds a connection while the handler runs: the pool needs MaxConns of at least 2, not %d", pool.Stat().MaxConns())
 	}
 	return func(next http.Handler) http.Handler {
 		return &middleware{pool: pool, c: c, next: next}
@@ -162,7 +175,7 @@ func (cfg *Config) withDefaults() (Config, error) {
 }
 
 func (c *Config) beginOpts() *BeginOpts {
-	return &BeginOpts{Retention: c.Retention, Wait: c.Wait, Atomic: c.Atomic, MaxResponseBytes: c.MaxResponseBytes, Tracer: c.Tracer}
+	return &BeginOpts{Retention: c.Retention, Lease: c.Lease, Wait: c.Wait, Atomic: c.Atomic, MaxResponseBytes: c.MaxResponseBytes, Tracer: c.Tracer}
 }
 
 type middleware struct {
@@ -176,7 +189,15 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-	raw := r.Header.Get(m.c.Header)
+	values := r.Header.Values(m.c.Header)
+	if len(values) > 1 {
+		problem(w, m.c.InvalidKeyStatus, "Invalid idempotency key", fmt.Sprintf("this request has %d %s headers; send exactly one", len(values), m.c.Header))
+		return
+	}
+	raw := ""
+	if len(values) == 1 {
+		raw = values[0]
+	}
 	if raw == "" {
 		if m.c.KeyOptional {
 			m.next.ServeHTTP(w, r)
@@ -217,6 +238,10 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, ErrInFlight):
 		w.Header().Set("Retry-After", "1")
 		problem(w, m.c.InFlightStatus, "Request in progress", "a request with this idempotency key is still being processed; retry later")
+		return
+	case errors.Is(err, ErrBusy):
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "Too many requests in progress", "too many idempotent requests hold database connections; retry later")
 		return
 	case errors.Is(err, ErrMismatch):
 		problem(w, m.c.MismatchStatus, "Idempotency key reused", "this idempotency key was used for a different request")

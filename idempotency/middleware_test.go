@@ -152,12 +152,11 @@ func TestMiddlewareInFlight(t *testing.T) {
 	if r.status != http.StatusConflict || r.header.Get("Retry-After") == "" {
 		t.Fatalf("repeat in flight = %+v, want 409 with Retry-After", r)
 	}
-	if r := send(t, "POST", noWait.URL, "k", `{"other":1}`); r.status != http.StatusConflict {
-		t.Errorf("a different request while in flight = %+v; want 409 (its fingerprint is not known yet)", r)
+	if r := send(t, "POST", noWait.URL, "k", `{"other":1}`); r.status != http.StatusUnprocessableEntity {
+		t.Errorf("a different request while in flight = %+v; want 422 (the key is claimed with its fingerprint)", r)
 	}
 	// The waiting server shares the store: its request waits for the first.
 	second := pgtest.Go(func() (reply, error) { return send(t, "POST", waiting.URL, "k", "{}"), nil })
-	awaitWaiter(t, pool, testScope, "k", second.Returned)
 	close(release)
 	got1, _ := first.Wait(t)
 	got2, _ := second.Wait(t)

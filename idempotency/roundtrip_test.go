@@ -21,7 +21,7 @@ func TestRoundTripBudget(t *testing.T) {
 	cfg := pgtest.Pool(t).Config()
 	rt := &pgtest.RoundTrips{}
 	cfg.ConnConfig.Tracer = rt
-	cfg.MaxConns = 2 // the attempt's connection, and the non-atomic handler's
+	cfg.MaxConns = 4 // two Atomic attempts at once (half), and the non-atomic handler's
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -20,56 +20,69 @@ import (
 
 var fp = idempotency.Fingerprint("POST", "/charges", []byte(`{"amount":10}`), nil)
 
-// A holder whose connection dies (pg_terminate_backend) leaves a key that the next attempt
-// recovers at once: from scratch if it recorded no recovery point, from its last one if it
-// did.
-func TestDeadHolderRecoveredAtOnce(t *testing.T) {
+// A holder that dies (it claimed the key, perhaps recorded a recovery point, and stopped
+// renewing its lease) leaves a key in flight until its lease lapses; the next attempt then
+// takes it over: from scratch if it recorded no recovery point, from its last one if it
+// did. A live holder's key is refused as in flight, and a live holder that gives up
+// (Close) lets the next attempt execute at once.
+func TestDeadHolderTakenOverAfterItsLease(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
-	for _, checkpoint := range []bool{false, true} {
+	for _, point := range []string{"", "charged"} {
 		key := "no-checkpoint"
-		if checkpoint {
+		if point != "" {
 			key = "checkpoint"
 		}
-		a, err := idempotency.Begin(ctx, pool, "pay", key, fp, nil)
-		if err != nil || a.Replay() != nil || a.Attempts() != 1 {
-			t.Fatalf("%s: Begin = %v, %v; want the first attempt", key, a, err)
-		}
-		if checkpoint {
-			if err := a.Checkpoint(ctx, "charged", []byte("ch_123")); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// Alive: a repeat is refused as in flight.
-		if _, err := idempotency.Begin(ctx, pool, "pay", key, fp, nil); !errors.Is(err, idempotency.ErrInFlight) {
-			t.Fatalf("%s: repeat while alive: %v, want ErrInFlight", key, err)
-		}
-		pid := holderPID(t, pool, "pay", key)
-		if pid == 0 {
-			t.Fatalf("%s: no session holds the key's lock", key)
-		}
-		exec(t, pool, `SELECT pg_terminate_backend($1, 5000)`, pid)
+		deadHolder(t, pool, "pay", key, fp, point)
 		b, err := idempotency.Begin(ctx, pool, "pay", key, fp, nil)
 		if err != nil || b.Replay() != nil {
-			t.Fatalf("%s: Begin after the holder died = %v; want the key recovered at once", key, err)
+			t.Fatalf("%s: Begin after the holder's lease lapsed = %v; want the key taken over", key, err)
 		}
-		point, data := b.RecoveryPoint()
-		if checkpoint && (b.Attempts() != 2 || point != "charged" || string(data) != "ch_123") {
-			t.Errorf("recovered attempt %d at %q %q; want attempt 2 resuming from charged ch_123", b.Attempts(), point, data)
+		got, data := b.RecoveryPoint()
+		if b.Attempts() != 2 || got != point || (point != "" && string(data) != "ch_123") {
+			t.Errorf("%s: took over as attempt %d at %q %q; want attempt 2 resuming from %q", key, b.Attempts(), got, data, point)
 		}
-		if !checkpoint && (b.Attempts() != 1 || point != "") {
-			t.Errorf("recovered attempt %d at %q; want a fresh first attempt (nothing was committed)", b.Attempts(), point)
+		if _, err := idempotency.Begin(ctx, pool, "pay", key, fp, nil); !errors.Is(err, idempotency.ErrInFlight) {
+			t.Fatalf("%s: repeat while the new holder is alive: %v, want ErrInFlight", key, err)
 		}
 		if err := b.Complete(ctx, idempotency.Response{Status: 201, Body: []byte("done")}); err != nil {
 			t.Fatal(err)
 		}
-		a.Close(ctx) // the dead attempt's Close must not disturb anything
 		r, err := idempotency.Begin(ctx, pool, "pay", key, fp, nil)
 		if err != nil || r.Replay() == nil || string(r.Replay().Body) != "done" {
 			t.Fatalf("%s: after recovery: %v, %v; want the recovered attempt's response", key, r, err)
 		}
 	}
+	// A holder whose lease lapsed while it was alive (it could not renew) loses the key to
+	// the next attempt: its Checkpoint and Complete return ErrLost and store nothing.
+	a, err := idempotency.Begin(ctx, pool, "pay", "lapsed", fp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, pool, `UPDATE pgcoord_idempotency_keys SET lease_expires_at = pgcoord_now() - interval '1 second' WHERE key = 'lapsed'`)
+	b, err := idempotency.Begin(ctx, pool, "pay", "lapsed", fp, nil)
+	if err != nil || b.Replay() != nil {
+		t.Fatalf("Begin after a lapsed lease = %v", err)
+	}
+	if err := a.Checkpoint(ctx, "late", nil); !errors.Is(err, idempotency.ErrLost) {
+		t.Errorf("Checkpoint of the holder that lost the key: %v, want ErrLost", err)
+	}
+	a.Close(ctx) // must not disturb the new holder
+	if err := b.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	// A live holder that gives up: the next attempt executes at once, from the start.
+	a, err = idempotency.Begin(ctx, pool, "pay", "given-up", fp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close(ctx)
+	b, err = idempotency.Begin(ctx, pool, "pay", "given-up", fp, nil)
+	if err != nil || b.Attempts() != 1 {
+		t.Fatalf("Begin after the holder gave up = %v, %v; want a first attempt at once", b, err)
+	}
+	b.Close(ctx)
 }
 
 // Stuck keys (in flight, holder dead, not yet recovered) are listed as such.
@@ -89,12 +102,7 @@ func TestListAndGet(t *testing.T) {
 	if err := live.Checkpoint(ctx, "step1", nil); err != nil {
 		t.Fatal(err)
 	}
-	dead, _ := idempotency.Begin(ctx, pool, "s", "stuck", fp, nil)
-	defer dead.Close(ctx)
-	if err := dead.Checkpoint(ctx, "step1", nil); err != nil {
-		t.Fatal(err)
-	}
-	exec(t, pool, `SELECT pg_terminate_backend($1, 5000)`, holderPID(t, pool, "s", "stuck"))
+	deadHolder(t, pool, "s", "stuck", fp, "step1")
 
 	names := func(opts *idempotency.ListOpts) []string {
 		ks, err := idempotency.List(ctx, pool, opts)
@@ -228,7 +236,7 @@ func TestBeginRejectsBadInputBeforeSQL(t *testing.T) {
 		{"s", "k", bytes.Repeat([]byte{1}, 65), nil, pgcoord.ErrInvalidArgument},
 		{"s", "k", fp, &idempotency.BeginOpts{Retention: -time.Hour}, pgcoord.ErrInvalidArgument},
 		{"s", "k", fp, &idempotency.BeginOpts{Wait: -1}, pgcoord.ErrInvalidArgument},
-		// The bounds of pgcoord_idempotency_begin and _complete, refused before sending.
+		// The bounds of pgcoord_idempotency_claim and _complete, refused before sending.
 		{"s", "k", fp, &idempotency.BeginOpts{Retention: idempotency.MaxRetention + time.Second}, pgcoord.ErrInvalidArgument},
 		{"s", "k", fp, &idempotency.BeginOpts{Wait: time.Hour + time.Second}, pgcoord.ErrInvalidArgument},
 		{"s", "k", fp, &idempotency.BeginOpts{Wait: 500 * time.Microsecond}, pgcoord.ErrInvalidArgument},
@@ -328,7 +336,6 @@ func TestBeginWait(t *testing.T) {
 	waiting := pgtest.Go(func() (*idempotency.Attempt, error) {
 		return idempotency.Begin(ctx, pool, "w", "k", fp, &idempotency.BeginOpts{Wait: pgtest.WaitLimit})
 	})
-	awaitWaiter(t, pool, "w", "k", waiting.Returned)
 	a.Close(ctx) // the first attempt fails: the waiter executes
 	b, err := waiting.Wait(t)
 	if err != nil || b.Replay() != nil || b.Attempts() != 1 {
@@ -344,7 +351,7 @@ func TestAtomicTxSavepoints(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	cfg := pgtest.Pool(t).Config()
-	cfg.MaxConns = 1
+	cfg.MaxConns = 2 // the least an Atomic attempt accepts
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

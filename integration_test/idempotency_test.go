@@ -23,8 +23,9 @@ import (
 // Idempotency keys across a crash. A worker process serves HTTP on loopback behind the
 // idempotency middleware; its handler makes an effect and then hangs, and the test SIGKILLs
 // the process in the middle of the request. A second worker process serves the client's
-// retry: the dead holder's lock went with its connection, so the key is recovered at once
-// — no timer is configured anywhere — and the effect still happens once.
+// retry: the dead holder stops renewing its lease, so the key is recovered once the lease
+// lapses (the workers' Lease is idemLease; until then the retry gets 409, which a client
+// retries) — and the effect still happens once.
 //
 // Two handlers:
 //
@@ -36,6 +37,10 @@ import (
 //     killed attempt's write rolls back with it; the retry executes and writes once.
 
 const idemRole = "idempotency.server"
+
+// idemLease is the workers' idempotency.Config.Lease: a killed worker's key is taken over
+// at most this long after its last renewal, well within the retry loop's pgtest.WaitLimit.
+const idemLease = 2 * time.Second
 
 // idemScope is the scope of the workers' keys: the clients are one principal.
 const idemScope = "http"
@@ -95,7 +100,7 @@ func idempotencyServer(ctx context.Context, w *workerproc.Worker) error {
 		rw.WriteHeader(http.StatusCreated)
 		_ = json.NewEncoder(rw).Encode(result)
 	}
-	mw, err := idempotency.Middleware(pool, &idempotency.Config{Atomic: mode == "atomic",
+	mw, err := idempotency.Middleware(pool, &idempotency.Config{Atomic: mode == "atomic", Lease: idemLease,
 		Scope: func(*http.Request) (string, error) { return idemScope, nil }})
 	if err != nil {
 		return err
@@ -170,9 +175,9 @@ func TestIdempotencyKeyRecoveredAfterSIGKILL(t *testing.T) {
 				t.Fatalf("the killed server answered the first request: %d", status)
 			}
 
-			// The retry, to a new process. The server learns of the dead connection
-			// within moments; until then the key is still held and the answer is 409,
-			// which a client retries. Nothing else may be answered.
+			// The retry, to a new process. The killed holder's lease lapses within
+			// idemLease; until then the key is still held and the answer is 409, which a
+			// client retries. Nothing else may be answered.
 			second, url2 := start("second", "0")
 			var (
 				status int

@@ -106,7 +106,7 @@ func gcRows(t *testing.T, pool *pgxpool.Pool, prefix string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustExec(t, tx, `SELECT pgcoord_idempotency_begin('s', $1 || 'key', '\x01', 'w', '1 day')`, prefix)
+	mustExec(t, tx, `SELECT pgcoord_idempotency_claim('s', $1 || 'key', '\x01', 'w', '1 day', '1 minute')`, prefix)
 	mustExec(t, tx, `SELECT pgcoord_idempotency_complete('s', $1 || 'key', 'w', 200, NULL, NULL)`, prefix)
 	if err := tx.Commit(t.Context()); err != nil {
 		t.Fatal(err)

@@ -16,10 +16,9 @@ import (
 // expression that must be true.
 var sqlAnswers = map[string][]string{
 	// The advisory-lock keys and channels are STRICT: NULL in, NULL out.
-	"pgcoord_lock_key":             {`pgcoord_lock_key(NULL) IS NULL`, `pgcoord_lock_key('') IS NOT NULL`},
-	"pgcoord_channel":              {`pgcoord_channel(NULL) IS NULL`},
-	"pgcoord_outbox_lock_key":      {`pgcoord_outbox_lock_key(NULL, 'k') IS NULL`, `pgcoord_outbox_lock_key('t', NULL) IS NULL`},
-	"pgcoord_idempotency_lock_key": {`pgcoord_idempotency_lock_key(NULL, 'k') IS NULL`, `pgcoord_idempotency_lock_key('s', NULL) IS NULL`},
+	"pgcoord_lock_key":        {`pgcoord_lock_key(NULL) IS NULL`, `pgcoord_lock_key('') IS NOT NULL`},
+	"pgcoord_channel":         {`pgcoord_channel(NULL) IS NULL`},
+	"pgcoord_outbox_lock_key": {`pgcoord_outbox_lock_key(NULL, 'k') IS NULL`, `pgcoord_outbox_lock_key('t', NULL) IS NULL`},
 	// No key is held, or known, under a NULL or invalid name.
 	"pgcoord_idempotency_held": {
 		`pgcoord_idempotency_held(NULL, 'req-1') IS NULL`, `pgcoord_idempotency_held('api', NULL) IS NULL`,

@@ -2,7 +2,7 @@ package pgcoord_test
 
 // sqlIdempotencyFuncs holds sqlFuncs' entries for the idempotency key functions.
 var sqlIdempotencyFuncs = []sqlFunc{
-	{name: "pgcoord_idempotency_begin", family: "idempotency", params: []param{
+	{name: "pgcoord_idempotency_claim", family: "idempotency", params: []param{
 		nameParam("p_scope", "idempotency scope", `'api'`),
 		nameParam("p_key", "idempotency key", `'req-2'`),
 		{name: "p_fingerprint", valid: `'\x01'::bytea`, what: "idempotency fingerprint",
@@ -12,9 +12,7 @@ var sqlIdempotencyFuncs = []sqlFunc{
 		{name: "p_retention", valid: `interval '1 day'`, what: "idempotency retention",
 			bad: bad(`interval '0'`, `interval '-1 day'`, `interval '36501 days'`),
 			ok:  []string{`interval '1 microsecond'`, `interval '36500 days'`, `interval '1 mon'`}},
-		{name: "p_wait", valid: `NULL`, nullOK: true, what: "idempotency wait",
-			bad: bad(`interval '0'`, `interval '-1 second'`, `interval '1 hour 1 microsecond'`),
-			ok:  []string{`interval '1 hour'`}},
+		leaseParam(),
 	}},
 	{name: "pgcoord_idempotency_checkpoint", family: "idempotency", params: []param{
 		nameParam("p_scope", "idempotency scope", `'api'`),
@@ -25,7 +23,13 @@ var sqlIdempotencyFuncs = []sqlFunc{
 			bad: bad(`decode(repeat('00', 1048577), 'hex')`),
 			ok:  []string{`decode(repeat('00', 1048576), 'hex')`, `''::bytea`}},
 	}},
-	{name: "pgcoord_idempotency_relock", family: "idempotency", params: []param{
+	{name: "pgcoord_idempotency_renew", family: "idempotency", params: []param{
+		nameParam("p_scope", "idempotency scope", `'api'`),
+		nameParam("p_key", "idempotency key", `'req-1'`),
+		nameParam("p_holder", "idempotency holder", `'attempt-1'`),
+		leaseParam(),
+	}},
+	{name: "pgcoord_idempotency_release", family: "idempotency", params: []param{
 		nameParam("p_scope", "idempotency scope", `'api'`),
 		nameParam("p_key", "idempotency key", `'req-1'`),
 		nameParam("p_holder", "idempotency holder", `'attempt-1'`),
@@ -48,4 +52,11 @@ var sqlIdempotencyFuncs = []sqlFunc{
 			bad: bad(`interval '-1 second'`, `interval '36501 days'`),
 			ok:  []string{`interval '0'`, `interval '36500 days'`}},
 	}},
+}
+
+// leaseParam is the p_lease of the idempotency lease functions: positive, at most an hour.
+func leaseParam() param {
+	return param{name: "p_lease", valid: `interval '1 minute'`, what: "idempotency lease",
+		bad: bad(`interval '0'`, `interval '-1 second'`, `interval '1 hour 1 microsecond'`),
+		ok:  []string{`interval '1 microsecond'`, `interval '1 hour'`}}
 }

@@ -130,7 +130,7 @@ var sqlFuncs = slices.Concat(
 // argsFixture commits the rows the valid arguments name: a held lease and its register,
 // a running job, a semaphore key with one permit of two and demand, a full one, an
 // idempotency key in flight
-// (its attempt's lock is gone), and two outbox keys, one of them claimed.
+// (its attempt's lease runs an hour), and two outbox keys, one of them claimed.
 func argsFixture(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	for _, q := range []string{
@@ -141,7 +141,7 @@ func argsFixture(t *testing.T, pool *pgxpool.Pool) {
 		`SELECT count(*) FROM pgcoord_semaphore_add_demand('tenant:a', 3)`,
 		`SELECT count(*) FROM pgcoord_semaphore_acquire('tenant:a', 'w1', 2, '1 hour')`,
 		`SELECT count(*) FROM pgcoord_semaphore_acquire('tenant:full', 'w1', 1, '1 hour')`,
-		`SELECT count(*) FROM pgcoord_idempotency_begin('api', 'req-1', '\x01', 'attempt-1', '1 day')`,
+		`SELECT count(*) FROM pgcoord_idempotency_claim('api', 'req-1', '\x01', 'attempt-1', '1 day', '1 hour')`,
 		`SELECT count(*) FROM pgcoord_outbox_enqueue('orders', 'o-1', '{"n": 1}')`,
 		`SELECT count(*) FROM pgcoord_outbox_claim('relay-0', 1, 1, 1048576, '1 hour')`, // o-1
 		`SELECT count(*) FROM pgcoord_outbox_enqueue('orders', 'o-2', '{"n": 2}')`,

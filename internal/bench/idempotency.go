@@ -86,8 +86,10 @@ func benchResponse(id int64) idempotency.Response {
 		Body: []byte(`{"order":` + strconv.FormatInt(id, 10) + `}`)}
 }
 
-// idemPools holds a one-connection pool per (bench schema, worker ID): idempotency.Begin
-// takes a pool, and a bench worker has one connection. The pools are reused across
+// idemPools holds a two-connection pool per (bench schema, worker ID): idempotency.Begin
+// takes a pool, and a bench worker has one connection; an Atomic attempt needs a pool of
+// at least two (it holds one while its handler may need another), though a worker's
+// sequential operations use one at a time. The pools are reused across
 // measurements; their connections close after a few idle seconds.
 var idemPools sync.Map
 
@@ -103,7 +105,7 @@ func idemPool(ctx context.Context, w Worker) (*pgxpool.Pool, error) {
 		return nil, err
 	}
 	cfg.ConnConfig = cc.Copy()
-	cfg.MaxConns = 1
+	cfg.MaxConns = 2
 	cfg.MaxConnIdleTime = 5 * time.Second
 	cfg.HealthCheckPeriod = time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

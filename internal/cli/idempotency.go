@@ -105,16 +105,15 @@ func (a *app) idempotencyListCommand() *cobra.Command {
 		Long: `List idempotency keys in (scope, key) order, judged by the database clock:
 
   STATE     completed (its response is stored), in_flight (a live attempt holds it) or
-            stuck (in flight, but its holder died; the next request recovers it)
+            stuck (in flight, but its holder's lease lapsed; the next request recovers it)
   ATTEMPTS  attempts that have held the key (more than 1: recovered from a dead holder)
   POINT     the last recovery point recorded ("-": none)
   STATUS    the stored response's status, and BODY its size in bytes
   EXPIRES   when the retention passes (then 'idempotency gc' removes it)
 
---in-flight lists only keys in flight, --stuck only stuck ones. An attempt's first phase
-is not committed until it completes or records a recovery point, so in-flight keys appear
-here only from their first recovery point on. At most --limit keys are shown (a note on
-stderr says when there are more).
+--in-flight lists only keys in flight, --stuck only stuck ones. An attempt's claim
+commits at once, so every running attempt is listed. At most --limit keys are shown (a
+note on stderr says when there are more).
 
 With --json: an array ([] when empty) of objects with the keys scope, key, state, held,
 stuck, holder, attempts, recovery_point, status, body_bytes, fingerprint (hex),

@@ -140,7 +140,7 @@ type IdempotencyListRow struct {
 	DbNow         time.Time
 }
 
-// held is whether a live attempt holds the key (its advisory lock is granted); an in-flight
+// held is whether a live attempt holds the key (its lease has not lapsed); an in-flight
 // key nobody holds is stuck: its holder died and no retry has recovered it yet.
 // scope_prefix (” for all scopes) as in ListLeases.
 func (q *Queries) IdempotencyList(ctx context.Context, db DBTX, arg IdempotencyListParams) ([]IdempotencyListRow, error) {
@@ -188,7 +188,8 @@ func (q *Queries) IdempotencyList(ctx context.Context, db DBTX, arg IdempotencyL
 
 const idempotencyLookup = `-- name: IdempotencyLookup :one
 
-SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point, k.recovery_data, k.status, k.headers, k.body, k.created_at, k.updated_at, k.completed_at, k.expires_at FROM pgcoord_idempotency_lookup($1::text, $2::text) k
+SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point, k.recovery_data, k.status, k.headers, k.body, k.created_at, k.updated_at, k.completed_at, k.expires_at, k.lease_expires_at, coalesce(k.state = 'in_flight' AND k.lease_expires_at > pgcoord_now(), false)::boolean AS live
+FROM pgcoord_idempotency_lookup($1::text, $2::text) k
 `
 
 type IdempotencyLookupParams struct {
@@ -196,12 +197,35 @@ type IdempotencyLookupParams struct {
 	Key   string
 }
 
-// Idempotency keys go through the SQL API functions of 00005_idempotency.sql. The calls an
-// attempt pipelines with BEGIN or COMMIT (one round trip for both) are sent by package
-// idempotency itself; these are the others.
-func (q *Queries) IdempotencyLookup(ctx context.Context, db DBTX, arg IdempotencyLookupParams) (PgcoordIdempotencyKey, error) {
+type IdempotencyLookupRow struct {
+	Scope          string
+	Key            string
+	Fingerprint    []byte
+	State          string
+	Holder         string
+	Attempts       int32
+	RecoveryPoint  *string
+	RecoveryData   []byte
+	Status         *int32
+	Headers        json.RawMessage
+	Body           []byte
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	CompletedAt    *time.Time
+	ExpiresAt      time.Time
+	LeaseExpiresAt *time.Time
+	Live           bool
+}
+
+// Idempotency keys go through the SQL API functions of 00005_idempotency.sql and
+// 00011_idempotency_liveness.sql. The claim, renewals, releases and the calls an attempt
+// pipelines with BEGIN or COMMIT are sent by package idempotency itself; these are the
+// others.
+// live: the key is in flight and its holder's lease has not lapsed (a repeat is in flight
+// without a claim).
+func (q *Queries) IdempotencyLookup(ctx context.Context, db DBTX, arg IdempotencyLookupParams) (IdempotencyLookupRow, error) {
 	row := db.QueryRow(ctx, idempotencyLookup, arg.Scope, arg.Key)
-	var i PgcoordIdempotencyKey
+	var i IdempotencyLookupRow
 	err := row.Scan(
 		&i.Scope,
 		&i.Key,
@@ -218,6 +242,8 @@ func (q *Queries) IdempotencyLookup(ctx context.Context, db DBTX, arg Idempotenc
 		&i.UpdatedAt,
 		&i.CompletedAt,
 		&i.ExpiresAt,
+		&i.LeaseExpiresAt,
+		&i.Live,
 	)
 	return i, err
 }

@@ -47,21 +47,22 @@ type PgcoordFenceFloor struct {
 
 // pgcoord: idempotency keys: request fingerprint, state, recovery point, stored response
 type PgcoordIdempotencyKey struct {
-	Scope         string
-	Key           string
-	Fingerprint   []byte
-	State         string
-	Holder        string
-	Attempts      int32
-	RecoveryPoint *string
-	RecoveryData  []byte
-	Status        *int32
-	Headers       json.RawMessage
-	Body          []byte
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	CompletedAt   *time.Time
-	ExpiresAt     time.Time
+	Scope          string
+	Key            string
+	Fingerprint    []byte
+	State          string
+	Holder         string
+	Attempts       int32
+	RecoveryPoint  *string
+	RecoveryData   []byte
+	Status         *int32
+	Headers        json.RawMessage
+	Body           []byte
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	CompletedAt    *time.Time
+	ExpiresAt      time.Time
+	LeaseExpiresAt *time.Time
 }
 
 // pgcoord: keys removed by GC, kept so that a late retry is refused

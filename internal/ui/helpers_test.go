@@ -266,11 +266,9 @@ func beginKey(t *testing.T, pool *pgxpool.Pool, scope, key, point string, dead b
 	if !dead {
 		return
 	}
-	// The attempt's backend is the one holding its key's advisory lock.
-	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend(l.pid, 5000) FROM pg_locks l
-		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-		  AND l.classid = ((pgcoord_idempotency_lock_key($1, $2) >> 32) & 4294967295)::oid
-		  AND l.objid = (pgcoord_idempotency_lock_key($1, $2) & 4294967295)::oid`, scope, key); err != nil {
+	// The attempt dies: its key is left as a dead process leaves it, its lease lapsed.
+	if _, err := pool.Exec(ctx, `UPDATE pgcoord_idempotency_keys SET holder = 'dead-process', lease_expires_at = pgcoord_now() - interval '1 second'
+		WHERE scope = $1 AND key = $2`, scope, key); err != nil {
 		t.Fatal(err)
 	}
 	k, err := idempotency.Get(ctx, pool, scope, key)

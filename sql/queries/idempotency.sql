@@ -1,9 +1,13 @@
--- Idempotency keys go through the SQL API functions of 00005_idempotency.sql. The calls an
--- attempt pipelines with BEGIN or COMMIT (one round trip for both) are sent by package
--- idempotency itself; these are the others.
+-- Idempotency keys go through the SQL API functions of 00005_idempotency.sql and
+-- 00011_idempotency_liveness.sql. The claim, renewals, releases and the calls an attempt
+-- pipelines with BEGIN or COMMIT are sent by package idempotency itself; these are the
+-- others.
 
 -- name: IdempotencyLookup :one
-SELECT k.* FROM pgcoord_idempotency_lookup(@scope::text, @key::text) k;
+-- live: the key is in flight and its holder's lease has not lapsed (a repeat is in flight
+-- without a claim).
+SELECT k.*, coalesce(k.state = 'in_flight' AND k.lease_expires_at > pgcoord_now(), false)::boolean AS live
+FROM pgcoord_idempotency_lookup(@scope::text, @key::text) k;
 
 -- name: IdempotencyGC :one
 SELECT pgcoord_idempotency_gc(@batch::int, @tombstone::interval)::bigint AS deleted;
@@ -21,7 +25,7 @@ FROM pgcoord_idempotency_keys k
 WHERE k.scope = @scope::text AND k.key = @key::text;
 
 -- name: IdempotencyList :many
--- held is whether a live attempt holds the key (its advisory lock is granted); an in-flight
+-- held is whether a live attempt holds the key (its lease has not lapsed); an in-flight
 -- key nobody holds is stuck: its holder died and no retry has recovered it yet.
 -- scope_prefix ('' for all scopes) as in ListLeases.
 SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point,
