@@ -1,0 +1,301 @@
+-- Rate limits: the generic cell rate algorithm (GCRA) per (policy, key), on the database
+-- clock, with policies as rows.
+--
+-- A policy admits `rate` units per `period`, with bursts of up to `burst` units. Its
+-- emission interval T is period / rate, rounded up to a whole microsecond (so a policy
+-- never admits more than it says), and its tolerance is burst × T. A key's state is one
+-- row holding its theoretical arrival time (tat): a call of cost c at instant now is
+-- admitted when max(tat, now) + c × T - now <= burst × T, and then moves tat there. So in
+-- any stretch of time W a key admits at most W / T + burst units, and a key whose tat is in
+-- the past is at rest: it carries no state, and pgcoord_gc deletes its row (kind ratelimit).
+--
+-- One call checks a list of (policy, key) pairs — per key, per tenant, global — and is
+-- all-or-nothing: the pairs' rows are locked in one order (policy, key), every enforcing
+-- policy is judged, and only if all admit is any row charged, in the same statement. A
+-- shadow policy is judged and charged like an enforcing one while it would admit, and
+-- counts the calls it would refuse (shadow_refused) without refusing them: it tells what a
+-- new limit would do before it is enforced. A policy changed at runtime applies from the
+-- next call; keys keep their tat.
+
+-- +goose Up
+-- pgcoord_ratelimit_period_ok tells whether p_period is a valid policy period: positive, at
+-- most 366 days, without months or years (which have no fixed length).
+CREATE FUNCTION pgcoord_ratelimit_period_ok(p_period interval) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT p_period IS NOT NULL AND p_period > interval '0' AND p_period <= interval '366 days'
+                 AND date_part('month', p_period) = 0 AND date_part('year', p_period) = 0 $$;
+
+CREATE TABLE pgcoord_ratelimit_policies (
+    name           text        PRIMARY KEY CHECK (pgcoord_name_ok(name)),
+    rate           bigint      NOT NULL CHECK (rate BETWEEN 1 AND 1000000000),
+    period         interval    NOT NULL CHECK (pgcoord_ratelimit_period_ok(period)),
+    burst          bigint      NOT NULL CHECK (burst BETWEEN 1 AND 1000000000),
+    shadow         boolean     NOT NULL DEFAULT false,
+    -- interval_us is T, the emission interval in microseconds: ceil(period / rate).
+    interval_us    bigint      NOT NULL CHECK (interval_us >= 1),
+    -- shadow_refused counts the calls this policy would have refused while in shadow mode.
+    shadow_refused bigint      NOT NULL DEFAULT 0,
+    created_at     timestamptz NOT NULL DEFAULT pgcoord_now(),
+    updated_at     timestamptz NOT NULL DEFAULT pgcoord_now()
+);
+
+COMMENT ON TABLE pgcoord_ratelimit_policies IS 'pgcoord: rate limit policies (GCRA: rate per period, burst)';
+
+-- A key's row exists only while its tat is ahead of the clock (and until gc runs). No index
+-- on tat: a charge changes only tat, so it is a HOT update that touches no index; gc finds
+-- rows at rest by a scan that stops at its batch.
+CREATE TABLE pgcoord_ratelimit_state (
+    policy text        NOT NULL,
+    key    text        NOT NULL,
+    tat    timestamptz NOT NULL,
+    PRIMARY KEY (policy, key)
+) WITH (fillfactor = 70);
+
+COMMENT ON TABLE pgcoord_ratelimit_state IS 'pgcoord: rate limit keys ahead of the clock (theoretical arrival time)';
+
+-- pgcoord_ratelimit_set creates or changes a policy; the change applies from the next call.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_ratelimit_set(p_name text, p_rate bigint, p_period interval, p_burst bigint,
+                                      p_shadow boolean DEFAULT false)
+RETURNS SETOF pgcoord_ratelimit_policies LANGUAGE plpgsql AS $$
+DECLARE
+    v_us numeric;
+BEGIN
+    IF NOT pgcoord_name_ok(p_name) THEN
+        PERFORM pgcoord_refuse_name('rate limit policy name', p_name);
+    END IF;
+    IF p_rate IS NULL OR p_rate NOT BETWEEN 1 AND 1000000000 THEN
+        PERFORM pgcoord_refuse('rate', 'between 1 and 1000000000', p_rate::text);
+    END IF;
+    IF NOT coalesce(pgcoord_ratelimit_period_ok(p_period), false) THEN
+        PERFORM pgcoord_refuse('period', 'positive, at most 366 days, without months or years', p_period::text);
+    END IF;
+    IF p_burst IS NULL OR p_burst NOT BETWEEN 1 AND 1000000000 THEN
+        PERFORM pgcoord_refuse('burst', 'between 1 and 1000000000', p_burst::text);
+    END IF;
+    IF p_shadow IS NULL THEN
+        PERFORM pgcoord_refuse('shadow', 'true or false', NULL);
+    END IF;
+    v_us := ceil(extract(epoch FROM p_period) * 1000000 / p_rate);
+    IF v_us * p_burst > 366 * 86400 * 1000000::numeric THEN
+        PERFORM pgcoord_refuse('burst × period / rate', 'at most 366 days', (v_us * p_burst / 1000000) || ' s');
+    END IF;
+    RETURN QUERY
+    INSERT INTO pgcoord_ratelimit_policies AS p (name, rate, period, burst, shadow, interval_us)
+    VALUES (p_name, p_rate, p_period, p_burst, p_shadow, v_us)
+    ON CONFLICT (name) DO UPDATE
+       SET rate = excluded.rate, period = excluded.period, burst = excluded.burst,
+           shadow = excluded.shadow, interval_us = excluded.interval_us,
+           shadow_refused = CASE WHEN p.shadow AND excluded.shadow THEN p.shadow_refused ELSE 0 END,
+           updated_at = pgcoord_now()
+    RETURNING p.*;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_ratelimit_delete deletes a policy and its keys' state; false when there was none.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_ratelimit_delete(p_name text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pgcoord_name_ok(p_name) THEN
+        PERFORM pgcoord_refuse_name('rate limit policy name', p_name);
+    END IF;
+    DELETE FROM pgcoord_ratelimit_state s WHERE s.policy = p_name;
+    DELETE FROM pgcoord_ratelimit_policies p WHERE p.name = p_name;
+    RETURN FOUND;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_ratelimit_reset forgets a key's state (it is at rest again: a full burst);
+-- false when it had none.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_ratelimit_reset(p_policy text, p_key text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pgcoord_name_ok(p_policy) THEN
+        PERFORM pgcoord_refuse_name('rate limit policy name', p_policy);
+    END IF;
+    IF NOT pgcoord_name_ok(p_key) THEN
+        PERFORM pgcoord_refuse_name('rate limit key', p_key);
+    END IF;
+    DELETE FROM pgcoord_ratelimit_state s WHERE s.policy = p_policy AND s.key = p_key;
+    RETURN FOUND;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_ratelimit_take charges p_cost units to every (p_policies[i], p_keys[i]) pair, all
+-- or nothing, and returns one row:
+--   granted      the units charged: p_cost, or 0 when refused; with p_at_most, the most
+--                units from 1 to p_cost that every enforcing policy admits (0 if none)
+--   policy       the binding policy: the refusing one with the latest retry (when refused),
+--                else the one with the fewest units remaining
+--   retry_after  when refused, how long until the same call would be admitted; else 0
+--   remaining    the units the binding policy's key admits right after this call
+--   reset_after  how long until the binding policy's key is at rest (a full burst again)
+-- Up to 16 pairs, distinct; a policy that does not exist raises P0002. A cost above a
+-- policy's burst could never be admitted: it raises 22023 (with p_at_most, it is capped).
+-- The rows are locked in (policy, key) order, so concurrent calls over overlapping pairs
+-- queue instead of deadlocking. Judged by pgcoord_clock() read after the locks are held.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_ratelimit_take(p_policies text[], p_keys text[], p_cost bigint,
+                                       p_at_most boolean DEFAULT false)
+RETURNS TABLE (granted bigint, policy text, retry_after interval, remaining bigint, reset_after interval)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer := cardinality(p_policies);
+    v_pairs record;
+    v_pol pgcoord_ratelimit_policies;
+    v_names text[] := '{}';
+    v_keys text[] := '{}';
+    v_us bigint[] := '{}';
+    v_tau bigint[] := '{}';
+    v_shadow boolean[] := '{}';
+    v_tat timestamptz[] := '{}';
+    v_t timestamptz;
+    v_need bigint := CASE WHEN p_at_most THEN 1 ELSE p_cost END;
+    v_now timestamptz;
+    v_base timestamptz;
+    v_grant bigint;
+    v_fit bigint;
+    v_wait bigint;
+    v_worst_wait bigint := -1;
+    v_worst integer;
+    v_least bigint;
+    v_left bigint;
+    v_bind integer;
+    v_i integer;
+BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM pgcoord_refuse_on_standby();
+    END IF;
+    IF v_n IS NULL OR v_n NOT BETWEEN 1 AND 16 OR array_ndims(p_policies) <> 1 THEN
+        PERFORM pgcoord_refuse('p_policies', '1 to 16 policy names', coalesce(v_n::text || ' names', NULL));
+    END IF;
+    IF p_keys IS NULL OR cardinality(p_keys) <> v_n OR array_ndims(p_keys) <> 1 THEN
+        PERFORM pgcoord_refuse('p_keys', 'one key per policy (' || v_n || ')',
+                               coalesce(cardinality(p_keys)::text || ' keys', NULL));
+    END IF;
+    IF p_cost IS NULL OR p_cost NOT BETWEEN 1 AND 1000000000 THEN
+        PERFORM pgcoord_refuse('cost', 'between 1 and 1000000000', p_cost::text);
+    END IF;
+    IF p_at_most IS NULL THEN
+        PERFORM pgcoord_refuse('p_at_most', 'true or false', NULL);
+    END IF;
+    -- Lock (or create) each pair's row in (policy, key) order.
+    FOR v_pairs IN
+        SELECT u.p, u.k, count(*) OVER (PARTITION BY u.p, u.k) AS dup
+          FROM unnest(p_policies, p_keys) AS u(p, k) ORDER BY u.p, u.k
+    LOOP
+        IF NOT pgcoord_name_ok(v_pairs.p) THEN
+            PERFORM pgcoord_refuse_name('rate limit policy name', v_pairs.p);
+        END IF;
+        IF NOT pgcoord_name_ok(v_pairs.k) THEN
+            PERFORM pgcoord_refuse_name('rate limit key', v_pairs.k);
+        END IF;
+        IF v_pairs.dup > 1 THEN
+            PERFORM pgcoord_refuse('each (policy, key) pair', 'given once', v_pairs.p || ', ' || v_pairs.k);
+        END IF;
+        SELECT * INTO v_pol FROM pgcoord_ratelimit_policies p WHERE p.name = v_pairs.p;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'pgcoord: no rate limit policy %', quote_literal(v_pairs.p) USING ERRCODE = 'P0002';
+        END IF;
+        IF p_cost > v_pol.burst AND NOT p_at_most THEN
+            PERFORM pgcoord_refuse('cost', 'at most the burst of policy ' || quote_literal(v_pol.name)
+                                   || ' (' || v_pol.burst || ')', p_cost::text);
+        END IF;
+        v_names := v_names || v_pol.name;
+        v_keys := v_keys || v_pairs.k;
+        v_us := v_us || v_pol.interval_us;
+        v_tau := v_tau || (v_pol.interval_us * v_pol.burst);
+        v_shadow := v_shadow || v_pol.shadow;
+        SELECT s.tat INTO v_t FROM pgcoord_ratelimit_state s
+         WHERE s.policy = v_pairs.p AND s.key = v_pairs.k FOR UPDATE;
+        IF NOT FOUND THEN
+            -- A key at rest: create its row; a concurrent creator makes this wait for it, and
+            -- then lock its row.
+            INSERT INTO pgcoord_ratelimit_state AS s (policy, key, tat)
+            VALUES (v_pairs.p, v_pairs.k, pgcoord_clock())
+            ON CONFLICT ON CONSTRAINT pgcoord_ratelimit_state_pkey DO UPDATE SET tat = s.tat
+            RETURNING s.tat INTO v_t;
+        END IF;
+        v_tat := v_tat || v_t;
+    END LOOP;
+
+    v_now := pgcoord_clock();
+    -- Judge: every enforcing policy must admit v_grant units.
+    v_grant := p_cost;
+    FOR v_i IN 1 .. v_n LOOP
+        v_base := greatest(v_tat[v_i], v_now);
+        -- units that fit: floor((now + tau - base) / T)
+        v_fit := floor((extract(epoch FROM (v_now - v_base)) * 1000000 + v_tau[v_i]) / v_us[v_i]);
+        IF v_fit < p_cost AND NOT v_shadow[v_i] THEN
+            IF p_at_most AND v_fit >= 1 THEN
+                v_grant := least(v_grant, v_fit);
+            ELSE
+                -- refused: admitted once base + need × T - tau <= now
+                v_wait := ceil(extract(epoch FROM (v_base - v_now)) * 1000000)
+                          + v_need * v_us[v_i] - v_tau[v_i];
+                IF v_wait > v_worst_wait THEN
+                    v_worst_wait := v_wait;
+                    v_worst := v_i;
+                END IF;
+            END IF;
+        END IF;
+    END LOOP;
+    IF v_worst IS NOT NULL THEN
+        v_base := greatest(v_tat[v_worst], v_now);
+        granted := 0;
+        policy := v_names[v_worst];
+        retry_after := make_interval(secs => greatest(v_worst_wait, 1) / 1000000.0);
+        remaining := 0;
+        reset_after := v_base - v_now;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    -- Charge: every enforcing policy, and every shadow one that would admit.
+    v_least := NULL;
+    FOR v_i IN 1 .. v_n LOOP
+        v_base := greatest(v_tat[v_i], v_now);
+        v_fit := floor((extract(epoch FROM (v_now - v_base)) * 1000000 + v_tau[v_i]) / v_us[v_i]);
+        IF v_shadow[v_i] AND v_fit < v_grant THEN
+            UPDATE pgcoord_ratelimit_policies p SET shadow_refused = p.shadow_refused + 1
+             WHERE p.name = v_names[v_i];
+            v_left := v_fit;
+        ELSE
+            v_tat[v_i] := v_base + make_interval(secs => v_grant * v_us[v_i] / 1000000.0);
+            UPDATE pgcoord_ratelimit_state s SET tat = v_tat[v_i]
+             WHERE s.policy = v_names[v_i] AND s.key = v_keys[v_i];
+            v_left := v_fit - v_grant;
+        END IF;
+        IF v_least IS NULL OR v_left < v_least THEN
+            v_least := v_left;
+            v_bind := v_i;
+        END IF;
+    END LOOP;
+    granted := v_grant;
+    policy := v_names[v_bind];
+    retry_after := interval '0';
+    remaining := v_least;
+    reset_after := greatest(v_tat[v_bind], v_now) - v_now;
+    RETURN NEXT;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_ratelimit_allow is pgcoord_ratelimit_take for one pair: whether p_cost units of
+-- p_key under p_policy are admitted (and charged).
+CREATE FUNCTION pgcoord_ratelimit_allow(p_policy text, p_key text, p_cost bigint DEFAULT 1) RETURNS boolean
+    LANGUAGE sql
+    AS $$ SELECT t.granted > 0 FROM pgcoord_ratelimit_take(ARRAY[p_policy], ARRAY[p_key], p_cost) t $$;
+
+-- +goose Down
+DROP FUNCTION pgcoord_ratelimit_allow(text, text, bigint);
+DROP FUNCTION pgcoord_ratelimit_take(text[], text[], bigint, boolean);
+DROP FUNCTION pgcoord_ratelimit_reset(text, text);
+DROP FUNCTION pgcoord_ratelimit_delete(text);
+DROP FUNCTION pgcoord_ratelimit_set(text, bigint, interval, bigint, boolean);
+DROP TABLE pgcoord_ratelimit_state;
+DROP TABLE pgcoord_ratelimit_policies;
+DROP FUNCTION pgcoord_ratelimit_period_ok(interval);
