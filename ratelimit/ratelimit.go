@@ -88,17 +88,27 @@ func take(ctx context.Context, db pgcoord.DBTX, cost int64, atMost bool, limits 
 		return Decision{}, err
 	}
 	if opts != nil && opts.Tracer != nil {
-		var span tracing.Span
-		ctx, span = tracing.Start(ctx, opts.Tracer, tracing.RateTake,
-			tracing.Str(tracing.AttrRatePolicy, policies[0]), tracing.Str(tracing.AttrRateKey, keys[0]),
-			tracing.Int(tracing.AttrRateCost, cost))
-		defer func() { span.End(err) }()
+		var end func(error)
+		ctx, end = startSpan(ctx, opts.Tracer, policies[0], keys[0], cost)
+		defer func() { end(err) }()
 	}
-	row, err := queries.RatelimitTake(ctx, db, dbsqlc.RatelimitTakeParams{
-		Policies: policies, Keys: keys, Cost: cost, AtMost: atMost,
-	})
+	d, _, _, err := call(ctx, db, dbsqlc.RatelimitTakeParams{Policies: policies, Keys: keys, Cost: cost, AtMost: atMost})
+	return d, err
+}
+
+// startSpan starts the span of a call (named by its first limit) and returns its end.
+func startSpan(ctx context.Context, t pgcoord.Tracer, policy, key string, cost int64) (context.Context, func(error)) {
+	ctx, span := tracing.Start(ctx, t, tracing.RateTake, tracing.Str(tracing.AttrRatePolicy, policy),
+		tracing.Str(tracing.AttrRateKey, key), tracing.Int(tracing.AttrRateCost, cost))
+	return ctx, span.End
+}
+
+// call runs pgcoord_ratelimit_take and returns its decision, the delay of its slot and
+// the pairs' new arrival times (nil when refused).
+func call(ctx context.Context, db pgcoord.DBTX, p dbsqlc.RatelimitTakeParams) (Decision, time.Duration, []time.Time, error) {
+	row, err := queries.RatelimitTake(ctx, db, p)
 	if err != nil {
-		return Decision{}, translate(err)
+		return Decision{}, 0, nil, translate(err)
 	}
 	return Decision{
 		Allowed:    row.Granted > 0,
@@ -107,7 +117,7 @@ func take(ctx context.Context, db pgcoord.DBTX, cost int64, atMost bool, limits 
 		RetryAfter: dbarg.Duration(row.RetryAfter),
 		Remaining:  row.Remaining,
 		ResetAfter: dbarg.Duration(row.ResetAfter),
-	}, nil
+	}, dbarg.Duration(row.Delay), row.Tats, nil
 }
 
 func validateLimits(cost int64, limits []Limit) (policies, keys []string, err error) {

@@ -12,6 +12,29 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const ratelimitCancel = `-- name: RatelimitCancel :one
+SELECT pgcoord_ratelimit_cancel($1::text[], $2::text[], $3::timestamptz[], $4::bigint)::int AS given_back
+`
+
+type RatelimitCancelParams struct {
+	Policies []string
+	Keys     []string
+	Tats     []time.Time
+	Cost     int64
+}
+
+func (q *Queries) RatelimitCancel(ctx context.Context, db DBTX, arg RatelimitCancelParams) (int32, error) {
+	row := db.QueryRow(ctx, ratelimitCancel,
+		arg.Policies,
+		arg.Keys,
+		arg.Tats,
+		arg.Cost,
+	)
+	var given_back int32
+	err := row.Scan(&given_back)
+	return given_back, err
+}
+
 const ratelimitDelete = `-- name: RatelimitDelete :one
 SELECT pgcoord_ratelimit_delete($1::text)::boolean AS deleted
 `
@@ -171,8 +194,10 @@ func (q *Queries) RatelimitSet(ctx context.Context, db DBTX, arg RatelimitSetPar
 const ratelimitTake = `-- name: RatelimitTake :one
 
 SELECT t.granted::bigint AS granted, t.policy::text AS policy, t.retry_after::interval AS retry_after,
-       t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after
-FROM pgcoord_ratelimit_take($1::text[], $2::text[], $3::bigint, $4::boolean) t
+       t.delay::interval AS delay, t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after,
+       t.tats::timestamptz[] AS tats
+FROM pgcoord_ratelimit_take($1::text[], $2::text[], $3::bigint, $4::boolean,
+                            $5::interval) t
 `
 
 type RatelimitTakeParams struct {
@@ -180,14 +205,17 @@ type RatelimitTakeParams struct {
 	Keys     []string
 	Cost     int64
 	AtMost   bool
+	MaxWait  pgtype.Interval
 }
 
 type RatelimitTakeRow struct {
 	Granted    int64
 	Policy     string
 	RetryAfter pgtype.Interval
+	Delay      pgtype.Interval
 	Remaining  int64
 	ResetAfter pgtype.Interval
+	Tats       []time.Time
 }
 
 // Rate limit operations go through the SQL API functions of 00013_ratelimits.sql.
@@ -197,14 +225,17 @@ func (q *Queries) RatelimitTake(ctx context.Context, db DBTX, arg RatelimitTakeP
 		arg.Keys,
 		arg.Cost,
 		arg.AtMost,
+		arg.MaxWait,
 	)
 	var i RatelimitTakeRow
 	err := row.Scan(
 		&i.Granted,
 		&i.Policy,
 		&i.RetryAfter,
+		&i.Delay,
 		&i.Remaining,
 		&i.ResetAfter,
+		&i.Tats,
 	)
 	return i, err
 }

@@ -129,42 +129,55 @@ $$;
 --   granted      the units charged: p_cost, or 0 when refused; with p_at_most, the most
 --                units from 1 to p_cost that every enforcing policy admits (0 if none)
 --   policy       the binding policy: the refusing one with the latest retry (when refused),
---                else the one with the fewest units remaining
+--                the one with the latest slot (a reservation), else the one with the
+--                fewest units remaining
 --   retry_after  when refused, how long until the same call would be admitted; else 0
+--   delay        with p_max_wait, how long until the reserved slot (act then); else 0
 --   remaining    the units the binding policy's key admits right after this call
 --   reset_after  how long until the binding policy's key is at rest (a full burst again)
+--   tats         when charged, each pair's new theoretical arrival time, in the order of
+--                p_policies (what pgcoord_ratelimit_cancel takes), the epoch for a shadow
+--                pair left uncharged; NULL when refused
+-- With p_max_wait (0 to 24 hours), the call reserves: every enforcing policy charges it
+-- at its next free slot, and it is admitted if no slot is further than p_max_wait away
+-- (calls on a key get slots in the order they lock its row: first come, first served).
 -- Up to 16 pairs, distinct; a policy that does not exist raises P0002. A cost above a
 -- policy's burst could never be admitted: it raises 22023 (with p_at_most, it is capped).
 -- The rows are locked in (policy, key) order, so concurrent calls over overlapping pairs
 -- queue instead of deadlocking. Judged by pgcoord_clock() read after the locks are held.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_ratelimit_take(p_policies text[], p_keys text[], p_cost bigint,
-                                       p_at_most boolean DEFAULT false)
-RETURNS TABLE (granted bigint, policy text, retry_after interval, remaining bigint, reset_after interval)
+                                       p_at_most boolean DEFAULT false, p_max_wait interval DEFAULT NULL)
+RETURNS TABLE (granted bigint, policy text, retry_after interval, delay interval, remaining bigint,
+               reset_after interval, tats timestamptz[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer := cardinality(p_policies);
-    v_pairs record;
+    v_pair record;
     v_pol pgcoord_ratelimit_policies;
+    v_pos integer[] := '{}';       -- each sorted pair's index in p_policies
     v_names text[] := '{}';
     v_keys text[] := '{}';
-    v_us bigint[] := '{}';
-    v_tau bigint[] := '{}';
+    v_us bigint[] := '{}';         -- T, µs
+    v_tau bigint[] := '{}';        -- burst × T, µs
     v_shadow boolean[] := '{}';
     v_tat timestamptz[] := '{}';
     v_t timestamptz;
     v_need bigint := CASE WHEN p_at_most THEN 1 ELSE p_cost END;
+    v_max_wait bigint := coalesce(extract(epoch FROM p_max_wait) * 1000000, 0);
     v_now timestamptz;
     v_base timestamptz;
-    v_grant bigint;
+    v_grant bigint := p_cost;
     v_fit bigint;
-    v_wait bigint;
-    v_worst_wait bigint := -1;
-    v_worst integer;
+    v_wait bigint;             -- µs until a slot for v_need units (<= 0: now)
+    v_refuse bigint := -1;     -- the latest retry of a refusing policy, µs
+    v_refuser integer;
+    v_delay bigint := 0;       -- the latest slot of the call, µs
+    v_late integer;
     v_least bigint;
     v_left bigint;
     v_bind integer;
-    v_i integer;
+    v_out timestamptz[];
 BEGIN
     IF pg_is_in_recovery() THEN
         PERFORM pgcoord_refuse_on_standby();
@@ -182,92 +195,100 @@ BEGIN
     IF p_at_most IS NULL THEN
         PERFORM pgcoord_refuse('p_at_most', 'true or false', NULL);
     END IF;
-    -- Lock (or create) each pair's row in (policy, key) order.
-    FOR v_pairs IN
-        SELECT u.p, u.k, count(*) OVER (PARTITION BY u.p, u.k) AS dup
-          FROM unnest(p_policies, p_keys) AS u(p, k) ORDER BY u.p, u.k
+    IF p_max_wait IS NOT NULL AND (p_at_most OR p_max_wait < interval '0' OR p_max_wait > interval '24 hours'
+                                   OR date_part('month', p_max_wait) <> 0 OR date_part('year', p_max_wait) <> 0) THEN
+        PERFORM pgcoord_refuse('max wait', '0 to 24 hours, and not with p_at_most', p_max_wait::text);
+    END IF;
+
+    -- Lock (or create) each pair's row, in (policy, key) order.
+    FOR v_pair IN
+        SELECT u.p, u.k, u.i, count(*) OVER (PARTITION BY u.p, u.k) AS dup
+          FROM unnest(p_policies, p_keys) WITH ORDINALITY AS u(p, k, i) ORDER BY u.p, u.k
     LOOP
-        IF NOT pgcoord_name_ok(v_pairs.p) THEN
-            PERFORM pgcoord_refuse_name('rate limit policy name', v_pairs.p);
+        IF NOT pgcoord_name_ok(v_pair.p) THEN
+            PERFORM pgcoord_refuse_name('rate limit policy name', v_pair.p);
         END IF;
-        IF NOT pgcoord_name_ok(v_pairs.k) THEN
-            PERFORM pgcoord_refuse_name('rate limit key', v_pairs.k);
+        IF NOT pgcoord_name_ok(v_pair.k) THEN
+            PERFORM pgcoord_refuse_name('rate limit key', v_pair.k);
         END IF;
-        IF v_pairs.dup > 1 THEN
-            PERFORM pgcoord_refuse('each (policy, key) pair', 'given once', v_pairs.p || ', ' || v_pairs.k);
+        IF v_pair.dup > 1 THEN
+            PERFORM pgcoord_refuse('each (policy, key) pair', 'given once', v_pair.p || ', ' || v_pair.k);
         END IF;
-        SELECT * INTO v_pol FROM pgcoord_ratelimit_policies p WHERE p.name = v_pairs.p;
+        SELECT * INTO v_pol FROM pgcoord_ratelimit_policies p WHERE p.name = v_pair.p;
         IF NOT FOUND THEN
-            RAISE EXCEPTION 'pgcoord: no rate limit policy %', quote_literal(v_pairs.p) USING ERRCODE = 'P0002';
+            RAISE EXCEPTION 'pgcoord: no rate limit policy %', quote_literal(v_pair.p) USING ERRCODE = 'P0002';
         END IF;
         IF p_cost > v_pol.burst AND NOT p_at_most THEN
             PERFORM pgcoord_refuse('cost', 'at most the burst of policy ' || quote_literal(v_pol.name)
                                    || ' (' || v_pol.burst || ')', p_cost::text);
         END IF;
-        v_names := v_names || v_pol.name;
-        v_keys := v_keys || v_pairs.k;
-        v_us := v_us || v_pol.interval_us;
-        v_tau := v_tau || (v_pol.interval_us * v_pol.burst);
-        v_shadow := v_shadow || v_pol.shadow;
         SELECT s.tat INTO v_t FROM pgcoord_ratelimit_state s
-         WHERE s.policy = v_pairs.p AND s.key = v_pairs.k FOR UPDATE;
+         WHERE s.policy = v_pair.p AND s.key = v_pair.k FOR UPDATE;
         IF NOT FOUND THEN
-            -- A key at rest: create its row; a concurrent creator makes this wait for it, and
-            -- then lock its row.
+            -- A key at rest: create its row; a concurrent creator makes this wait for it,
+            -- and then lock its row.
             INSERT INTO pgcoord_ratelimit_state AS s (policy, key, tat)
-            VALUES (v_pairs.p, v_pairs.k, pgcoord_clock())
+            VALUES (v_pair.p, v_pair.k, pgcoord_clock())
             ON CONFLICT ON CONSTRAINT pgcoord_ratelimit_state_pkey DO UPDATE SET tat = s.tat
             RETURNING s.tat INTO v_t;
         END IF;
+        v_pos := v_pos || v_pair.i::integer;
+        v_names := v_names || v_pol.name;
+        v_keys := v_keys || v_pair.k;
+        v_us := v_us || v_pol.interval_us;
+        v_tau := v_tau || (v_pol.interval_us * v_pol.burst);
+        v_shadow := v_shadow || v_pol.shadow;
         v_tat := v_tat || v_t;
     END LOOP;
 
+    -- Judge every enforcing policy.
     v_now := pgcoord_clock();
-    -- Judge: every enforcing policy must admit v_grant units.
-    v_grant := p_cost;
     FOR v_i IN 1 .. v_n LOOP
+        CONTINUE WHEN v_shadow[v_i];
         v_base := greatest(v_tat[v_i], v_now);
-        -- units that fit: floor((now + tau - base) / T)
-        v_fit := floor((extract(epoch FROM (v_now - v_base)) * 1000000 + v_tau[v_i]) / v_us[v_i]);
-        IF v_fit < p_cost AND NOT v_shadow[v_i] THEN
-            IF p_at_most AND v_fit >= 1 THEN
-                v_grant := least(v_grant, v_fit);
-            ELSE
-                -- refused: admitted once base + need × T - tau <= now
-                v_wait := ceil(extract(epoch FROM (v_base - v_now)) * 1000000)
-                          + v_need * v_us[v_i] - v_tau[v_i];
-                IF v_wait > v_worst_wait THEN
-                    v_worst_wait := v_wait;
-                    v_worst := v_i;
-                END IF;
+        -- admitted once base + need × T - tau <= now: v_wait µs from now
+        v_wait := ceil(extract(epoch FROM (v_base - v_now)) * 1000000) + v_need * v_us[v_i] - v_tau[v_i];
+        IF p_at_most THEN
+            -- the units that fit now: floor((now + tau - base) / T)
+            v_fit := floor((extract(epoch FROM (v_now - v_base)) * 1000000 + v_tau[v_i]) / v_us[v_i]);
+            v_grant := least(v_grant, greatest(v_fit, 0));
+        END IF;
+        IF v_wait > v_max_wait THEN
+            IF v_wait - v_max_wait > v_refuse THEN
+                v_refuse := v_wait - v_max_wait;
+                v_refuser := v_i;
             END IF;
+        ELSIF v_wait > v_delay THEN
+            v_delay := v_wait;
+            v_late := v_i;
         END IF;
     END LOOP;
-    IF v_worst IS NOT NULL THEN
-        v_base := greatest(v_tat[v_worst], v_now);
+    IF v_refuser IS NOT NULL THEN
         granted := 0;
-        policy := v_names[v_worst];
-        retry_after := make_interval(secs => greatest(v_worst_wait, 1) / 1000000.0);
+        policy := v_names[v_refuser];
+        retry_after := make_interval(secs => greatest(v_refuse, 1) / 1000000.0);
+        delay := interval '0';
         remaining := 0;
-        reset_after := v_base - v_now;
+        reset_after := greatest(v_tat[v_refuser], v_now) - v_now;
         RETURN NEXT;
         RETURN;
     END IF;
 
-    -- Charge: every enforcing policy, and every shadow one that would admit.
-    v_least := NULL;
+    -- Charge every enforcing policy, and every shadow one that would admit.
+    v_out := array_fill('epoch'::timestamptz, ARRAY[v_n]);
     FOR v_i IN 1 .. v_n LOOP
         v_base := greatest(v_tat[v_i], v_now);
         v_fit := floor((extract(epoch FROM (v_now - v_base)) * 1000000 + v_tau[v_i]) / v_us[v_i]);
         IF v_shadow[v_i] AND v_fit < v_grant THEN
             UPDATE pgcoord_ratelimit_policies p SET shadow_refused = p.shadow_refused + 1
              WHERE p.name = v_names[v_i];
-            v_left := v_fit;
+            v_left := greatest(v_fit, 0);
         ELSE
             v_tat[v_i] := v_base + make_interval(secs => v_grant * v_us[v_i] / 1000000.0);
             UPDATE pgcoord_ratelimit_state s SET tat = v_tat[v_i]
              WHERE s.policy = v_names[v_i] AND s.key = v_keys[v_i];
-            v_left := v_fit - v_grant;
+            v_left := greatest(v_fit - v_grant, 0);
+            v_out[v_pos[v_i]] := v_tat[v_i];
         END IF;
         IF v_least IS NULL OR v_left < v_least THEN
             v_least := v_left;
@@ -275,11 +296,43 @@ BEGIN
         END IF;
     END LOOP;
     granted := v_grant;
-    policy := v_names[v_bind];
+    policy := v_names[coalesce(v_late, v_bind)];
     retry_after := interval '0';
+    delay := make_interval(secs => v_delay / 1000000.0);
     remaining := v_least;
     reset_after := greatest(v_tat[v_bind], v_now) - v_now;
+    tats := v_out;
     RETURN NEXT;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_ratelimit_cancel gives back the units of a reservation not yet due: for each
+-- pair whose tat is still p_tats[i] (no later call charged the key since), tat moves back
+-- by p_cost × T, but never before now. Pairs charged since keep their tat: the slot is
+-- lost. Returns how many pairs gave their units back.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_ratelimit_cancel(p_policies text[], p_keys text[], p_tats timestamptz[], p_cost bigint)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    IF coalesce(cardinality(p_policies) NOT BETWEEN 1 AND 16 OR cardinality(p_keys) <> cardinality(p_policies)
+                OR cardinality(p_tats) <> cardinality(p_policies), true) THEN
+        PERFORM pgcoord_refuse('p_policies, p_keys and p_tats', 'arrays of 1 to 16 elements, of one length',
+                               cardinality(p_policies) || ', ' || cardinality(p_keys) || ', ' || cardinality(p_tats));
+    END IF;
+    IF p_cost IS NULL OR p_cost NOT BETWEEN 1 AND 1000000000 THEN
+        PERFORM pgcoord_refuse('cost', 'between 1 and 1000000000', p_cost::text);
+    END IF;
+    WITH back AS (
+        UPDATE pgcoord_ratelimit_state s
+           SET tat = greatest(s.tat - make_interval(secs => p_cost * p.interval_us / 1000000.0), pgcoord_clock())
+          FROM unnest(p_policies, p_keys, p_tats) AS u(p, k, t), pgcoord_ratelimit_policies p
+         WHERE s.policy = u.p AND s.key = u.k AND s.tat = u.t AND p.name = u.p AND u.t > pgcoord_clock()
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM back;
+    RETURN v_n;
 END
 $$;
 -- +goose StatementEnd
@@ -292,7 +345,8 @@ CREATE FUNCTION pgcoord_ratelimit_allow(p_policy text, p_key text, p_cost bigint
 
 -- +goose Down
 DROP FUNCTION pgcoord_ratelimit_allow(text, text, bigint);
-DROP FUNCTION pgcoord_ratelimit_take(text[], text[], bigint, boolean);
+DROP FUNCTION pgcoord_ratelimit_cancel(text[], text[], timestamptz[], bigint);
+DROP FUNCTION pgcoord_ratelimit_take(text[], text[], bigint, boolean, interval);
 DROP FUNCTION pgcoord_ratelimit_reset(text, text);
 DROP FUNCTION pgcoord_ratelimit_delete(text);
 DROP FUNCTION pgcoord_ratelimit_set(text, bigint, interval, bigint, boolean);

@@ -2,8 +2,13 @@
 
 -- name: RatelimitTake :one
 SELECT t.granted::bigint AS granted, t.policy::text AS policy, t.retry_after::interval AS retry_after,
-       t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after
-FROM pgcoord_ratelimit_take(@policies::text[], @keys::text[], @cost::bigint, @at_most::boolean) t;
+       t.delay::interval AS delay, t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after,
+       t.tats::timestamptz[] AS tats
+FROM pgcoord_ratelimit_take(@policies::text[], @keys::text[], @cost::bigint, @at_most::boolean,
+                            sqlc.narg('max_wait')::interval) t;
+
+-- name: RatelimitCancel :one
+SELECT pgcoord_ratelimit_cancel(@policies::text[], @keys::text[], @tats::timestamptz[], @cost::bigint)::int AS given_back;
 
 -- name: RatelimitSet :one
 SELECT p.* FROM pgcoord_ratelimit_set(@name::text, @rate::bigint, @period::interval, @burst::bigint,
