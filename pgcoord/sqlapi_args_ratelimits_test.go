@@ -39,6 +39,16 @@ var sqlRatelimitFuncs = []sqlFunc{
 		{name: "p_cost", valid: `1`, what: "cost",
 			bad: bad(`0`, `-1`, `6`, `1000000001`), ok: []string{`5`}},
 		{name: "p_at_most", valid: `false`, what: "p_at_most", ok: []string{`true`}},
+		{name: "p_max_wait", valid: `NULL`, nullOK: true, what: "max wait",
+			bad: bad(`interval '-1 second'`, `interval '24 hours 1 microsecond'`, `interval '1 mon'`),
+			ok:  []string{`interval '0'`, `interval '24 hours'`}},
+	}},
+	{name: "pgcoord_ratelimit_cancel", family: "ratelimits", params: []param{
+		{name: "p_policies", valid: `ARRAY['api']`, what: "p_policies",
+			bad: bad(`ARRAY[]::text[]`, `ARRAY['api', 'api']`)},
+		{name: "p_keys", valid: `ARRAY['k1']`, what: "p_keys", bad: bad(`ARRAY['k1', 'k2']`)},
+		{name: "p_tats", valid: `ARRAY[now()]`, what: "p_tats", bad: bad(`ARRAY[]::timestamptz[]`)},
+		{name: "p_cost", valid: `1`, what: "cost", bad: bad(`0`, `1000000001`)},
 	}},
 	{name: "pgcoord_ratelimit_allow", family: "ratelimits", params: []param{
 		func() param {

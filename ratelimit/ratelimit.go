@@ -55,6 +55,15 @@ type Decision struct {
 	// ResetAfter is how long until the binding policy's key is at rest again (a full
 	// burst).
 	ResetAfter time.Duration
+	// Quota is the binding policy's rate and burst, as the call read them.
+	Quota Quota
+}
+
+// Quota is a policy's limit: Rate units per Period, in bursts of up to Burst.
+type Quota struct {
+	Rate   int64
+	Period time.Duration
+	Burst  int64
 }
 
 // Opts are the options of Allow and AllowAtMost. A nil *Opts means all defaults.
@@ -117,6 +126,7 @@ func call(ctx context.Context, db pgcoord.DBTX, p dbsqlc.RatelimitTakeParams) (D
 		RetryAfter: dbarg.Duration(row.RetryAfter),
 		Remaining:  row.Remaining,
 		ResetAfter: dbarg.Duration(row.ResetAfter),
+		Quota:      Quota{Rate: row.Rate, Period: dbarg.Duration(row.Period), Burst: row.Burst},
 	}, dbarg.Duration(row.Delay), row.Tats, nil
 }
 

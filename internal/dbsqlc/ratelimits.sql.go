@@ -195,7 +195,7 @@ const ratelimitTake = `-- name: RatelimitTake :one
 
 SELECT t.granted::bigint AS granted, t.policy::text AS policy, t.retry_after::interval AS retry_after,
        t.delay::interval AS delay, t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after,
-       t.tats::timestamptz[] AS tats
+       t.rate::bigint AS rate, t.period::interval AS period, t.burst::bigint AS burst, t.tats::timestamptz[] AS tats
 FROM pgcoord_ratelimit_take($1::text[], $2::text[], $3::bigint, $4::boolean,
                             $5::interval) t
 `
@@ -215,6 +215,9 @@ type RatelimitTakeRow struct {
 	Delay      pgtype.Interval
 	Remaining  int64
 	ResetAfter pgtype.Interval
+	Rate       int64
+	Period     pgtype.Interval
+	Burst      int64
 	Tats       []time.Time
 }
 
@@ -235,6 +238,9 @@ func (q *Queries) RatelimitTake(ctx context.Context, db DBTX, arg RatelimitTakeP
 		&i.Delay,
 		&i.Remaining,
 		&i.ResetAfter,
+		&i.Rate,
+		&i.Period,
+		&i.Burst,
 		&i.Tats,
 	)
 	return i, err

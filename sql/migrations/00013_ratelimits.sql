@@ -135,6 +135,7 @@ $$;
 --   delay        with p_max_wait, how long until the reserved slot (act then); else 0
 --   remaining    the units the binding policy's key admits right after this call
 --   reset_after  how long until the binding policy's key is at rest (a full burst again)
+--   rate, period, burst   the binding policy's
 --   tats         when charged, each pair's new theoretical arrival time, in the order of
 --                p_policies (what pgcoord_ratelimit_cancel takes), the epoch for a shadow
 --                pair left uncharged; NULL when refused
@@ -149,13 +150,14 @@ $$;
 CREATE FUNCTION pgcoord_ratelimit_take(p_policies text[], p_keys text[], p_cost bigint,
                                        p_at_most boolean DEFAULT false, p_max_wait interval DEFAULT NULL)
 RETURNS TABLE (granted bigint, policy text, retry_after interval, delay interval, remaining bigint,
-               reset_after interval, tats timestamptz[])
+               reset_after interval, rate bigint, period interval, burst bigint, tats timestamptz[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer := cardinality(p_policies);
     v_pair record;
     v_pol pgcoord_ratelimit_policies;
     v_pos integer[] := '{}';       -- each sorted pair's index in p_policies
+    v_pols pgcoord_ratelimit_policies[] := '{}';
     v_names text[] := '{}';
     v_keys text[] := '{}';
     v_us bigint[] := '{}';         -- T, µs
@@ -233,6 +235,7 @@ BEGIN
             RETURNING s.tat INTO v_t;
         END IF;
         v_pos := v_pos || v_pair.i::integer;
+        v_pols := v_pols || v_pol;
         v_names := v_names || v_pol.name;
         v_keys := v_keys || v_pair.k;
         v_us := v_us || v_pol.interval_us;
@@ -270,6 +273,9 @@ BEGIN
         delay := interval '0';
         remaining := 0;
         reset_after := greatest(v_tat[v_refuser], v_now) - v_now;
+        rate := (v_pols[v_refuser]).rate;
+        period := (v_pols[v_refuser]).period;
+        burst := (v_pols[v_refuser]).burst;
         RETURN NEXT;
         RETURN;
     END IF;
@@ -296,11 +302,15 @@ BEGIN
         END IF;
     END LOOP;
     granted := v_grant;
-    policy := v_names[coalesce(v_late, v_bind)];
+    v_bind := coalesce(v_late, v_bind);
+    policy := v_names[v_bind];
     retry_after := interval '0';
     delay := make_interval(secs => v_delay / 1000000.0);
     remaining := v_least;
     reset_after := greatest(v_tat[v_bind], v_now) - v_now;
+    rate := (v_pols[v_bind]).rate;
+    period := (v_pols[v_bind]).period;
+    burst := (v_pols[v_bind]).burst;
     tats := v_out;
     RETURN NEXT;
 END
