@@ -90,12 +90,27 @@ func Get(ctx context.Context, db pgcoord.DBTX, name string) (Policy, error) {
 	return policyOf(row), nil
 }
 
-// List returns every policy, by name.
-func List(ctx context.Context, db pgcoord.DBTX) ([]Policy, error) {
+// ListOpts are the options of List. A nil *ListOpts means the defaults.
+type ListOpts struct {
+	// Limit caps the policies returned. Default pgcoord.DefaultListLimit; at most
+	// pgcoord.MaxListLimit.
+	Limit int
+}
+
+// List returns the policies, by name, at most opts.Limit of them.
+func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]Policy, error) {
 	if err := check.DB(db); err != nil {
 		return nil, err
 	}
-	rows, err := queries.RatelimitPolicies(ctx, db)
+	var o ListOpts
+	if opts != nil {
+		o = *opts
+	}
+	limit, err := check.ListLimit(o.Limit)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := queries.RatelimitPolicies(ctx, db, limit)
 	if err != nil {
 		return nil, err
 	}

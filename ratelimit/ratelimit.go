@@ -70,6 +70,8 @@ type Quota struct {
 type Opts struct {
 	// Tracer, if set, gets a span per call.
 	Tracer pgcoord.Tracer
+	// Metrics, if set, counts the call's decision (see Metrics).
+	Metrics *Metrics
 }
 
 // Allow charges cost units to every limit, all or nothing: it is admitted only if every
@@ -102,6 +104,9 @@ func take(ctx context.Context, db pgcoord.DBTX, cost int64, atMost bool, limits 
 		defer func() { end(err) }()
 	}
 	d, _, _, err := call(ctx, db, dbsqlc.RatelimitTakeParams{Policies: policies, Keys: keys, Cost: cost, AtMost: atMost})
+	if err == nil && opts != nil {
+		opts.Metrics.record(d, limits)
+	}
 	return d, err
 }
 

@@ -59,6 +59,9 @@ func Reserve(ctx context.Context, db pgcoord.DBTX, cost int64, limits []Limit, m
 	if err != nil {
 		return Reservation{}, err
 	}
+	if opts != nil {
+		opts.Metrics.record(d, limits)
+	}
 	return Reservation{Decision: d, Delay: delay, cost: cost, limits: limits, tats: tats}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/ratelimit"
 )
 
@@ -68,7 +69,7 @@ With --json: an array of {"name", "rate", "period_seconds", "burst", "shadow", "
 				return err
 			}
 			defer pool.Close()
-			ps, err := ratelimit.List(ctx, pool)
+			ps, err := ratelimit.List(ctx, pool, &ratelimit.ListOpts{Limit: pgcoord.MaxListLimit})
 			if err != nil {
 				return err
 			}

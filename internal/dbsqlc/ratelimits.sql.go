@@ -85,11 +85,11 @@ func (q *Queries) RatelimitKey(ctx context.Context, db DBTX, arg RatelimitKeyPar
 }
 
 const ratelimitPolicies = `-- name: RatelimitPolicies :many
-SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us, p.shadow_refused, p.created_at, p.updated_at FROM pgcoord_ratelimit_policies p ORDER BY p.name
+SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us, p.shadow_refused, p.created_at, p.updated_at FROM pgcoord_ratelimit_policies p ORDER BY p.name LIMIT $1::int
 `
 
-func (q *Queries) RatelimitPolicies(ctx context.Context, db DBTX) ([]PgcoordRatelimitPolicy, error) {
-	rows, err := db.Query(ctx, ratelimitPolicies)
+func (q *Queries) RatelimitPolicies(ctx context.Context, db DBTX, maxRows int32) ([]PgcoordRatelimitPolicy, error) {
+	rows, err := db.Query(ctx, ratelimitPolicies, maxRows)
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ SELECT pgcoord_ratelimit_delete(@name::text)::boolean AS deleted;
 SELECT pgcoord_ratelimit_reset(@policy::text, @key::text)::boolean AS reset;
 
 -- name: RatelimitPolicies :many
-SELECT p.* FROM pgcoord_ratelimit_policies p ORDER BY p.name;
+SELECT p.* FROM pgcoord_ratelimit_policies p ORDER BY p.name LIMIT @max_rows::int;
 
 -- name: RatelimitPolicy :one
 SELECT p.* FROM pgcoord_ratelimit_policies p WHERE p.name = @name::text;
