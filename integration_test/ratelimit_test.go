@@ -91,29 +91,15 @@ func TestRatelimitExactAcrossProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type call struct{ before, after time.Time }
-	calls, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (call, error) {
-		var c call
+	calls, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (bracketedCall, error) {
+		var c bracketedCall
 		return c, r.Scan(&c.before, &c.after)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every charge happened between its call's before and after: for a stretch starting at
-	// calls[i].before, the calls wholly inside [before_i, e] number at most
-	// (e - before_i) × 100 + 10 for every e. Check it for each i at each call's after.
-	for i := range calls {
-		var afters []time.Time
-		for _, c := range calls[i:] {
-			afters = append(afters, c.after)
-		}
-		slices.SortFunc(afters, func(a, b time.Time) int { return a.Compare(b) })
-		for m, e := range afters {
-			if bound := e.Sub(calls[i].before).Seconds()*100 + 10; float64(m+1) > bound {
-				t.Fatalf("%d calls admitted within %v (from %v): more than %.1f at 100/s, burst 10",
-					m+1, e.Sub(calls[i].before), calls[i].before, bound)
-			}
-		}
+	if err := checkRateBound(calls, 100, 10, 0); err != nil {
+		t.Fatal(err)
 	}
 	whole := calls[len(calls)-1].after.Sub(calls[0].before)
 	allowance := whole.Seconds()*100 + 10
@@ -121,6 +107,35 @@ func TestRatelimitExactAcrossProcesses(t *testing.T) {
 	if float64(len(calls)) < 0.5*allowance {
 		t.Fatalf("%d calls admitted in %v, less than half the allowance %.0f: the limiter starved its callers", len(calls), whole, allowance)
 	}
+}
+
+// bracketedCall is an admitted call, with the database clock read before it and after it:
+// its charge happened in between.
+type bracketedCall struct{ before, after time.Time }
+
+// checkRateBound checks that calls never exceed rate per second with a burst over any
+// stretch of time up to horizon (0: any): for a stretch starting at a call's before, the
+// calls wholly inside [before, e] number at most (e - before) × rate + burst, checked at
+// every call's after (the whole run is checked from the first call).
+func checkRateBound(calls []bracketedCall, rate, burst float64, horizon time.Duration) error {
+	slices.SortFunc(calls, func(a, b bracketedCall) int { return a.before.Compare(b.before) })
+	for i := range calls {
+		afters := make([]time.Time, 0, len(calls)-i)
+		for _, c := range calls[i:] {
+			if i > 0 && horizon > 0 && c.before.Sub(calls[i].before) > horizon {
+				break
+			}
+			afters = append(afters, c.after)
+		}
+		slices.SortFunc(afters, time.Time.Compare)
+		for m, e := range afters {
+			if bound := e.Sub(calls[i].before).Seconds()*rate + burst; float64(m+1) > bound {
+				return fmt.Errorf("%d calls admitted within %v from %v: more than %.1f at %v/s, burst %v",
+					m+1, e.Sub(calls[i].before), calls[i].before.UTC(), bound, rate, burst)
+			}
+		}
+	}
+	return nil
 }
 
 // dbSince is how long ago at was, by the database clock.
