@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/jackc/pgx/v5"
 )
 
 // check checks the history and the database against every invariant, and returns the
@@ -44,7 +45,57 @@ func (h *faultHarness) check() *faultHistory {
 	h.checkTicks()
 	h.checkCharges()
 	h.checkOutbox()
+	h.checkRatelimit(hist)
 	return hist
+}
+
+// checkRatelimit checks the rate-limited calls: every acknowledged admission is on the
+// surviving primary (a failover may lose some only with asynchronous replication, where
+// their calls may then be admitted again: counted as ratelimit-lost), and the surviving
+// admissions never exceed the limit over any stretch of up to 10 s, nor over the whole run
+// (ratelimit-excess).
+func (h *faultHarness) checkRatelimit(hist *faultHistory) {
+	rows, err := h.admin.Query(h.ctx, `SELECT id, before_at, after_at FROM fault_rl_calls`)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	type call struct {
+		id string
+		bracketedCall
+	}
+	calls, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (call, error) {
+		var c call
+		return c, r.Scan(&c.id, &c.before, &c.after)
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	kept := map[string]bool{}
+	for _, c := range calls {
+		kept[c.id] = true
+	}
+	lost := 0
+	for _, id := range hist.rlAcked {
+		if !kept[id] {
+			lost++
+		}
+	}
+	h.t.Logf("rate limit: %d admissions acknowledged, %d on the primary, %d acknowledged ones lost", len(hist.rlAcked), len(calls), lost)
+	if len(hist.rlAcked) == 0 {
+		h.t.Error("no rate-limited call was admitted: the workload did nothing")
+	}
+	if lost > 0 {
+		h.violated("ratelimit-lost", "%d acknowledged rate-limited admissions are not on the surviving primary: their calls may be admitted again", lost)
+	}
+	brackets := make([]bracketedCall, len(calls))
+	for i, c := range calls {
+		brackets[i] = c.bracketedCall
+	}
+	// Stretches of up to 10 s, and the whole run (a long HA run has too many calls to check
+	// every stretch).
+	if err := checkRateBound(brackets, faultRate, faultRateBurst, 10*time.Second); err != nil {
+		h.violated("ratelimit-excess", "%v", err)
+	}
 }
 
 // violated reports a broken invariant of the given kind: a test failure, unless the run

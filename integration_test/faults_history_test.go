@@ -17,6 +17,7 @@ type faultHistory struct {
 	grants  []faultGrant
 	permits map[string]*faultPermit // by worker/token
 	ticks   int
+	rlAcked []string     // ids of acknowledged rate-limited calls
 	errs    []faultError // failed grant attempts
 	end     int64        // after the last event
 }
@@ -131,6 +132,8 @@ func parseFaultHistory(t *testing.T, lines []workerLine) *faultHistory {
 			}
 		case f[0] == "tick":
 			hi.ticks++
+		case f[0] == "rl" && len(f) == 2:
+			hi.rlAcked = append(hi.rlAcked, f[1])
 		case f[0] == "err" && len(f) == 3:
 			hi.errs = append(hi.errs, faultError{at: num(f[1]), class: f[2]})
 		}

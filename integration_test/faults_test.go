@@ -23,6 +23,7 @@ import (
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/pgcoord"
+	"github.com/pgcoord/pgcoord/ratelimit"
 )
 
 // The fault-injection suite. Worker processes (faultworker_test.go) run fenced registers
@@ -83,7 +84,8 @@ END $$;
 CREATE TRIGGER fault_grant_logged AFTER INSERT OR UPDATE ON pgcoord_leases FOR EACH ROW EXECUTE FUNCTION fault_grant_logged();
 CREATE TABLE fault_effects (tick bigint NOT NULL, worker text NOT NULL, token bigint NOT NULL);
 CREATE TABLE fault_charges (key text NOT NULL, worker text NOT NULL); -- no UNIQUE: duplicates must show
-CREATE TABLE fault_applied (seq bigserial PRIMARY KEY, message_id bigint NOT NULL, key text NOT NULL, worker text NOT NULL);`
+CREATE TABLE fault_applied (seq bigserial PRIMARY KEY, message_id bigint NOT NULL, key text NOT NULL, worker text NOT NULL);
+CREATE TABLE fault_rl_calls (id text PRIMARY KEY, worker text NOT NULL, before_at timestamptz NOT NULL, after_at timestamptz NOT NULL);`
 
 func TestFaults(t *testing.T) {
 	t.Parallel()
@@ -167,6 +169,7 @@ func (h *faultHarness) pauseAHolder(pause time.Duration) bool {
 var faultViolationKinds = []string{
 	"linearizable", "token-order", "token-reused", "trusted-twice", "grant-lost", "permits",
 	"tick-twice", "tick-missing", "charge-twice", "charge-missing", "outbox-once", "outbox-phantom", "outbox-order",
+	"ratelimit-lost", "ratelimit-excess",
 }
 
 // lowerTokenCommitted reports whether a register write committed with a lower token than
@@ -288,6 +291,9 @@ func (h *faultHarness) prepare(adminURL string, workerURLs []string) {
 		t.Fatal(err)
 	}
 	if _, err := h.admin.Exec(h.ctx, fmt.Sprintf(faultTables, faultRegisters)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ratelimit.Set(h.ctx, h.admin, ratelimit.Policy{Name: faultRatePolicy, Rate: faultRate, Period: time.Second, Burst: faultRateBurst}); err != nil {
 		t.Fatal(err)
 	}
 }

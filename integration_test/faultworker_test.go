@@ -23,6 +23,7 @@ import (
 	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/outbox/inbox"
 	"github.com/pgcoord/pgcoord/pgcoord"
+	"github.com/pgcoord/pgcoord/ratelimit"
 	"github.com/pgcoord/pgcoord/semaphore"
 	"github.com/pgcoord/pgcoord/singleton"
 )
@@ -38,6 +39,7 @@ import (
 //	untrust <register> <token> <ns>                      ... or until its release
 //	permit <token> start <db ns> <expires db ns>         then   permit <token> end <db ns>
 //	tick <unix µs> <token> <attempt>                     a cron run that recorded its effect
+//	rl <id>                                              a rate-limited call admitted, committed with its record
 //
 //	err <ns> <class>                                     a grant attempt failed (errorClass)
 //
@@ -67,6 +69,10 @@ const (
 	faultPayScope   = "faults"
 	faultPayKeys    = 1500
 	faultOpTimeout  = 3 * time.Second // bounds every statement, so a cut link cannot hang a loop
+	// Every worker calls the rate limit far faster than it admits, so it is always spent.
+	faultRatePolicy = "fault-rl"
+	faultRate       = 20 // per second
+	faultRateBurst  = 5
 )
 
 func init() { workerRoles[faultRole] = faultWorker }
@@ -88,7 +94,7 @@ func faultWorker(ctx context.Context, w *workerproc.Worker) error {
 	}()
 	w.Say("started")
 	loops := []func(context.Context, *workerproc.Worker, string, *rand.Rand){faultRegisterLoop, faultSemaphoreLoop, faultCronLoop,
-		faultIdempotencyLoop, faultProducerLoop, faultRelayLoop}
+		faultIdempotencyLoop, faultProducerLoop, faultRelayLoop, faultRatelimitLoop}
 	done := make(chan struct{})
 	for i, loop := range loops {
 		go func() {
@@ -255,6 +261,37 @@ func faultIdempotencyLoop(ctx context.Context, w *workerproc.Worker, name string
 			return a.Complete(ctx, idempotency.Response{Status: 201, Body: []byte(name)})
 		})
 		sleepRand(ctx, rng, 30*time.Millisecond)
+	}
+}
+
+// faultRatelimitLoop calls one rate limit in a loop; an admitted call inserts its record
+// (with the database clock before and after the call) in the call's transaction, and says
+// "rl <id>" once that committed: an acknowledged admission.
+func faultRatelimitLoop(ctx context.Context, w *workerproc.Worker, name string, rng *rand.Rand) {
+	limit := []ratelimit.Limit{{Policy: faultRatePolicy, Key: "hot"}}
+	for n := 1; ctx.Err() == nil; n++ {
+		id := fmt.Sprintf("%s-%d", name, n)
+		var admitted bool
+		err := withTimeout(ctx, func(ctx context.Context) error {
+			return pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
+				var before time.Time
+				if err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&before); err != nil {
+					return err
+				}
+				d, err := ratelimit.Allow(ctx, tx, 1, limit, nil)
+				if err != nil || !d.Allowed {
+					return err
+				}
+				admitted = true
+				_, err = tx.Exec(ctx, `INSERT INTO fault_rl_calls (id, worker, before_at, after_at) VALUES ($1, $2, $3, clock_timestamp())`,
+					id, name, before)
+				return err
+			})
+		})
+		if err == nil && admitted {
+			w.Say("rl %s", id)
+		}
+		sleepRand(ctx, rng, 20*time.Millisecond)
 	}
 }
 

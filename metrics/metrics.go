@@ -61,6 +61,7 @@ import (
 	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/pgcoord"
+	"github.com/pgcoord/pgcoord/ratelimit"
 	"github.com/pgcoord/pgcoord/semaphore"
 )
 
@@ -91,6 +92,9 @@ type Opts struct {
 	// Semaphores, if set, are admission counts and waits measured in this process: the
 	// Metrics given to semaphore's calls (AcquireOpts.Metrics, NextOpts.Metrics).
 	Semaphores *semaphore.Metrics
+	// Ratelimits, if set, are the rate limit decisions of this process's calls: the
+	// Metrics given to package ratelimit's calls (Opts.Metrics).
+	Ratelimits *ratelimit.Metrics
 	// Fenced, if set, reads the writes this process's fenced calls refused: pass
 	// fenced.Refusals.
 	Fenced func() fenced.RefusalCounts

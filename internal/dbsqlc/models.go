@@ -161,6 +161,26 @@ type PgcoordOutboxRelay struct {
 	Until     time.Time
 }
 
+// pgcoord: rate limit policies (GCRA: rate per period, burst)
+type PgcoordRatelimitPolicy struct {
+	Name          string
+	Rate          int64
+	Period        pgtype.Interval
+	Burst         int64
+	Shadow        bool
+	IntervalUs    int64
+	ShadowRefused int64
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+}
+
+// pgcoord: rate limit keys ahead of the clock (theoretical arrival time)
+type PgcoordRatelimitState struct {
+	Policy string
+	Key    string
+	Tat    time.Time
+}
+
 // pgcoord: one row per semaphore key: limit, weight, fairness accounting
 type PgcoordSemaphore struct {
 	Key         string

@@ -36,6 +36,7 @@ const (
 	IdemBegin       = "pgcoord.idempotency.begin"
 	OutboxEnqueue   = "pgcoord.outbox.enqueue"
 	OutboxDeliver   = "pgcoord.outbox.deliver"
+	RateTake        = "pgcoord.ratelimit.take"
 	EventWait       = "pgcoord.wait"                // an attempt was refused: the call waits
 	EventLeaseLost  = "pgcoord.lease.lost"          // Do's lease was lost while fn ran
 	EventTickLost   = "pgcoord.tick.lost"           // RunTick's run was lost while fn ran
@@ -59,6 +60,9 @@ const (
 	AttrMsgKey      = "pgcoord.outbox.key"          // string
 	AttrMsgID       = "pgcoord.outbox.id"           // int64
 	AttrCause       = "pgcoord.cause"               // string: why a lease or run was lost
+	AttrRatePolicy  = "pgcoord.ratelimit.policy"    // string: the first limit's policy
+	AttrRateKey     = "pgcoord.ratelimit.key"       // string: the first limit's key
+	AttrRateCost    = "pgcoord.ratelimit.cost"      // int64: the units asked
 )
 
 // Span is a pgcoord.Span that may be absent: the zero Span (a call without a Tracer)

@@ -37,6 +37,10 @@ func dashboard() []page {
 				{path: "/actions/outbox/retry-topic", name: "outbox.retry_topic", run: retryTopic},
 			}},
 		{path: "/idempotency", title: "Idempotency", tmpl: "idempotency", load: loadIdempotency, summarize: summarizeIdempotency},
+		{path: "/ratelimits", title: "Rate limits", tmpl: "ratelimits", load: loadRatelimits, summarize: summarizeRatelimits,
+			actions: []action{
+				{path: "/actions/ratelimit/reset", name: "ratelimit.reset", run: resetRatelimitKey},
+			}},
 	}
 }
 

@@ -1,0 +1,243 @@
+//go:build unix
+
+package integration_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
+	"github.com/pgcoord/pgcoord/ratelimit"
+)
+
+// Rate limits across real processes: each worker process runs goroutines that call
+// ratelimit.Allow in a transaction that also records the admitted call, so a charge and its
+// record commit together or not at all (ratelimit_worker_test.go).
+
+const rlSchema = `
+CREATE TABLE rl_exact_calls (worker text NOT NULL, before_at timestamptz NOT NULL, after_at timestamptz NOT NULL);
+CREATE TABLE rl_nested_calls (worker text NOT NULL, key text NOT NULL, tenant text NOT NULL, cost bigint NOT NULL);
+`
+
+// rlRun starts procs worker processes of mode with goroutines each, lets them run until
+// until returns true (polled), tells them to quit, and returns their "done" lines' fields.
+func rlRun(t *testing.T, pool *pgxpool.Pool, schema, mode string, procs, goroutines int, until func() bool) [][]string {
+	t.Helper()
+	var ps []*workerproc.Proc
+	for i := range procs {
+		name := fmt.Sprintf("%s%d", mode, i)
+		p, err := startWorker(t, name, rlRole, pgtest.URL(t), schema, map[string]string{
+			"NAME": name, "MODE": mode, "SEED": fmt.Sprint(i + 1), "GOROUTINES": fmt.Sprint(goroutines)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Expect(pgtest.WaitLimit, "ready"); err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	pgtest.Until(t, "the run's end", until)
+	var done [][]string
+	for _, p := range ps {
+		if err := p.Send("quit"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range ps {
+		line, err := p.Expect(pgtest.WaitLimit, "done")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done = append(done, strings.Fields(line))
+	}
+	return done
+}
+
+// 3 processes × 16 goroutines on one key at 100/s, burst 10, for 10 s: over every stretch
+// of the run, the admitted calls never exceed stretch × 100 + 10. And the key admits: at
+// least half of that allowance over the whole run. (On an idle machine it admits 99% of
+// it; the threshold is low because a machine starved of CPU stalls all 48 callers at once,
+// and a key nobody calls for longer than its burst's time loses that time's units, as GCRA
+// should: this test must not fail for a busy machine's stalls.)
+func TestRatelimitExactAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	pool, schema := workerDB(t, rlSchema)
+	if _, err := ratelimit.Set(t.Context(), pool, ratelimit.Policy{Name: "rl_exact", Rate: 100, Period: time.Second, Burst: 10}); err != nil {
+		t.Fatal(err)
+	}
+	var first time.Time
+	rlRun(t, pool, schema, "exact", 3, 16, func() bool {
+		var n int
+		var at *time.Time
+		if err := pool.QueryRow(t.Context(), `SELECT count(*), min(before_at) FROM rl_exact_calls`).Scan(&n, &at); err != nil {
+			t.Fatal(err)
+		}
+		if at != nil {
+			first = *at
+		}
+		// Ten seconds of the database clock since the first admission.
+		return at != nil && n >= 1010 && time.Since(first) > 0 && dbSince(t, pool, first) >= 10*time.Second
+	})
+
+	rows, err := pool.Query(t.Context(), `SELECT before_at, after_at FROM rl_exact_calls ORDER BY before_at`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (bracketedCall, error) {
+		var c bracketedCall
+		return c, r.Scan(&c.before, &c.after)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkRateBound(calls, 100, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	whole := calls[len(calls)-1].after.Sub(calls[0].before)
+	allowance := whole.Seconds()*100 + 10
+	t.Logf("%d calls admitted in %v: %.1f%% of the allowance %.0f", len(calls), whole, 100*float64(len(calls))/allowance, allowance)
+	if float64(len(calls)) < 0.5*allowance {
+		t.Fatalf("%d calls admitted in %v, less than half the allowance %.0f: the limiter starved its callers", len(calls), whole, allowance)
+	}
+}
+
+// bracketedCall is an admitted call, with the database clock read before it and after it:
+// its charge happened in between.
+type bracketedCall struct{ before, after time.Time }
+
+// checkRateBound checks that calls never exceed rate per second with a burst over any
+// stretch of time up to horizon (0: any): for a stretch starting at a call's before, the
+// calls wholly inside [before, e] number at most (e - before) × rate + burst, checked at
+// every call's after (the whole run is checked from the first call).
+func checkRateBound(calls []bracketedCall, rate, burst float64, horizon time.Duration) error {
+	slices.SortFunc(calls, func(a, b bracketedCall) int { return a.before.Compare(b.before) })
+	for i := range calls {
+		afters := make([]time.Time, 0, len(calls)-i)
+		for _, c := range calls[i:] {
+			if i > 0 && horizon > 0 && c.before.Sub(calls[i].before) > horizon {
+				break
+			}
+			afters = append(afters, c.after)
+		}
+		slices.SortFunc(afters, time.Time.Compare)
+		for m, e := range afters {
+			if bound := e.Sub(calls[i].before).Seconds()*rate + burst; float64(m+1) > bound {
+				return fmt.Errorf("%d calls admitted within %v from %v: more than %.1f at %v/s, burst %v",
+					m+1, e.Sub(calls[i].before), calls[i].before.UTC(), bound, rate, burst)
+			}
+		}
+	}
+	return nil
+}
+
+// dbSince is how long ago at was, by the database clock.
+func dbSince(t *testing.T, pool *pgxpool.Pool, at time.Time) time.Duration {
+	t.Helper()
+	var d time.Duration
+	if err := pool.QueryRow(t.Context(), `SELECT clock_timestamp() - $1::timestamptz`, at).Scan(&d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// Nested limits under concurrency, with refusals at each level and backends killed
+// mid-call: afterwards every limit's charges equal exactly the admitted calls' costs. The
+// clock is frozen at t0, so a key's arrival time is t0 + the units charged to it (one unit
+// a second), whatever the order of the calls.
+func TestRatelimitNestedChargesMatchAdmissions(t *testing.T) {
+	t.Parallel()
+	pool, schema := workerDB(t, rlSchema)
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	pgtest.NewClock(t, pool).Freeze(t0)
+	bursts := map[string]int64{"per_key": 300, "per_tenant": 600, "global": 1500}
+	for name, burst := range bursts {
+		if _, err := ratelimit.Set(t.Context(), pool, ratelimit.Policy{Name: name, Rate: 1, Period: time.Second, Burst: burst}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Kill a worker's backend every 30-60 ms until the global limit is spent (not behind a
+	// pooler, where the server connections are PgBouncer's).
+	kills := 0
+	rng := rand.New(rand.NewPCG(3, 4))
+	done := rlRun(t, pool, schema, "nested", 3, 8, func() bool {
+		if !pgtest.BehindPooler() {
+			var killed bool
+			if err := pool.QueryRow(t.Context(), `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM (
+				SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'pgcoord-worker nested%'
+				 ORDER BY random() LIMIT 1) s`).Scan(&killed); err != nil {
+				t.Fatal(err)
+			}
+			if killed {
+				kills++
+			}
+			time.Sleep(time.Duration(10+rng.IntN(30)) * time.Millisecond)
+		}
+		st, err := ratelimit.State(t.Context(), pool, ratelimit.Limit{Policy: "global", Key: "all"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Remaining < 3 // no call of cost 3 fits any more
+	})
+	var refusedBy [3]int64
+	var failed int64
+	for _, f := range done {
+		for i := range 3 {
+			var n int64
+			fmt.Sscan(f[2+i], &n)
+			refusedBy[i] += n
+		}
+		var n int64
+		fmt.Sscan(f[5], &n)
+		failed += n
+	}
+	t.Logf("refusals by per_key %d, per_tenant %d, global %d; %d backends killed, %d calls failed", refusedBy[0], refusedBy[1], refusedBy[2], kills, failed)
+	for i, name := range []string{"per_key", "per_tenant", "global"} {
+		if refusedBy[i] == 0 {
+			t.Errorf("%s never refused: the test did not exercise its level", name)
+		}
+	}
+	// Each key's charged units, from its arrival time, against the recorded admissions.
+	rows, err := pool.Query(t.Context(), `
+		WITH charged AS (
+			SELECT s.policy, s.key, (extract(epoch FROM s.tat - $1::timestamptz))::bigint AS units FROM pgcoord_ratelimit_state s),
+		admitted AS (
+			SELECT 'per_key' AS policy, key, sum(cost) AS units FROM rl_nested_calls GROUP BY key
+			UNION ALL SELECT 'per_tenant', tenant, sum(cost) FROM rl_nested_calls GROUP BY tenant
+			UNION ALL SELECT 'global', 'all', sum(cost) FROM rl_nested_calls)
+		SELECT coalesce(c.policy, a.policy), coalesce(c.key, a.key), coalesce(c.units, 0), coalesce(a.units, 0)
+		  FROM charged c FULL JOIN admitted a ON a.policy = c.policy AND a.key = c.key
+		 ORDER BY 1, 2`, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type pair struct {
+		policy, key       string
+		charged, admitted int64
+	}
+	pairs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pair, error) {
+		var p pair
+		return p, r.Scan(&p.policy, &p.key, &p.charged, &p.admitted)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pairs) != 12+3+1 {
+		t.Fatalf("%d (policy, key) pairs, want 16: %+v", len(pairs), pairs)
+	}
+	for _, p := range pairs {
+		if p.charged != p.admitted {
+			t.Errorf("%s/%s: charged %d units, admitted calls cost %d", p.policy, p.key, p.charged, p.admitted)
+		}
+		if p.charged > bursts[p.policy] {
+			t.Errorf("%s/%s: charged %d units, more than its burst %d", p.policy, p.key, p.charged, bursts[p.policy])
+		}
+	}
+}

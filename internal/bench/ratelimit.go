@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/ratelimit"
+)
+
+// The rate limit scenarios and their floors. The policies admit far more than a bench can
+// ask, so every call is admitted and charged: the measure is the cost of a decision.
+const (
+	// FloorGCRA is ratelimit.allow's floor: one statement that upserts a key's theoretical
+	// arrival time by GCRA into a table shaped like pgcoord_ratelimit_state (autocommit).
+	FloorGCRA = "ratelimit.floor_gcra"
+	// FloorGCRANested is ratelimit.nested's floor: three such upserts in one transaction.
+	FloorGCRANested = "ratelimit.floor_gcra_nested"
+	// FloorGCRAHot is ratelimit.hot_key's floor: the one-statement upsert, every worker on
+	// one key.
+	FloorGCRAHot = "ratelimit.floor_gcra_hot"
+)
+
+// benchPolicies are the scenarios' policies: a billion units a second, in bursts of a
+// billion.
+var benchPolicies = []string{"bench_key", "bench_tenant", "bench_global"}
+
+func init() {
+	Register(Scenario{
+		Name:        "ratelimit.allow",
+		Description: "ratelimit.Allow of 1 unit on the worker's own key (autocommit)",
+		Floor:       FloorGCRA,
+		Setup:       setupRatelimit,
+		NewWorker:   newAllowWorker(1, false),
+	})
+	Register(Scenario{
+		Name:        "ratelimit.nested",
+		Description: "ratelimit.Allow of 1 unit on three limits at once: the worker's key, its tenant (one per 4 workers), and a global key",
+		Floor:       FloorGCRANested,
+		Setup:       setupRatelimit,
+		NewWorker:   newAllowWorker(3, false),
+	})
+	Register(Scenario{
+		Name:        "ratelimit.hot_key",
+		Description: "ratelimit.Allow of 1 unit, every worker on one key",
+		Floor:       FloorGCRAHot,
+		Setup:       setupRatelimit,
+		NewWorker:   newAllowWorker(1, true),
+	})
+	Register(Scenario{
+		Name:        FloorGCRA,
+		Description: "raw SQL: one INSERT ... ON CONFLICT DO UPDATE of the worker's key's arrival time by GCRA, RETURNING it",
+		Floor:       "floor.select1",
+		Setup:       setupRatelimit,
+		NewWorker:   newFloorGCRAWorker(1, false),
+	})
+	Register(Scenario{
+		Name:        FloorGCRANested,
+		Description: "raw SQL: BEGIN, the GCRA upsert of three keys (as ratelimit.nested's), COMMIT",
+		Floor:       "floor.select1",
+		Setup:       setupRatelimit,
+		NewWorker:   newFloorGCRAWorker(3, false),
+	})
+	Register(Scenario{
+		Name:        FloorGCRAHot,
+		Description: "raw SQL: the GCRA upsert, every worker on one key",
+		Floor:       "floor.select1",
+		Setup:       setupRatelimit,
+		NewWorker:   newFloorGCRAWorker(1, true),
+	})
+}
+
+// floorRatelimitTable is the floors' copy of pgcoord_ratelimit_state.
+const floorRatelimitTable = "bench_floor_ratelimit"
+
+func setupRatelimit(ctx context.Context, pool *pgxpool.Pool) error {
+	for _, name := range benchPolicies {
+		if _, err := ratelimit.Set(ctx, pool, ratelimit.Policy{Name: name, Rate: 1_000_000_000, Period: time.Second, Burst: 1_000_000_000}); err != nil {
+			return err
+		}
+	}
+	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+floorRatelimitTable+` (LIKE pgcoord_ratelimit_state INCLUDING ALL)`)
+	return err
+}
+
+// benchLimits are the (policy, key) pairs a worker charges: its own key; with three, also
+// its tenant's (workers 0-3, 4-7, ...) and the global key; with hot, one key for all.
+func benchLimits(w Worker, n int, hot bool) []ratelimit.Limit {
+	key := "w" + strconv.Itoa(w.ID)
+	if hot {
+		key = "hot"
+	}
+	ls := []ratelimit.Limit{{Policy: benchPolicies[0], Key: key}}
+	if n == 3 {
+		ls = append(ls, ratelimit.Limit{Policy: benchPolicies[1], Key: "t" + strconv.Itoa(w.ID/4)},
+			ratelimit.Limit{Policy: benchPolicies[2], Key: "all"})
+	}
+	return ls
+}
+
+func newAllowWorker(n int, hot bool) func(context.Context, Worker) (Op, error) {
+	return func(_ context.Context, w Worker) (Op, error) {
+		limits := benchLimits(w, n, hot)
+		return func(ctx context.Context) error {
+			d, err := ratelimit.Allow(ctx, w.Conn, 1, limits, nil)
+			if err != nil {
+				return fmt.Errorf("bench: ratelimit.Allow: %w", err)
+			}
+			if !d.Allowed {
+				return fmt.Errorf("bench: ratelimit.Allow refused by %s: the bench policies admit a billion a second", d.Policy)
+			}
+			return nil
+		}, nil
+	}
+}
+
+// floorGCRA is the GCRA charge of one unit at one microsecond a unit with a tolerance of
+// a billion microseconds, on the floor's table: what pgcoord_ratelimit_take does for one
+// pair, in one statement.
+const floorGCRA = `INSERT INTO ` + floorRatelimitTable + ` AS s (policy, key, tat)
+	VALUES ($1, $2, clock_timestamp() + interval '1 microsecond')
+	ON CONFLICT (policy, key) DO UPDATE
+	   SET tat = greatest(s.tat, clock_timestamp()) + interval '1 microsecond'
+	 WHERE greatest(s.tat, clock_timestamp()) + interval '1 microsecond' - clock_timestamp() <= interval '1000 seconds'
+	RETURNING s.tat`
+
+func newFloorGCRAWorker(n int, hot bool) func(context.Context, Worker) (Op, error) {
+	return func(_ context.Context, w Worker) (Op, error) {
+		limits := benchLimits(w, n, hot)
+		charge := func(ctx context.Context, db interface {
+			QueryRow(context.Context, string, ...any) pgx.Row
+		}) error {
+			for _, l := range limits {
+				var tat time.Time
+				if err := db.QueryRow(ctx, floorGCRA, l.Policy, l.Key).Scan(&tat); err != nil {
+					return fmt.Errorf("bench: %s: %w", FloorGCRA, err)
+				}
+			}
+			return nil
+		}
+		if n == 1 {
+			return func(ctx context.Context) error { return charge(ctx, w.Conn) }, nil
+		}
+		return func(ctx context.Context) error {
+			return pgx.BeginFunc(ctx, w.Conn, func(tx pgx.Tx) error { return charge(ctx, tx) })
+		}, nil
+	}
+}

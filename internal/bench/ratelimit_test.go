@@ -1,0 +1,56 @@
+package bench_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/internal/bench"
+)
+
+func TestRatelimitScenarios(t *testing.T) {
+	t.Parallel()
+	pairs := map[string]string{
+		"ratelimit.allow":   bench.FloorGCRA,
+		"ratelimit.nested":  bench.FloorGCRANested,
+		"ratelimit.hot_key": bench.FloorGCRAHot,
+	}
+	var scenarios []bench.Scenario
+	for name, floor := range pairs {
+		s, ok := bench.Lookup(name)
+		if !ok || s.Floor != floor {
+			t.Fatalf("%s: registered %v, floor %q; want it measured against %s", name, ok, s.Floor, floor)
+		}
+		scenarios = append(scenarios, s)
+	}
+	var keys, tenants, hot, floorKeys int64
+	results, err := bench.Run(t.Context(), poolConfig(t), scenarios, &bench.Options{
+		Concurrency: []int{1, 5},
+		Duration:    200 * time.Millisecond,
+		AfterRun: func(ctx context.Context, pool *pgxpool.Pool) error {
+			return pool.QueryRow(ctx, `SELECT
+				(SELECT count(*) FROM pgcoord_ratelimit_state WHERE policy = 'bench_key' AND key LIKE 'w%'),
+				(SELECT count(*) FROM pgcoord_ratelimit_state WHERE policy = 'bench_tenant'),
+				(SELECT count(*) FROM pgcoord_ratelimit_state WHERE key = 'hot'),
+				(SELECT count(*) FROM bench_floor_ratelimit)`).Scan(&keys, &tenants, &hot, &floorKeys)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 6 {
+		t.Fatalf("got %d results, want 3 scenarios at 2 concurrencies", len(results))
+	}
+	for _, r := range results {
+		if r.Ops <= 0 || r.OpsPerSec <= 0 || r.FloorOpsPerSec <= 0 || r.Ratio <= 0 || r.P50 <= 0 {
+			t.Errorf("%s c=%d: implausible measurement %+v", r.Scenario, r.Concurrency, r)
+		}
+	}
+	// Five workers charged their own keys (w0..w4), two tenants (workers 0-3 and 4), one
+	// hot key; the floors wrote their own table.
+	if keys != 5 || tenants != 2 || hot != 1 || floorKeys == 0 {
+		t.Errorf("state rows: %d keys, %d tenants, %d hot, %d floor rows; want 5, 2, 1 and some", keys, tenants, hot, floorKeys)
+	}
+}

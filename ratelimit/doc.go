@@ -1,0 +1,52 @@
+// Package ratelimit limits the rate of calls per key, across every process that shares a
+// PostgreSQL database, with the generic cell rate algorithm (GCRA, as Redis's CL.THROTTLE
+// and go-redis's rate package use), judged by the database clock.
+//
+// A policy is a row: a rate (Rate units per Period) and a Burst. Policies are created and
+// changed at runtime (Set, the SQL API's pgcoord_ratelimit_set, `pgcoord ratelimit set`);
+// a change applies from the next call. A key's state is one row holding its theoretical
+// arrival time; a key at rest (its time in the past) carries no state, and `pgcoord gc`
+// deletes its row.
+//
+//	_, err := ratelimit.Set(ctx, pool, ratelimit.Policy{Name: "api", Rate: 10, Period: time.Second, Burst: 10})
+//	d, err := ratelimit.Allow(ctx, pool, 1,
+//		ratelimit.Limit{Policy: "api", Key: "key:123"},
+//		ratelimit.Limit{Policy: "tenant", Key: "t:9"})
+//	if !d.Allowed { ... 429, Retry-After: d.RetryAfter ... }
+//
+// Allow takes a db that may be the caller's own transaction: the charge then commits or
+// rolls back with the caller's writes. Every call is one round trip to
+// pgcoord_ratelimit_take (docs/sql-api.md), which plain SQL callers can use directly.
+//
+// # Guarantees
+//
+//   - Exactness: over any stretch of time W of the database clock, a key admits at most
+//     W × Rate / Period + Burst units, whatever the number of processes and connections
+//     calling (the key's row is locked while it is judged and charged). The emission
+//     interval Period / Rate is rounded up to a whole microsecond, so the rounding never
+//     admits more.
+//   - All or nothing: a call that checks several limits charges every one of them or none.
+//     A refused call changes no key; a call whose transaction rolls back (or whose
+//     connection dies before it commits) leaves no charge behind.
+//   - A refusal names the limit that refused (the one whose retry is latest) and when the
+//     same call would be admitted (RetryAfter).
+//   - A shadow policy never refuses: it counts the calls it would have refused
+//     (Policy.ShadowRefused), and charges only those it would have admitted, so its count
+//     is what enforcing it would have refused.
+//   - No call takes a time argument: time is the database's.
+//   - Bad input is refused before any SQL runs, with an error wrapping
+//     pgcoord.ErrInvalidArgument or pgcoord.ErrInvalidName; a policy that does not exist is
+//     ErrUnknownPolicy.
+//
+// # Failure modes
+//
+//   - Calls on one key queue on its row lock: one hot key admits one call per round trip
+//     of the database's work on it (see docs/benchmarks.md).
+//   - Only a primary takes charges: on a standby every call fails with an error wrapping
+//     pgcoord.ErrReadOnly.
+//   - With asynchronous replication, a failover loses the charges of the last moments
+//     before it: the new primary can admit up to that window's calls again.
+//   - A call inside a long transaction holds its keys' row locks until that transaction
+//     ends: other callers of those keys wait for it. Check limits in short transactions, or
+//     with the pool.
+package ratelimit

@@ -1,0 +1,178 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgcoord/pgcoord/internal/base"
+	"github.com/pgcoord/pgcoord/internal/dbarg"
+	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+	"github.com/pgcoord/pgcoord/internal/tracing"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+// check makes this package's argument errors ("ratelimit: cause").
+var check = base.Check("ratelimit")
+
+var queries dbsqlc.Queries
+
+// ErrUnknownPolicy is returned (wrapped) when a call names a policy that does not exist.
+var ErrUnknownPolicy = errors.New("ratelimit: no such policy")
+
+// Bounds of a call.
+const (
+	// MaxLimits is the most limits one call checks.
+	MaxLimits = 16
+	// MaxCost is the largest cost of one call.
+	MaxCost = 1_000_000_000
+)
+
+// Limit names one key under one policy: the pair a call is charged to.
+type Limit struct {
+	Policy string // the policy's name
+	Key    string // the key, e.g. "key:123"; 1 to 255 bytes without control characters
+}
+
+// Decision is the outcome of a call.
+type Decision struct {
+	// Allowed says the call was admitted and charged.
+	Allowed bool
+	// Granted is the units charged: the cost when allowed (with AllowAtMost, from 1 to
+	// the units asked), 0 when refused.
+	Granted int64
+	// Policy is the binding policy: when refused, the one that refused (of several, the
+	// one whose retry is latest); when allowed, the one with the fewest units left.
+	Policy string
+	// RetryAfter is, when refused, how long until the same call would be admitted (if no
+	// other call charges the keys first); 0 when allowed.
+	RetryAfter time.Duration
+	// Remaining is the units the binding policy's key admits right after this call.
+	Remaining int64
+	// ResetAfter is how long until the binding policy's key is at rest again (a full
+	// burst).
+	ResetAfter time.Duration
+	// Quota is the binding policy's rate and burst, as the call read them.
+	Quota Quota
+}
+
+// Quota is a policy's limit: Rate units per Period, in bursts of up to Burst.
+type Quota struct {
+	Rate   int64
+	Period time.Duration
+	Burst  int64
+}
+
+// Opts are the options of Allow and AllowAtMost. A nil *Opts means all defaults.
+type Opts struct {
+	// Tracer, if set, gets a span per call.
+	Tracer pgcoord.Tracer
+	// Metrics, if set, counts the call's decision (see Metrics).
+	Metrics *Metrics
+}
+
+// Allow charges cost units to every limit, all or nothing: it is admitted only if every
+// enforcing policy admits it, and then every one is charged; if one refuses, none is, and
+// the Decision names it. cost must be at least 1 and at most every policy's burst (a
+// larger cost could never be admitted: it is an error). db may be the caller's own
+// transaction, so the charge commits or rolls back with the caller's writes.
+func Allow(ctx context.Context, db pgcoord.DBTX, cost int64, limits []Limit, opts *Opts) (Decision, error) {
+	return take(ctx, db, cost, false, limits, opts)
+}
+
+// AllowAtMost charges as many units as every enforcing policy admits now, from 1 to n, all
+// or nothing, and says how many in Decision.Granted: for a batch consumer that takes what
+// it may. It refuses only when not even one unit is admitted.
+func AllowAtMost(ctx context.Context, db pgcoord.DBTX, n int64, limits []Limit, opts *Opts) (Decision, error) {
+	return take(ctx, db, n, true, limits, opts)
+}
+
+func take(ctx context.Context, db pgcoord.DBTX, cost int64, atMost bool, limits []Limit, opts *Opts) (_ Decision, err error) {
+	if err := check.DB(db); err != nil {
+		return Decision{}, err
+	}
+	policies, keys, err := validateLimits(cost, limits)
+	if err != nil {
+		return Decision{}, err
+	}
+	if opts != nil && opts.Tracer != nil {
+		var end func(error)
+		ctx, end = startSpan(ctx, opts.Tracer, policies[0], keys[0], cost)
+		defer func() { end(err) }()
+	}
+	d, _, _, err := call(ctx, db, dbsqlc.RatelimitTakeParams{Policies: policies, Keys: keys, Cost: cost, AtMost: atMost})
+	if err == nil && opts != nil {
+		opts.Metrics.record(d, limits)
+	}
+	return d, err
+}
+
+// startSpan starts the span of a call (named by its first limit) and returns its end.
+func startSpan(ctx context.Context, t pgcoord.Tracer, policy, key string, cost int64) (context.Context, func(error)) {
+	ctx, span := tracing.Start(ctx, t, tracing.RateTake, tracing.Str(tracing.AttrRatePolicy, policy),
+		tracing.Str(tracing.AttrRateKey, key), tracing.Int(tracing.AttrRateCost, cost))
+	return ctx, span.End
+}
+
+// call runs pgcoord_ratelimit_take and returns its decision, the delay of its slot and
+// the pairs' new arrival times (nil when refused).
+func call(ctx context.Context, db pgcoord.DBTX, p dbsqlc.RatelimitTakeParams) (Decision, time.Duration, []time.Time, error) {
+	row, err := queries.RatelimitTake(ctx, db, p)
+	if err != nil {
+		return Decision{}, 0, nil, translate(err)
+	}
+	return Decision{
+		Allowed:    row.Granted > 0,
+		Granted:    row.Granted,
+		Policy:     row.Policy,
+		RetryAfter: dbarg.Duration(row.RetryAfter),
+		Remaining:  row.Remaining,
+		ResetAfter: dbarg.Duration(row.ResetAfter),
+		Quota:      Quota{Rate: row.Rate, Period: dbarg.Duration(row.Period), Burst: row.Burst},
+	}, dbarg.Duration(row.Delay), row.Tats, nil
+}
+
+func validateLimits(cost int64, limits []Limit) (policies, keys []string, err error) {
+	if cost < 1 || cost > MaxCost {
+		return nil, nil, check.Invalid("cost %d is not between 1 and %d", cost, MaxCost)
+	}
+	if len(limits) == 0 || len(limits) > MaxLimits {
+		return nil, nil, check.Invalid("%d limits: a call checks 1 to %d", len(limits), MaxLimits)
+	}
+	policies = make([]string, len(limits))
+	keys = make([]string, len(limits))
+	for i, l := range limits {
+		if err := check.Name("rate limit policy", l.Policy); err != nil {
+			return nil, nil, err
+		}
+		if err := check.Name("rate limit key", l.Key); err != nil {
+			return nil, nil, err
+		}
+		for _, m := range limits[:i] {
+			if m == l {
+				return nil, nil, check.Invalid("limit (%q, %q) is given twice", l.Policy, l.Key)
+			}
+		}
+		policies[i], keys[i] = l.Policy, l.Key
+	}
+	return policies, keys, nil
+}
+
+// translate maps the SQL API's errors to this package's: an unknown policy (P0002) to
+// ErrUnknownPolicy, a standby's refusal to pgcoord.ErrReadOnly, a bad argument (22023,
+// 22004) to pgcoord.ErrInvalidArgument.
+func translate(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "P0002":
+			return fmt.Errorf("%w: %w", ErrUnknownPolicy, err)
+		case "22023", "22004":
+			return fmt.Errorf("%w: %w", pgcoord.ErrInvalidArgument, err)
+		}
+	}
+	return base.TranslateError(err)
+}

@@ -1,0 +1,365 @@
+-- Rate limits: the generic cell rate algorithm (GCRA) per (policy, key), on the database
+-- clock, with policies as rows.
+--
+-- A policy admits `rate` units per `period`, with bursts of up to `burst` units. Its
+-- emission interval T is period / rate, rounded up to a whole microsecond (so a policy
+-- never admits more than it says), and its tolerance is burst × T. A key's state is one
+-- row holding its theoretical arrival time (tat): a call of cost c at instant now is
+-- admitted when max(tat, now) + c × T - now <= burst × T, and then moves tat there. So in
+-- any stretch of time W a key admits at most W / T + burst units, and a key whose tat is in
+-- the past is at rest: it carries no state, and pgcoord_gc deletes its row (kind ratelimit).
+--
+-- One call checks a list of (policy, key) pairs — per key, per tenant, global — and is
+-- all-or-nothing: the pairs' rows are locked in one order (policy, key), every enforcing
+-- policy is judged, and only if all admit is any row charged, in the same statement. A
+-- shadow policy is judged and charged like an enforcing one while it would admit, and
+-- counts the calls it would refuse (shadow_refused) without refusing them: it tells what a
+-- new limit would do before it is enforced. A policy changed at runtime applies from the
+-- next call; keys keep their tat.
+
+-- +goose Up
+-- pgcoord_ratelimit_period_ok tells whether p_period is a valid policy period: positive, at
+-- most 366 days, without months or years (which have no fixed length).
+CREATE FUNCTION pgcoord_ratelimit_period_ok(p_period interval) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT p_period IS NOT NULL AND p_period > interval '0' AND p_period <= interval '366 days'
+                 AND date_part('month', p_period) = 0 AND date_part('year', p_period) = 0 $$;
+
+CREATE TABLE pgcoord_ratelimit_policies (
+    name           text        PRIMARY KEY CHECK (pgcoord_name_ok(name)),
+    rate           bigint      NOT NULL CHECK (rate BETWEEN 1 AND 1000000000),
+    period         interval    NOT NULL CHECK (pgcoord_ratelimit_period_ok(period)),
+    burst          bigint      NOT NULL CHECK (burst BETWEEN 1 AND 1000000000),
+    shadow         boolean     NOT NULL DEFAULT false,
+    -- interval_us is T, the emission interval in microseconds: ceil(period / rate).
+    interval_us    bigint      NOT NULL CHECK (interval_us >= 1),
+    -- shadow_refused counts the calls this policy would have refused while in shadow mode.
+    shadow_refused bigint      NOT NULL DEFAULT 0,
+    created_at     timestamptz NOT NULL DEFAULT pgcoord_now(),
+    updated_at     timestamptz NOT NULL DEFAULT pgcoord_now()
+);
+
+COMMENT ON TABLE pgcoord_ratelimit_policies IS 'pgcoord: rate limit policies (GCRA: rate per period, burst)';
+
+-- A key's row exists only while its tat is ahead of the clock (and until gc runs). No index
+-- on tat: a charge changes only tat, so it is a HOT update that touches no index; gc finds
+-- rows at rest by a scan that stops at its batch.
+CREATE TABLE pgcoord_ratelimit_state (
+    policy text        NOT NULL,
+    key    text        NOT NULL,
+    tat    timestamptz NOT NULL,
+    PRIMARY KEY (policy, key)
+) WITH (fillfactor = 70);
+
+COMMENT ON TABLE pgcoord_ratelimit_state IS 'pgcoord: rate limit keys ahead of the clock (theoretical arrival time)';
+
+-- pgcoord_ratelimit_set creates or changes a policy; the change applies from the next call.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_ratelimit_set(p_name text, p_rate bigint, p_period interval, p_burst bigint,
+                                      p_shadow boolean DEFAULT false)
+RETURNS SETOF pgcoord_ratelimit_policies LANGUAGE plpgsql AS $$
+DECLARE
+    v_us numeric;
+BEGIN
+    IF NOT pgcoord_name_ok(p_name) THEN
+        PERFORM pgcoord_refuse_name('rate limit policy name', p_name);
+    END IF;
+    IF p_rate IS NULL OR p_rate NOT BETWEEN 1 AND 1000000000 THEN
+        PERFORM pgcoord_refuse('rate', 'between 1 and 1000000000', p_rate::text);
+    END IF;
+    IF NOT coalesce(pgcoord_ratelimit_period_ok(p_period), false) THEN
+        PERFORM pgcoord_refuse('period', 'positive, at most 366 days, without months or years', p_period::text);
+    END IF;
+    IF p_burst IS NULL OR p_burst NOT BETWEEN 1 AND 1000000000 THEN
+        PERFORM pgcoord_refuse('burst', 'between 1 and 1000000000', p_burst::text);
+    END IF;
+    IF p_shadow IS NULL THEN
+        PERFORM pgcoord_refuse('shadow', 'true or false', NULL);
+    END IF;
+    v_us := ceil(extract(epoch FROM p_period) * 1000000 / p_rate);
+    IF v_us * p_burst > 366 * 86400 * 1000000::numeric THEN
+        PERFORM pgcoord_refuse('burst × period / rate', 'at most 366 days', (v_us * p_burst / 1000000) || ' s');
+    END IF;
+    RETURN QUERY
+    INSERT INTO pgcoord_ratelimit_policies AS p (name, rate, period, burst, shadow, interval_us)
+    VALUES (p_name, p_rate, p_period, p_burst, p_shadow, v_us)
+    ON CONFLICT (name) DO UPDATE
+       SET rate = excluded.rate, period = excluded.period, burst = excluded.burst,
+           shadow = excluded.shadow, interval_us = excluded.interval_us,
+           shadow_refused = CASE WHEN p.shadow AND excluded.shadow THEN p.shadow_refused ELSE 0 END,
+           updated_at = pgcoord_now()
+    RETURNING p.*;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_ratelimit_delete deletes a policy and its keys' state; false when there was none.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_ratelimit_delete(p_name text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pgcoord_name_ok(p_name) THEN
+        PERFORM pgcoord_refuse_name('rate limit policy name', p_name);
+    END IF;
+    DELETE FROM pgcoord_ratelimit_state s WHERE s.policy = p_name;
+    DELETE FROM pgcoord_ratelimit_policies p WHERE p.name = p_name;
+    RETURN FOUND;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_ratelimit_reset forgets a key's state (it is at rest again: a full burst);
+-- false when it had none.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_ratelimit_reset(p_policy text, p_key text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pgcoord_name_ok(p_policy) THEN
+        PERFORM pgcoord_refuse_name('rate limit policy name', p_policy);
+    END IF;
+    IF NOT pgcoord_name_ok(p_key) THEN
+        PERFORM pgcoord_refuse_name('rate limit key', p_key);
+    END IF;
+    DELETE FROM pgcoord_ratelimit_state s WHERE s.policy = p_policy AND s.key = p_key;
+    RETURN FOUND;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_ratelimit_take charges p_cost units to every (p_policies[i], p_keys[i]) pair, all
+-- or nothing, and returns one row:
+--   granted      the units charged: p_cost, or 0 when refused; with p_at_most, the most
+--                units from 1 to p_cost that every enforcing policy admits (0 if none)
+--   policy       the binding policy: the refusing one with the latest retry (when refused),
+--                the one with the latest slot (a reservation), else the one with the
+--                fewest units remaining
+--   retry_after  when refused, how long until the same call would be admitted; else 0
+--   delay        with p_max_wait, how long until the reserved slot (act then); else 0
+--   remaining    the units the binding policy's key admits right after this call
+--   reset_after  how long until the binding policy's key is at rest (a full burst again)
+--   rate, period, burst   the binding policy's
+--   tats         when charged, each pair's new theoretical arrival time, in the order of
+--                p_policies (what pgcoord_ratelimit_cancel takes), the epoch for a shadow
+--                pair left uncharged; NULL when refused
+-- With p_max_wait (0 to 24 hours), the call reserves: every enforcing policy charges it
+-- at its next free slot, and it is admitted if no slot is further than p_max_wait away
+-- (calls on a key get slots in the order they lock its row: first come, first served).
+-- Up to 16 pairs, distinct; a policy that does not exist raises P0002. A cost above a
+-- policy's burst could never be admitted: it raises 22023 (with p_at_most, it is capped).
+-- The rows are locked in (policy, key) order, so concurrent calls over overlapping pairs
+-- queue instead of deadlocking. Judged by pgcoord_clock() read after the locks are held.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_ratelimit_take(p_policies text[], p_keys text[], p_cost bigint,
+                                       p_at_most boolean DEFAULT false, p_max_wait interval DEFAULT NULL)
+RETURNS TABLE (granted bigint, policy text, retry_after interval, delay interval, remaining bigint,
+               reset_after interval, rate bigint, period interval, burst bigint, tats timestamptz[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer := cardinality(p_policies);
+    v_pair record;
+    v_pol pgcoord_ratelimit_policies;
+    v_pos integer[] := '{}';       -- each sorted pair's index in p_policies
+    v_pols pgcoord_ratelimit_policies[] := '{}';
+    v_names text[] := '{}';
+    v_keys text[] := '{}';
+    v_us bigint[] := '{}';         -- T, µs
+    v_tau bigint[] := '{}';        -- burst × T, µs
+    v_shadow boolean[] := '{}';
+    v_tat timestamptz[] := '{}';
+    v_t timestamptz;
+    v_need bigint := CASE WHEN p_at_most THEN 1 ELSE p_cost END;
+    v_max_wait bigint := coalesce(extract(epoch FROM p_max_wait) * 1000000, 0);
+    v_now timestamptz;
+    v_base timestamptz;
+    v_grant bigint := p_cost;
+    v_fit bigint;
+    v_wait bigint;             -- µs until a slot for v_need units (<= 0: now)
+    v_refuse bigint := -1;     -- the latest retry of a refusing policy, µs
+    v_refuser integer;
+    v_delay bigint := 0;       -- the latest slot of the call, µs
+    v_late integer;
+    v_least bigint;
+    v_left bigint;
+    v_bind integer;
+    v_out timestamptz[];
+BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM pgcoord_refuse_on_standby();
+    END IF;
+    IF v_n IS NULL OR v_n NOT BETWEEN 1 AND 16 OR array_ndims(p_policies) <> 1 THEN
+        PERFORM pgcoord_refuse('p_policies', '1 to 16 policy names', coalesce(v_n::text || ' names', NULL));
+    END IF;
+    IF p_keys IS NULL OR cardinality(p_keys) <> v_n OR array_ndims(p_keys) <> 1 THEN
+        PERFORM pgcoord_refuse('p_keys', 'one key per policy (' || v_n || ')',
+                               coalesce(cardinality(p_keys)::text || ' keys', NULL));
+    END IF;
+    IF p_cost IS NULL OR p_cost NOT BETWEEN 1 AND 1000000000 THEN
+        PERFORM pgcoord_refuse('cost', 'between 1 and 1000000000', p_cost::text);
+    END IF;
+    IF p_at_most IS NULL THEN
+        PERFORM pgcoord_refuse('p_at_most', 'true or false', NULL);
+    END IF;
+    IF p_max_wait IS NOT NULL AND (p_at_most OR p_max_wait < interval '0' OR p_max_wait > interval '24 hours'
+                                   OR date_part('month', p_max_wait) <> 0 OR date_part('year', p_max_wait) <> 0) THEN
+        PERFORM pgcoord_refuse('max wait', '0 to 24 hours, and not with p_at_most', p_max_wait::text);
+    END IF;
+
+    -- Lock (or create) each pair's row, in (policy, key) order.
+    FOR v_pair IN
+        SELECT u.p, u.k, u.i, count(*) OVER (PARTITION BY u.p, u.k) AS dup
+          FROM unnest(p_policies, p_keys) WITH ORDINALITY AS u(p, k, i) ORDER BY u.p, u.k
+    LOOP
+        IF NOT pgcoord_name_ok(v_pair.p) THEN
+            PERFORM pgcoord_refuse_name('rate limit policy name', v_pair.p);
+        END IF;
+        IF NOT pgcoord_name_ok(v_pair.k) THEN
+            PERFORM pgcoord_refuse_name('rate limit key', v_pair.k);
+        END IF;
+        IF v_pair.dup > 1 THEN
+            PERFORM pgcoord_refuse('each (policy, key) pair', 'given once', v_pair.p || ', ' || v_pair.k);
+        END IF;
+        SELECT * INTO v_pol FROM pgcoord_ratelimit_policies p WHERE p.name = v_pair.p;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'pgcoord: no rate limit policy %', quote_literal(v_pair.p) USING ERRCODE = 'P0002';
+        END IF;
+        IF p_cost > v_pol.burst AND NOT p_at_most THEN
+            PERFORM pgcoord_refuse('cost', 'at most the burst of policy ' || quote_literal(v_pol.name)
+                                   || ' (' || v_pol.burst || ')', p_cost::text);
+        END IF;
+        SELECT s.tat INTO v_t FROM pgcoord_ratelimit_state s
+         WHERE s.policy = v_pair.p AND s.key = v_pair.k FOR UPDATE;
+        IF NOT FOUND THEN
+            -- A key at rest: create its row; a concurrent creator makes this wait for it,
+            -- and then lock its row.
+            INSERT INTO pgcoord_ratelimit_state AS s (policy, key, tat)
+            VALUES (v_pair.p, v_pair.k, pgcoord_clock())
+            ON CONFLICT ON CONSTRAINT pgcoord_ratelimit_state_pkey DO UPDATE SET tat = s.tat
+            RETURNING s.tat INTO v_t;
+        END IF;
+        v_pos := v_pos || v_pair.i::integer;
+        v_pols := v_pols || v_pol;
+        v_names := v_names || v_pol.name;
+        v_keys := v_keys || v_pair.k;
+        v_us := v_us || v_pol.interval_us;
+        v_tau := v_tau || (v_pol.interval_us * v_pol.burst);
+        v_shadow := v_shadow || v_pol.shadow;
+        v_tat := v_tat || v_t;
+    END LOOP;
+
+    -- Judge every enforcing policy.
+    v_now := pgcoord_clock();
+    FOR v_i IN 1 .. v_n LOOP
+        CONTINUE WHEN v_shadow[v_i];
+        v_base := greatest(v_tat[v_i], v_now);
+        -- admitted once base + need × T - tau <= now: v_wait µs from now
+        v_wait := ceil(extract(epoch FROM (v_base - v_now)) * 1000000) + v_need * v_us[v_i] - v_tau[v_i];
+        IF p_at_most THEN
+            -- the units that fit now: floor((now + tau - base) / T)
+            v_fit := floor((extract(epoch FROM (v_now - v_base)) * 1000000 + v_tau[v_i]) / v_us[v_i]);
+            v_grant := least(v_grant, greatest(v_fit, 0));
+        END IF;
+        IF v_wait > v_max_wait THEN
+            IF v_wait - v_max_wait > v_refuse THEN
+                v_refuse := v_wait - v_max_wait;
+                v_refuser := v_i;
+            END IF;
+        ELSIF v_wait > v_delay THEN
+            v_delay := v_wait;
+            v_late := v_i;
+        END IF;
+    END LOOP;
+    IF v_refuser IS NOT NULL THEN
+        granted := 0;
+        policy := v_names[v_refuser];
+        retry_after := make_interval(secs => greatest(v_refuse, 1) / 1000000.0);
+        delay := interval '0';
+        remaining := 0;
+        reset_after := greatest(v_tat[v_refuser], v_now) - v_now;
+        rate := (v_pols[v_refuser]).rate;
+        period := (v_pols[v_refuser]).period;
+        burst := (v_pols[v_refuser]).burst;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    -- Charge every enforcing policy, and every shadow one that would admit.
+    v_out := array_fill('epoch'::timestamptz, ARRAY[v_n]);
+    FOR v_i IN 1 .. v_n LOOP
+        v_base := greatest(v_tat[v_i], v_now);
+        v_fit := floor((extract(epoch FROM (v_now - v_base)) * 1000000 + v_tau[v_i]) / v_us[v_i]);
+        IF v_shadow[v_i] AND v_fit < v_grant THEN
+            UPDATE pgcoord_ratelimit_policies p SET shadow_refused = p.shadow_refused + 1
+             WHERE p.name = v_names[v_i];
+            v_left := greatest(v_fit, 0);
+        ELSE
+            v_tat[v_i] := v_base + make_interval(secs => v_grant * v_us[v_i] / 1000000.0);
+            UPDATE pgcoord_ratelimit_state s SET tat = v_tat[v_i]
+             WHERE s.policy = v_names[v_i] AND s.key = v_keys[v_i];
+            v_left := greatest(v_fit - v_grant, 0);
+            v_out[v_pos[v_i]] := v_tat[v_i];
+        END IF;
+        IF v_least IS NULL OR v_left < v_least THEN
+            v_least := v_left;
+            v_bind := v_i;
+        END IF;
+    END LOOP;
+    granted := v_grant;
+    v_bind := coalesce(v_late, v_bind);
+    policy := v_names[v_bind];
+    retry_after := interval '0';
+    delay := make_interval(secs => v_delay / 1000000.0);
+    remaining := v_least;
+    reset_after := greatest(v_tat[v_bind], v_now) - v_now;
+    rate := (v_pols[v_bind]).rate;
+    period := (v_pols[v_bind]).period;
+    burst := (v_pols[v_bind]).burst;
+    tats := v_out;
+    RETURN NEXT;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_ratelimit_cancel gives back the units of a reservation not yet due: for each
+-- pair whose tat is still p_tats[i] (no later call charged the key since), tat moves back
+-- by p_cost × T, but never before now. Pairs charged since keep their tat: the slot is
+-- lost. Returns how many pairs gave their units back.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_ratelimit_cancel(p_policies text[], p_keys text[], p_tats timestamptz[], p_cost bigint)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    IF coalesce(cardinality(p_policies) NOT BETWEEN 1 AND 16 OR cardinality(p_keys) <> cardinality(p_policies)
+                OR cardinality(p_tats) <> cardinality(p_policies), true) THEN
+        PERFORM pgcoord_refuse('p_policies, p_keys and p_tats', 'arrays of 1 to 16 elements, of one length',
+                               cardinality(p_policies) || ', ' || cardinality(p_keys) || ', ' || cardinality(p_tats));
+    END IF;
+    IF p_cost IS NULL OR p_cost NOT BETWEEN 1 AND 1000000000 THEN
+        PERFORM pgcoord_refuse('cost', 'between 1 and 1000000000', p_cost::text);
+    END IF;
+    WITH back AS (
+        UPDATE pgcoord_ratelimit_state s
+           SET tat = greatest(s.tat - make_interval(secs => p_cost * p.interval_us / 1000000.0), pgcoord_clock())
+          FROM unnest(p_policies, p_keys, p_tats) AS u(p, k, t), pgcoord_ratelimit_policies p
+         WHERE s.policy = u.p AND s.key = u.k AND s.tat = u.t AND p.name = u.p AND u.t > pgcoord_clock()
+        RETURNING 1)
+    SELECT count(*) INTO v_n FROM back;
+    RETURN v_n;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_ratelimit_allow is pgcoord_ratelimit_take for one pair: whether p_cost units of
+-- p_key under p_policy are admitted (and charged).
+CREATE FUNCTION pgcoord_ratelimit_allow(p_policy text, p_key text, p_cost bigint DEFAULT 1) RETURNS boolean
+    LANGUAGE sql
+    AS $$ SELECT t.granted > 0 FROM pgcoord_ratelimit_take(ARRAY[p_policy], ARRAY[p_key], p_cost) t $$;
+
+-- +goose Down
+DROP FUNCTION pgcoord_ratelimit_allow(text, text, bigint);
+DROP FUNCTION pgcoord_ratelimit_cancel(text[], text[], timestamptz[], bigint);
+DROP FUNCTION pgcoord_ratelimit_take(text[], text[], bigint, boolean, interval);
+DROP FUNCTION pgcoord_ratelimit_reset(text, text);
+DROP FUNCTION pgcoord_ratelimit_delete(text);
+DROP FUNCTION pgcoord_ratelimit_set(text, bigint, interval, bigint, boolean);
+DROP TABLE pgcoord_ratelimit_state;
+DROP TABLE pgcoord_ratelimit_policies;
+DROP FUNCTION pgcoord_ratelimit_period_ok(interval);

@@ -1,0 +1,38 @@
+-- Rate limit operations go through the SQL API functions of 00013_ratelimits.sql.
+
+-- name: RatelimitTake :one
+SELECT t.granted::bigint AS granted, t.policy::text AS policy, t.retry_after::interval AS retry_after,
+       t.delay::interval AS delay, t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after,
+       t.rate::bigint AS rate, t.period::interval AS period, t.burst::bigint AS burst, t.tats::timestamptz[] AS tats
+FROM pgcoord_ratelimit_take(@policies::text[], @keys::text[], @cost::bigint, @at_most::boolean,
+                            sqlc.narg('max_wait')::interval) t;
+
+-- name: RatelimitCancel :one
+SELECT pgcoord_ratelimit_cancel(@policies::text[], @keys::text[], @tats::timestamptz[], @cost::bigint)::int AS given_back;
+
+-- name: RatelimitSet :one
+SELECT p.* FROM pgcoord_ratelimit_set(@name::text, @rate::bigint, @period::interval, @burst::bigint,
+                                      @shadow::boolean) p;
+
+-- name: RatelimitDelete :one
+SELECT pgcoord_ratelimit_delete(@name::text)::boolean AS deleted;
+
+-- name: RatelimitReset :one
+SELECT pgcoord_ratelimit_reset(@policy::text, @key::text)::boolean AS reset;
+
+-- name: RatelimitPolicies :many
+SELECT p.* FROM pgcoord_ratelimit_policies p ORDER BY p.name LIMIT @max_rows::int;
+
+-- name: RatelimitPolicy :one
+SELECT p.* FROM pgcoord_ratelimit_policies p WHERE p.name = @name::text;
+
+-- name: RatelimitKey :one
+-- A key's state, judged now: the units it admits and how long until it is at rest.
+SELECT p.name AS policy, @key::text AS key,
+       floor((extract(epoch FROM (pgcoord_clock() - greatest(coalesce(s.tat, '-infinity'), pgcoord_clock()))) * 1000000
+              + p.interval_us * p.burst) / p.interval_us)::bigint AS remaining,
+       (greatest(coalesce(s.tat, '-infinity'), pgcoord_clock()) - pgcoord_clock())::interval AS reset_after,
+       s.tat
+FROM pgcoord_ratelimit_policies p
+LEFT JOIN pgcoord_ratelimit_state s ON s.policy = p.name AND s.key = @key::text
+WHERE p.name = @policy::text;
