@@ -120,6 +120,7 @@ DECLARE
     v_gen bigint;
     v_key bigint;
     v_got boolean;
+    v_lock_timeout text;
     r pgcoord_singletons;
 BEGIN
     IF NOT pgcoord_name_ok(p_job) THEN
@@ -135,8 +136,20 @@ BEGIN
     FOR v_try IN 1..3 LOOP
         SELECT s.gen INTO v_gen FROM pgcoord_singletons s WHERE s.job = p_job;
         IF NOT FOUND THEN
-            INSERT INTO pgcoord_singletons (job, gen) VALUES (p_job, nextval('pgcoord_singleton_gen_seq'))
-            ON CONFLICT (job) DO NOTHING;
+            -- The job's first run. A concurrent first run's row, not committed yet, makes
+            -- the INSERT wait for that run's end: that run holds the job, so give up
+            -- instead of waiting (lock_timeout, for this INSERT only).
+            v_lock_timeout := current_setting('lock_timeout');
+            PERFORM set_config('lock_timeout', '10ms', true);
+            BEGIN
+                INSERT INTO pgcoord_singletons (job, gen) VALUES (p_job, nextval('pgcoord_singleton_gen_seq'))
+                ON CONFLICT (job) DO NOTHING;
+            EXCEPTION WHEN lock_not_available THEN
+                PERFORM set_config('lock_timeout', v_lock_timeout, true);
+                RETURN NEXT;
+                RETURN;
+            END;
+            PERFORM set_config('lock_timeout', v_lock_timeout, true);
             SELECT s.gen INTO v_gen FROM pgcoord_singletons s WHERE s.job = p_job;
             CONTINUE WHEN NOT FOUND; -- collected in between
         END IF;
