@@ -267,6 +267,7 @@ func TestEnqueueLockIsARowLock(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
+	enqueue(t, pool, msg("k", "first")) // the key's row exists (a new one is invisible until its commit)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ const (
 // Finding is the outcome of one check.
 type Finding struct {
 	// Check names the check: schema, notify, clock, time, transactions, replication,
-	// leases, semaphores, jobs, idempotency, outbox, retention.
+	// leases, semaphores, jobs, idempotency, outbox, retention, advisory.
 	Check string `json:"check"`
 	// Status grades it.
 	Status Status `json:"status"`
@@ -85,6 +85,7 @@ var checks = []check{
 	{"idempotency", checkIdempotency, true},
 	{"outbox", checkOutbox, true},
 	{"retention", checkRetention, true},
+	{"advisory", checkAdvisory, true},
 }
 
 // Run runs every check against the schema pool's connections resolve to and returns the
