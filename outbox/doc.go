@@ -52,13 +52,14 @@
 // While any relay is idle, every transaction that enqueues sends one notification,
 // delivered at commit, which wakes it. Busy relays need no wake-up, and a notification
 // serializes commits server-wide, so producers send none then. The check rides the
-// statement that inserts the transaction's first message: the producer takes a shared
-// advisory lock (held until it commits), then looks for idle relays. Relays wait on the
+// statement that inserts the transaction's first message: the producer locks the table
+// pgcoord_outbox_wakeup in ROW EXCLUSIVE mode (held until it commits), then looks for idle
+// relays. Relays wait on the
 // pool's one LISTEN connection, shared by every waiter of the process, so a waiting relay
 // holds no connection.
 //
-// A relay registers as idle in a short transaction that only tries the same advisory lock in
-// exclusive mode and never waits for it: producers never queue behind a registering relay,
+// A relay registers as idle in a short transaction that only tries to lock the same table in
+// EXCLUSIVE mode (NOWAIT) and never waits for it: producers never queue behind a registering relay,
 // however long one producer's transaction stays open. The registration is tight if it got
 // the lock — no producer was between its check and its commit, so every producer not yet
 // committed checks after the registration and notifies — and loose otherwise. After either
@@ -95,8 +96,11 @@
 //     release them; it learns that its outcomes were refused (RelayStats.Fenced).
 //   - The database clock decides delays, backoffs, claim expiry and retention; no option
 //     lets a caller choose the time.
-//   - Bounded memory: a relay holds one claim at a time, whose payloads add up to at most
-//     BatchBytes (or one larger message); List reads no payload unless asked
+//   - No stranger can stall it: Enqueue and the relay take no advisory lock, only row and
+//     table locks of pgcoord's tables, which a login without a grant on them cannot take
+//     (integration_test TestSquattingLoginStallsNoPrimitive).
+//   - Bounded memory: a relay holds one claim at a time, whose payloads and headers add up
+//     to at most BatchBytes (or one larger message); List reads no payload unless asked
 //     (ListOpts.PayloadBytes), and then at most that much of each.
 //   - No producer waits for a relay: an idle relay's registration never waits for a
 //     producer's lock, so one long producer transaction does not hold up the others.
@@ -119,8 +123,8 @@
 // # Why per-key order holds
 //
 // "The oldest pending message of a key" must mean the first committed, but ids follow
-// insertion. Enqueue therefore takes a transaction-level advisory lock on (topic, key)
-// before it inserts, held until the producer's transaction ends. A second transaction
+// insertion. Enqueue therefore locks the row of (topic, key) in pgcoord_outbox_keys
+// (creating it if missing) before it inserts, held until the producer's transaction ends. A second transaction
 // writing the same key waits in Enqueue until the first has committed (or rolled back)
 // before it draws its id, and PostgreSQL makes the first transaction visible to every new
 // snapshot before it releases its locks. Hence, within one key: ids increase with commit
@@ -139,6 +143,11 @@
 //
 // # Failure modes
 //
+//   - A producer in a REPEATABLE READ or SERIALIZABLE transaction gets a serialization
+//     failure (SQLSTATE 40001; retry the transaction) when another transaction created,
+//     or pgcoord gc deleted, its key's order row (pgcoord_outbox_keys) after its snapshot.
+//     The rows of keys with no pending message are collected by pgcoord gc (kind
+//     outbox_keys); an Enqueue of such a key waits for that gc transaction's commit.
 //   - Duplicates: a relay that delivered a message but died (or was paused past ClaimTTL)
 //     before recording it causes a redelivery, possibly after later messages of the key
 //     were delivered by another relay. Make consumers idempotent on Message.ID: the

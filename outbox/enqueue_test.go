@@ -260,22 +260,34 @@ func TestEnqueueBatch(t *testing.T) {
 	}
 }
 
-// pgcoord_outbox_lock, which every write path calls per message, is inlined into the
-// calling statement: it must stay a SQL function of one expression (not STRICT, no SET
-// clause), or Enqueue pays a function call per message.
-func TestEnqueueLockIsInlined(t *testing.T) {
+// The per-key order lock is the row lock of (topic, key) in pgcoord_outbox_keys, held
+// until the producer's transaction ends, and Enqueue takes no advisory lock: an advisory
+// key can be taken by any login, a row lock needs a grant on the table.
+func TestEnqueueLockIsARowLock(t *testing.T) {
 	t.Parallel()
+	ctx := t.Context()
 	pool := pgtest.Pool(t)
-	rows, err := pool.Query(t.Context(), `EXPLAIN (VERBOSE, COSTS OFF) SELECT pgcoord_outbox_lock('t', 'k')`)
+	enqueue(t, pool, msg("k", "first")) // the key's row exists (a new one is invisible until its commit)
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := outbox.Enqueue(ctx, tx, outbox.Message{Topic: "t", Key: "k", Payload: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	var advisory int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'`).Scan(&advisory); err != nil || advisory != 0 {
+		t.Fatalf("Enqueue holds %d advisory locks (%v), want none", advisory, err)
+	}
+	other, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plan := strings.Join(lines, "\n"); strings.Contains(plan, "pgcoord_outbox_lock(") ||
-		!strings.Contains(plan, "pg_advisory_xact_lock(") {
-		t.Fatalf("pgcoord_outbox_lock is not inlined:\n%s", plan)
+	defer func() { _ = other.Rollback(ctx) }()
+	_, err = other.Exec(ctx, `SELECT FROM pgcoord_outbox_keys WHERE topic = 't' AND key = 'k' FOR UPDATE NOWAIT`)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("the key's row while its producer is open: %v, want 55P03 (locked)", err)
 	}
 }

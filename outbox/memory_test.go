@@ -108,6 +108,24 @@ func TestClaimCutByBytesResumesAfterItsKey(t *testing.T) {
 	}
 }
 
+// The byte cap counts headers too (issue 28, Info): three messages of 1-byte payloads
+// with 1,000 bytes of headers each do not fit a 2,500-byte claim. Counting payloads only,
+// one claim took all three: 3 KB of headers past the cap.
+func TestClaimCountsHeaderBytes(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	headers := map[string]string{"trace": string(bytes.Repeat([]byte("h"), 1000))}
+	var msgs []outbox.Message
+	for k := range 3 {
+		msgs = append(msgs, outbox.Message{Topic: "t", Key: fmt.Sprint("k", k), Payload: []byte("x"), Headers: headers})
+	}
+	enqueue(t, pool, msgs...)
+	r := newRelay(t, pool, &claimBytes{}, outbox.Config{BatchBytes: 2500})
+	if n := runBatch(t, r); n != 2 {
+		t.Fatalf("a claim capped at 2500 bytes took %d messages of 1 + ~1015 bytes, want 2", n)
+	}
+}
+
 // List reads no payload unless asked, and then only its first PayloadBytes bytes; it
 // reports every payload's size. Get reads the whole message.
 func TestListReadsPayloadsOnlyAsAsked(t *testing.T) {

@@ -38,10 +38,10 @@ type Config struct {
 	// pending message and those right behind it, delivered in order by this relay.
 	// Default DefaultKeyBatchSize (100); at most BatchSize.
 	KeyBatchSize int
-	// BatchBytes caps the payloads of one claim, in bytes: the relay holds one claim at a
-	// time, so its payloads in memory stay below BatchBytes — or one message, since a
-	// claim always takes at least one and a payload larger than BatchBytes is claimed
-	// alone. Default DefaultBatchBytes (16 MiB); 1..MaxBatchBytes.
+	// BatchBytes caps the payloads and headers (as JSON text) of one claim, in bytes: the
+	// relay holds one claim at a time, so its messages in memory stay below BatchBytes —
+	// or one message, since a claim always takes at least one and a message larger than
+	// BatchBytes is claimed alone. Default DefaultBatchBytes (16 MiB); 1..MaxBatchBytes.
 	BatchBytes int
 	// Concurrency is how many keys of a batch are delivered at once (each key's messages
 	// one after the other, in order). Default 1; above 1 the Handler must be safe for

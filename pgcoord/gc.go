@@ -34,7 +34,7 @@ const (
 
 // GCKinds are the kinds of rows GC collects, in the order GCResult lists them.
 func GCKinds() []string {
-	return []string{"leases", "fences", "permits", "semaphores", "job_runs", "dedupe", "idempotency", "outbox", "inbox"}
+	return []string{"leases", "fences", "permits", "semaphores", "job_runs", "dedupe", "idempotency", "outbox", "inbox", "singletons", "outbox_keys"}
 }
 
 // GCOpts are the options of GC. A nil *GCOpts means all defaults.
@@ -104,7 +104,11 @@ func (r GCResult) Removed(kind string) int64 {
 //   - idempotency: idempotency keys past their own retention (each leaves a tombstone for
 //     R, which refuses a very late retry) and tombstones past theirs;
 //   - outbox: messages delivered longer than R ago (dead messages are kept for operators);
-//   - inbox: inbox records applied longer than R ago.
+//   - inbox: inbox records applied longer than R ago;
+//   - singletons: the lock generations of singleton.RunOnce/RunSession jobs not run for
+//     longer than R and not held (a job run again starts a new generation);
+//   - outbox_keys: the per-key order rows of outbox keys with no pending message, of any
+//     age, except those a writer holds (skipped, never waited for).
 //
 // Job definitions, configured semaphore keys, dead messages and the audit log are never
 // collected.

@@ -124,6 +124,8 @@ func gcRows(t *testing.T, pool *pgxpool.Pool, prefix string) {
 		FROM c`, prefix)
 	mustExec(t, pool, `SELECT pgcoord_outbox_enqueue('t', $1 || 'pending', '{}', '{}', '1 hour')`, prefix)
 	mustExec(t, pool, `INSERT INTO pgcoord_outbox_inbox (consumer, message_id) VALUES ($1 || 'consumer', 1)`, prefix)
+	// singletons: a job run once (RunOnce's lock, in a transaction of its own).
+	mustExec(t, pool, `SELECT pgcoord_singleton_try($1 || 'job', false)`, prefix)
 }
 
 // Every kind is collected once older than the retention, and nothing younger, nothing
@@ -152,7 +154,8 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 		+ (SELECT count(*) FROM pgcoord_semaphores) + (SELECT count(*) FROM pgcoord_job_runs)
 		+ (SELECT count(*) FROM pgcoord_dedupe) + (SELECT count(*) FROM pgcoord_idempotency_keys)
 		+ (SELECT count(*) FROM pgcoord_idempotency_tombstones) + (SELECT count(*) FROM pgcoord_outbox)
-		+ (SELECT count(*) FROM pgcoord_outbox_inbox)`
+		+ (SELECT count(*) FROM pgcoord_outbox_inbox) + (SELECT count(*) FROM pgcoord_singletons)
+		+ (SELECT count(*) FROM pgcoord_outbox_keys)`
 	before := scalar[int64](t, pool, tables)
 	latestRuns := column(t, pool, `SELECT job || '@' || max(scheduled_for) FROM pgcoord_job_runs GROUP BY job`)
 	if len(latestRuns) != 2 {
@@ -162,6 +165,8 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 	want := map[string]int64{
 		"leases": 2, "fences": 1, "permits": 2, "semaphores": 2, "job_runs": 1,
 		"dedupe": 1, "idempotency": 2, "outbox": 1, "inbox": 1,
+		// The order rows of every key with no pending message, old or young.
+		"singletons": 1, "outbox_keys": 4,
 	}
 	var dryProgress int
 	dry, err := pgcoord.GC(ctx, pool, &pgcoord.GCOpts{OlderThan: gcRetention, DryRun: true,
@@ -186,8 +191,8 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 	if got := counts(t, res); !reflect.DeepEqual(got, want) {
 		t.Errorf("GC removed %v, want %v", got, want)
 	}
-	if res.Total() != 13 || res.Removed("job_runs") != 1 {
-		t.Errorf("Total() = %d, Removed(job_runs) = %d; want 13 and 1", res.Total(), res.Removed("job_runs"))
+	if res.Total() != 18 || res.Removed("job_runs") != 1 {
+		t.Errorf("Total() = %d, Removed(job_runs) = %d; want 18 and 1", res.Total(), res.Removed("job_runs"))
 	}
 
 	// What is left: the young rows, configuration, demand and each job's latest run.
@@ -204,6 +209,8 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 		`SELECT key FROM pgcoord_idempotency_tombstones`:           {"old-key", "young-tombstone"},
 		`SELECT key FROM pgcoord_outbox`:                           {"old-dead", "old-pending", "young-dead", "young-delivered", "young-pending"},
 		`SELECT consumer FROM pgcoord_outbox_inbox`:                {"young-consumer"},
+		`SELECT job FROM pgcoord_singletons`:                       {"young-job"},
+		`SELECT key FROM pgcoord_outbox_keys`:                      {"old-pending", "young-pending"},
 	}
 	for sql, want := range left {
 		if got := column(t, pool, sql); !reflect.DeepEqual(got, want) {

@@ -16,9 +16,10 @@ import (
 // expression that must be true.
 var sqlAnswers = map[string][]string{
 	// The advisory-lock keys and channels are STRICT: NULL in, NULL out.
-	"pgcoord_lock_key":        {`pgcoord_lock_key(NULL) IS NULL`, `pgcoord_lock_key('') IS NOT NULL`},
-	"pgcoord_channel":         {`pgcoord_channel(NULL) IS NULL`},
-	"pgcoord_outbox_lock_key": {`pgcoord_outbox_lock_key(NULL, 'k') IS NULL`, `pgcoord_outbox_lock_key('t', NULL) IS NULL`},
+	"pgcoord_lock_key":       {`pgcoord_lock_key(NULL) IS NULL`, `pgcoord_lock_key('') IS NOT NULL`},
+	"pgcoord_channel":        {`pgcoord_channel(NULL) IS NULL`},
+	"pgcoord_singleton_key":  {`pgcoord_singleton_key(NULL, 1) IS NULL`, `pgcoord_singleton_key('j', NULL) IS NULL`},
+	"pgcoord_singleton_held": {`pgcoord_singleton_held(NULL, 1) IS NULL`, `NOT pgcoord_singleton_held(pg_backend_pid(), 1)`},
 	// No key is held, or known, under a NULL or invalid name.
 	"pgcoord_idempotency_held": {
 		`pgcoord_idempotency_held(NULL, 'req-1') IS NULL`, `pgcoord_idempotency_held('api', NULL) IS NULL`,
@@ -57,6 +58,7 @@ var sqlExempt = map[string]string{
 	"pgcoord_fence_record":          "the register update behind pgcoord_fence_check and _assert, whose cases cover its checks",
 	"pgcoord_outbox_lock":           "the enqueue protocol's lock, taken by the outbox write paths after their checks",
 	"pgcoord_outbox_insert":         "the batch write of pgcoord_outbox_enqueue_many, which checks its arguments",
+	"pgcoord_singleton_release":     "RunSession's unlock of the key pgcoord_singleton_try returned: an UPDATE that matches nothing and an unlock of a key not held change nothing",
 	"pgcoord_outbox_bucket":         "the generated bucket column's hash of (topic, key): any text, NULL for NULL (STRICT)",
 	"pgcoord_ratelimit_period_ok":   "the period check itself (a predicate)",
 }

@@ -34,4 +34,10 @@ var sqlJobFuncs = []sqlFunc{
 		{name: "p_error", valid: `'disk full'`, nullOK: true, what: "p_error",
 			ok: []string{`''`, `repeat('e', 100000)`}},
 	}},
+	// RunOnce's and RunSession's lock (p_session false: transaction-level, undone with the
+	// test's transaction).
+	{name: "pgcoord_singleton_try", family: "singletons", params: []param{
+		nameParam("p_job", "job", `'nightly'`),
+		{name: "p_session", valid: `false`, what: "p_session", bad: bad()},
+	}},
 }

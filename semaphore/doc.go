@@ -37,6 +37,9 @@
 //   - Admissions, releases and drains are durable commits; losing an AsyncCommit renewal
 //     in a crash only shortens the permit.
 //   - Raising a limit wakes the key's waiters at once.
+//   - No stranger can stall Next: its calls take turns by the row lock of
+//     pgcoord_semaphore_turn, which a login without a grant on it cannot take (there is no
+//     advisory lock in this package; integration_test TestSquattingLoginStallsNoPrimitive).
 //   - A Metrics' memory is bounded whatever the number of keys (about 5 MiB by default).
 //
 // # Failure modes

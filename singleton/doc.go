@@ -4,7 +4,8 @@
 // Three tools, from the simplest:
 //
 //   - RunOnce: every replica calls it when its own timer fires; the one that gets the
-//     job's transaction-level advisory lock (pg_try_advisory_xact_lock) runs fn inside
+//     job's transaction-level advisory lock (pg_try_advisory_xact_lock, on a secret key,
+//     see below) runs fn inside
 //     that transaction, the others return at once. The lock ends with the transaction, or
 //     with the connection if the replica dies. Works behind PgBouncer in transaction mode.
 //   - RunSession: the same with a session-level lock on a dedicated connection and no open
@@ -37,11 +38,22 @@
 //			return nil
 //		}, nil)
 //
-// The advisory-lock key of a job is pgcoord_lock_key("singleton:" + job) (see LockName),
-// namespaced by the schema pgcoord is installed in: RunOnce and RunSession of one job
-// exclude each other, and two applications (or schemas) never collide. The ledger is made
-// of SQL functions (pgcoord_job_claim, _heartbeat, _finish; see the migration
-// 00003_jobs.sql) that plain SQL callers can use too.
+// Advisory locks are database-wide and need no privilege, and pg_locks shows every held
+// key to every login, so a job's key is neither computable nor reusable by a login without
+// pgcoord's grants: it is 64 bits of sha256(secret, job, generation) (the SQL function
+// pgcoord_singleton_key), where the secret is the install's row of pgcoord_secret (created
+// by the migration 00010_no_stranger_locks.sql; grant SELECT on it to pgcoord's roles only,
+// rotate it with UPDATE pgcoord_secret SET secret = ...) and the generation is the job's
+// row of pgcoord_singletons, which moves to a new, never used value at the end of every
+// run (at the commit of a RunOnce, at the unlock of a RunSession). A replica gets the job
+// only if, holding the key, it finds under the row's lock that the generation is still the
+// one it locked and no live RunSession holds the job; if the key is held by anyone else —
+// a login squatting on a key it saw in pg_locks, say after a run that rolled back — the job
+// moves to a new generation and the replica tries its key. RunOnce and RunSession of one job
+// exclude each other, and two applications (or schemas) never collide. Plain SQL callers
+// use pgcoord_singleton_try and pgcoord_singleton_release; LockName is deprecated. The
+// ledger is made of SQL functions (pgcoord_job_claim, _heartbeat, _finish; see the
+// migration 00003_jobs.sql) that plain SQL callers can use too.
 //
 // # Guarantees
 //
@@ -49,7 +61,12 @@
 //     database and schema runs fn for the same job name — with the semantics of a
 //     Postgres advisory lock: it is held until COMMIT/ROLLBACK (RunOnce) or the unlock
 //     (RunSession), and released by the server when the connection is closed or
-//     terminated. A replica that does not get the lock does not wait.
+//     terminated. A replica that does not get the lock does not wait (except, on a job's
+//     very first run, at most 10ms for a concurrent first run's row).
+//   - A login without pgcoord's grants cannot make RunOnce or RunSession answer "not
+//     mine" for a job nobody runs, by holding keys computed from the migrations or read
+//     from pg_locks (integration_test TestSquattingLoginStallsNoPrimitive). A role that can
+//     read pgcoord_secret can compute keys, but only of the current generations.
 //   - RunSession holds no transaction open while fn runs, and refuses to run behind a
 //     pooler that would make a session lock meaningless (unless SessionOpts.AllowPooler).
 //   - The ledger: each tick of a job is claimed by exactly one runner, however many
@@ -79,6 +96,13 @@
 //     campaign_id)), a dedupe claim (package dedupe), an idempotency key sent to the
 //     payment provider — or fenced with Run.Token. A lock or a ledger only makes
 //     duplicates rare.
+//   - A RunSession holder is recognized by its backend pid and key (pgcoord_singletons):
+//     a holder that died leaves them behind until the next replica finds its pid no longer
+//     holds the key. A login whose new session got that pid by chance and squats on that
+//     very key would be taken for the holder until it disconnects.
+//   - A job's generation row is updated on every RunOnce that runs (one row write per
+//     run), and rows of jobs not run for the gc retention are collected (pgcoord gc, kind
+//     singletons).
 //   - An advisory lock cannot stop a write to a system outside Postgres made after the
 //     lock's connection was lost: RunSession cancels fn's context when its watchdog finds
 //     the connection dead (within SessionOpts.CheckEvery), but fn stops only when it looks.

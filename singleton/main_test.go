@@ -10,7 +10,6 @@ import (
 	"github.com/pgcoord/pgcoord/internal/pgconfig"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/pgcoord"
-	"github.com/pgcoord/pgcoord/singleton"
 )
 
 func TestMain(m *testing.M) {
@@ -46,18 +45,14 @@ func poolOn(t *testing.T, schema string, maxConns int32) *pgxpool.Pool {
 }
 
 // lockHolder returns the backend pid holding the session- or transaction-level advisory
-// lock of job, or 0 if nobody holds it.
+// lock of job's current generation, or 0 if nobody holds it.
 func lockHolder(ctx context.Context, t *testing.T, pool *pgxpool.Pool, job string) int32 {
 	t.Helper()
-	key, err := pgcoord.LockKey(ctx, pool, singleton.LockName(job))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var pid int32
-	err = pool.QueryRow(ctx, `SELECT coalesce(max(pid), 0) FROM pg_locks
-		WHERE locktype = 'advisory' AND granted AND objsubid = 1
-		  AND classid::bigint = $1 AND objid::bigint = $2`,
-		int64(uint32(uint64(key)>>32)), int64(uint32(key))).Scan(&pid)
+	err := pool.QueryRow(ctx, `SELECT coalesce(max(l.pid), 0) FROM pgcoord_singletons s, pg_locks l
+		WHERE s.job = $1 AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		  AND l.classid = ((pgcoord_singleton_key(s.job, s.gen) >> 32) & 4294967295)::oid
+		  AND l.objid = (pgcoord_singleton_key(s.job, s.gen) & 4294967295)::oid`, job).Scan(&pid)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,11 +16,13 @@ import (
 // check makes this package's argument errors ("singleton: cause").
 var check = base.Check("singleton")
 
-// LockName returns the name whose advisory-lock key RunOnce and RunSession lock for job:
-// "singleton:" + job, so a job never shares a key with another pgcoord lock of the same
-// name. The key itself is pgcoord_lock_key(LockName(job)) (see pgcoord.LockKey), namespaced
-// by the schema pgcoord is installed in. Plain SQL callers that lock the same key exclude
-// RunOnce and RunSession of the job, and the reverse.
+// LockName returns "singleton:" + job, the name whose pgcoord_lock_key RunOnce and
+// RunSession locked for job before version 00010 of the schema.
+//
+// Deprecated: RunOnce and RunSession no longer lock pgcoord_lock_key(LockName(job)), a key
+// any login could compute and hold: they lock a key derived from a per-install secret and
+// the job's generation, which changes with every run (see the package documentation).
+// Plain SQL callers exclude them with pgcoord_singleton_try instead.
 func LockName(job string) string { return "singleton:" + job }
 
 // cleanupTimeout bounds the statements that clean up after fn (rollback, unlock), which
@@ -41,8 +43,9 @@ func validateFn(job string, pool *pgxpool.Pool, fnNil bool) error {
 }
 
 // RunOnce runs fn on one replica at a time: it begins a transaction, tries the job's
-// transaction-level advisory lock (pg_try_advisory_xact_lock), and only if it got the lock
-// runs fn(ctx, tx) and commits. The lock is released at COMMIT or ROLLBACK, or by the
+// transaction-level advisory lock (pg_try_advisory_xact_lock on the key of the job's
+// current generation, see the package documentation), and only if it got the lock runs
+// fn(ctx, tx) and commits. The lock is released at COMMIT or ROLLBACK, or by the
 // server when the connection dies: there is no TTL to guess.
 //
 // A replica that does not get the lock rolls back and returns (false, nil) at once,
@@ -81,7 +84,7 @@ func RunOnce(ctx context.Context, pool *pgxpool.Pool, job string, fn func(ctx co
 		}
 	}()
 	b := &pgx.Batch{}
-	b.Queue(tryLockSQL, LockName(job))
+	b.Queue(tryLockSQL, job)
 	tx, br, err := txhandle.Begin(ctx, conn.Conn(), b)
 	if err != nil {
 		return false, fmt.Errorf("singleton: run once %q: begin: %w", job, err)
@@ -108,12 +111,12 @@ func RunOnce(ctx context.Context, pool *pgxpool.Pool, job string, fn func(ctx co
 	return true, nil
 }
 
-// tryLockSQL tries the job's transaction-level lock. It is sent in one round trip with
-// BEGIN (so not through sqlc). Advisory locks work on a standby too, but lock nothing the
-// primary's sessions see: it refuses there (pgcoord_token_floor raises SQLSTATE 25006), like
+// tryLockSQL tries the job's transaction-level lock (pgcoord_singleton_try, which also
+// moves the job to its next generation in this transaction when it gets the lock). It is
+// sent in one round trip with BEGIN (so not through sqlc). Advisory locks work on a standby
+// too, but lock nothing the primary's sessions see: it refuses there (SQLSTATE 25006), like
 // every grant.
-const tryLockSQL = `SELECT pg_try_advisory_xact_lock(pgcoord_lock_key($1::text)) AS locked
-FROM (SELECT pgcoord_token_floor() AS floor) p WHERE p.floor IS NOT NULL`
+const tryLockSQL = `SELECT t.locked FROM pgcoord_singleton_try($1::text, false) t`
 
 // errTxOwned is what Commit and Rollback of RunOnce's tx return.
 var errTxOwned = errors.New("singleton: RunOnce commits fn's transaction, or rolls it back when fn returns an error")

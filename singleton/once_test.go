@@ -161,7 +161,7 @@ func TestRunOnceRoundTripsAndItsTx(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(pgcoord_lock_key($1))`, singleton.LockName("job")); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pgcoord_singleton_try($1, false)`, "job"); err != nil {
 		t.Fatal(err)
 	}
 	if ran, n := run(nothing); ran || n != 2 {
@@ -182,34 +182,39 @@ func TestRunOnceRoundTripsAndItsTx(t *testing.T) {
 	}
 }
 
-// A lock taken with plain SQL on the same key (pgcoord_lock_key of LockName) excludes
-// RunOnce, and the key is the documented one.
-func TestRunOnceSharesItsKeyWithPlainSQL(t *testing.T) {
+// A plain SQL caller of pgcoord_singleton_try (session-level) excludes RunOnce; the key
+// RunOnce locked before 00010 (pgcoord_lock_key of LockName), which any login can compute,
+// and the key a run held, read from pg_locks, exclude nothing.
+func TestRunOnceSharesItsLockWithPlainSQLNotItsOldKey(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := t.Context()
+	pgtest.NeedsSession(t, "a session-level advisory lock")
 	conn, err := pgtest.Direct(t, pool).Acquire(ctx) // a session lock needs a session of its own
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(pgcoord_lock_key('singleton:nightly'))`); err != nil {
-		t.Fatal(err)
+	var locked bool
+	var gen, key int64
+	if err := conn.QueryRow(ctx, `SELECT locked, gen, lock_key FROM pgcoord_singleton_try('nightly', true)`).Scan(&locked, &gen, &key); err != nil || !locked {
+		t.Fatalf("pgcoord_singleton_try = %v, %v", locked, err)
 	}
 	called := false
 	ran, err := singleton.RunOnce(ctx, pool, "nightly", func(context.Context, pgx.Tx) error { called = true; return nil })
 	if ran || err != nil || called {
-		t.Fatalf("RunOnce under a plain SQL lock = (%v, %v), fn called %v; want (false, nil)", ran, err, called)
+		t.Fatalf("RunOnce beside a plain SQL holder = (%v, %v), fn called %v; want (false, nil)", ran, err, called)
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(pgcoord_lock_key('singleton:nightly'))`); err != nil {
+	if _, err := conn.Exec(ctx, `SELECT pgcoord_singleton_release('nightly', $1, $2)`, gen, key); err != nil {
 		t.Fatal(err)
 	}
-	// A pgcoord lease or lock named "nightly" has another key.
-	if ran, err := singleton.RunOnce(ctx, pool, "nightly", func(ctx context.Context, tx pgx.Tx) error {
-		var other bool
-		return tx.QueryRow(ctx, `SELECT pg_try_advisory_lock(pgcoord_lock_key('nightly'))`).Scan(&other)
-	}); !ran || err != nil {
-		t.Fatalf("RunOnce = (%v, %v)", ran, err)
+	// Squat on the old key and on the key the plain SQL holder held: RunOnce runs.
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(pgcoord_lock_key('singleton:nightly')), pg_advisory_lock($1)`, key); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock_all()`) }()
+	if ran, err := singleton.RunOnce(ctx, pool, "nightly", func(context.Context, pgx.Tx) error { return nil }); !ran || err != nil {
+		t.Fatalf("RunOnce beside squatters = (%v, %v), want (true, nil)", ran, err)
 	}
 }
 

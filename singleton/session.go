@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/base"
+	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
 
@@ -32,9 +33,10 @@ type SessionOpts struct {
 
 // RunSession runs fn on one replica at a time, like RunOnce, but holds no transaction
 // open while fn runs, so a long job does not hold back VACUUM. It takes a connection of
-// pool for itself, tries the job's session-level advisory lock on it (pg_try_advisory_lock,
-// the same key as RunOnce, so the two exclude each other), runs fn(ctx) with no open
-// transaction, then unlocks (pg_advisory_unlock) and returns the connection to the pool.
+// pool for itself, tries the job's session-level advisory lock on it (pg_try_advisory_lock
+// on the key of the job's current generation, as RunOnce: the two exclude each other, see
+// the package documentation), runs fn(ctx) with no open transaction, then moves the job to
+// a new generation, unlocks (pg_advisory_unlock) and returns the connection to the pool.
 // fn must do its work through other connections (pool's, say): the lock's connection is
 // busy with the lock.
 //
@@ -104,7 +106,7 @@ func RunSession(ctx context.Context, pool *pgxpool.Pool, job string, fn func(ctx
 
 	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer ucancel()
-	unlocked, err := queries.SessionUnlock(uctx, conn, LockName(job))
+	unlocked, err := queries.SessionUnlock(uctx, conn, s.unlockParams())
 	if err != nil {
 		// s.close closes the connection: the server releases the lock with the session.
 		return true, firstErr(fnErr, fmt.Errorf("singleton: run session %q: unlock: %w", job, err))
@@ -121,6 +123,12 @@ type session struct {
 	conn   *pgxpool.Conn
 	job    string
 	locked bool // the session may hold the lock: never return it to the pool as is
+	// The generation of the job and the key this session locked (pgcoord_singleton_try).
+	gen, key int64
+}
+
+func (s *session) unlockParams() dbsqlc.SessionUnlockParams {
+	return dbsqlc.SessionUnlockParams{Job: s.job, Gen: s.gen, LockKey: s.key}
 }
 
 // lock tries the session-level lock inside a transaction, checking for a pooler. Behind a
@@ -138,14 +146,15 @@ func (s *session) lock(ctx context.Context, allowPooler bool) (bool, error) {
 		_ = tx.Rollback(rctx) // a no-op after Commit
 	}()
 	s.locked = true // until proven otherwise
-	row, err := queries.TrySessionLock(ctx, tx, LockName(s.job))
+	row, err := queries.TrySessionLock(ctx, tx, s.job)
 	if err != nil {
 		return false, fmt.Errorf("singleton: run session %q: lock: %w", s.job, base.TranslateError(err))
 	}
+	s.gen, s.key = row.Gen, row.LockKey
 	pooler := uint32(row.BackendPid) != s.conn.Conn().PgConn().PID()
 	if pooler && !allowPooler {
 		if row.Locked {
-			unlocked, err := queries.SessionUnlock(ctx, tx, LockName(s.job))
+			unlocked, err := queries.SessionUnlock(ctx, tx, s.unlockParams())
 			if err != nil || !unlocked {
 				return false, errPooler("and undoing the lock failed: unlocked %v, %v", unlocked, err)
 			}

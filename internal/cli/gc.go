@@ -51,6 +51,8 @@ default 30d):
                for R, refusing a late retry) and expired tombstones
   outbox       messages delivered longer than R ago (dead messages are kept)
   inbox        inbox records applied longer than R ago
+  singletons   lock generations of RunOnce/RunSession jobs not run for longer than R
+  outbox_keys  per-key order rows of outbox keys with no pending message (any age)
 
 Job definitions, configured semaphore keys, dead messages and the audit log are never
 collected. Collection never lets a fence token repeat or a stale one through; the one

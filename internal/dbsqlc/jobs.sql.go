@@ -280,32 +280,49 @@ func (q *Queries) ListRuns(ctx context.Context, db DBTX, arg ListRunsParams) ([]
 }
 
 const sessionUnlock = `-- name: SessionUnlock :one
-SELECT pg_advisory_unlock(pgcoord_lock_key($1::text)) AS unlocked
+SELECT pgcoord_singleton_release($1::text, $2::bigint, $3::bigint)::boolean AS unlocked
 `
 
-func (q *Queries) SessionUnlock(ctx context.Context, db DBTX, name string) (bool, error) {
-	row := db.QueryRow(ctx, sessionUnlock, name)
+type SessionUnlockParams struct {
+	Job     string
+	Gen     int64
+	LockKey int64
+}
+
+// Moves the job to a new generation (its key is never used again) and unlocks.
+func (q *Queries) SessionUnlock(ctx context.Context, db DBTX, arg SessionUnlockParams) (bool, error) {
+	row := db.QueryRow(ctx, sessionUnlock, arg.Job, arg.Gen, arg.LockKey)
 	var unlocked bool
 	err := row.Scan(&unlocked)
 	return unlocked, err
 }
 
 const trySessionLock = `-- name: TrySessionLock :one
-SELECT pg_try_advisory_lock(pgcoord_lock_key($1::text)) AS locked, pg_backend_pid()::int AS backend_pid
-FROM (SELECT pgcoord_token_floor() AS floor) p WHERE p.floor IS NOT NULL
+SELECT t.locked::boolean AS locked, coalesce(t.gen, 0)::bigint AS gen, coalesce(t.lock_key, 0)::bigint AS lock_key,
+       pg_backend_pid()::int AS backend_pid
+FROM pgcoord_singleton_try($1::text, true) t
 `
 
 type TrySessionLockRow struct {
 	Locked     bool
+	Gen        int64
+	LockKey    int64
 	BackendPid int32
 }
 
-// Advisory locks work on a standby too, but lock nothing the primary's sessions see: the
-// lock queries refuse there (pgcoord_token_floor raises SQLSTATE 25006), like every grant.
-// RunOnce's transaction-level lock is singleton/once.go's tryLockSQL, sent with BEGIN.
-func (q *Queries) TrySessionLock(ctx context.Context, db DBTX, name string) (TrySessionLockRow, error) {
-	row := db.QueryRow(ctx, trySessionLock, name)
+// RunSession's lock: pgcoord_singleton_try (00010_no_stranger_locks.sql) takes the
+// session-level advisory lock of the job's current generation, whose key is secret and used
+// once, and records this session as the job's holder. It refuses on a standby (SQLSTATE
+// 25006), like every grant. RunOnce's transaction-level lock is singleton/once.go's
+// tryLockSQL, sent with BEGIN.
+func (q *Queries) TrySessionLock(ctx context.Context, db DBTX, job string) (TrySessionLockRow, error) {
+	row := db.QueryRow(ctx, trySessionLock, job)
 	var i TrySessionLockRow
-	err := row.Scan(&i.Locked, &i.BackendPid)
+	err := row.Scan(
+		&i.Locked,
+		&i.Gen,
+		&i.LockKey,
+		&i.BackendPid,
+	)
 	return i, err
 }

@@ -153,12 +153,22 @@ type PgcoordOutboxInbox struct {
 	AppliedAt time.Time
 }
 
+// pgcoord: outbox keys whose writers take turns (row locks, per-key commit order)
+type PgcoordOutboxKey struct {
+	Topic string
+	Key   string
+}
+
 // pgcoord: outbox relays sharing the keys by bucket ranges
 type PgcoordOutboxRelay struct {
 	Claimant  string
 	Topics    []string
 	ClaimedAt time.Time
 	Until     time.Time
+}
+
+// pgcoord: outbox wake-up lock (producers ROW EXCLUSIVE, an idle relay EXCLUSIVE NOWAIT); no rows
+type PgcoordOutboxWakeup struct {
 }
 
 // pgcoord: rate limit policies (GCRA: rate per period, burst)
@@ -179,6 +189,12 @@ type PgcoordRatelimitState struct {
 	Policy string
 	Key    string
 	Tat    time.Time
+}
+
+// pgcoord: per-install secret of the singleton advisory-lock keys; grant SELECT only to pgcoord's roles
+type PgcoordSecret struct {
+	ID     bool
+	Secret string
 }
 
 // pgcoord: one row per semaphore key: limit, weight, fairness accounting
@@ -211,9 +227,23 @@ type PgcoordSemaphorePermit struct {
 	Reserved   bool
 }
 
+// pgcoord: one row, locked by the pgcoord_semaphore_next call whose turn it is
+type PgcoordSemaphoreTurn struct {
+	ID bool
+}
+
 type PgcoordSemaphoreWaiter struct {
 	Key         string
 	Holder      string
 	Since       time.Time
 	WantedUntil time.Time
+}
+
+// pgcoord: singleton jobs' lock generations (RunOnce, RunSession)
+type PgcoordSingleton struct {
+	Job     string
+	Gen     int64
+	Pid     *int32
+	LockKey *int64
+	UsedAt  time.Time
 }

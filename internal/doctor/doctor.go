@@ -23,7 +23,7 @@ const (
 // Finding is the outcome of one check.
 type Finding struct {
 	// Check names the check: schema, notify, clock, time, transactions, replication,
-	// leases, semaphores, jobs, idempotency, outbox, retention, audit.
+	// leases, semaphores, jobs, idempotency, outbox, retention, audit, advisory.
 	Check string `json:"check"`
 	// Status grades it.
 	Status Status `json:"status"`
@@ -86,6 +86,7 @@ var checks = []check{
 	{"outbox", checkOutbox, true},
 	{"retention", checkRetention, true},
 	{"audit", checkAudit, true},
+	{"advisory", checkAdvisory, true},
 }
 
 // Run runs every check against the schema pool's connections resolve to and returns the

@@ -54,7 +54,7 @@ func TestHealthySchema(t *testing.T) {
 			t.Errorf("%s needs attention in a fresh schema: %s", f.Check, f.Summary)
 		}
 	}
-	if got, want := strings.Join(checks, ","), "schema,notify,clock,time,transactions,replication,leases,semaphores,jobs,idempotency,outbox,retention,audit"; got != want {
+	if got, want := strings.Join(checks, ","), "schema,notify,clock,time,transactions,replication,leases,semaphores,jobs,idempotency,outbox,retention,audit,advisory"; got != want {
 		t.Errorf("checks %s, want %s", got, want)
 	}
 	if doctor.NeedsAttention(fs) != pooler {
@@ -398,4 +398,39 @@ func pgtestSchema(t *testing.T, pool interface {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// A login without pgcoord's grants that holds advisory locks is reported, by role and pid,
+// as information; pgcoord's own role holding one is not.
+func TestAdvisoryLocksOfStrangers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	stranger, err := pgx.Connect(ctx, pgtest.Stranger(t, pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close(ctx)
+	var pid int32
+	var role string
+	if err := stranger.QueryRow(ctx, `SELECT pg_backend_pid(), current_user, pg_advisory_lock(42)`).Scan(&pid, &role, nil); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var own int32
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid(), pg_advisory_lock(43)`).Scan(&own, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock_all()`) }()
+	f := findings(t, ctx, func() ([]doctor.Finding, error) { return doctor.Run(ctx, pool, doctor.Options{}) })["advisory"]
+	if f.Status != doctor.Info || !strings.Contains(f.Summary, fmt.Sprintf("role %s (pid %d)", role, pid)) {
+		t.Fatalf("advisory finding %+v, want Info naming role %s and pid %d", f, role, pid)
+	}
+	if strings.Contains(f.Summary, fmt.Sprintf("pid %d)", own)) || strings.Contains(f.Summary, fmt.Sprintf(" %d,", own)) {
+		t.Errorf("advisory finding %+v names pgcoord's own session %d", f, own)
+	}
 }

@@ -225,3 +225,58 @@ func aheadBehind(offset time.Duration) string {
 	}
 	return "ahead of"
 }
+
+// checkAdvisory reports the advisory locks of this database held, or waited for, by roles
+// that are not pgcoord's: roles that neither own one of pgcoord's tables in this schema nor
+// have a privilege on one. Since schema version 10 no primitive depends on an advisory key
+// such a role can compute or reuse, so this is information (who squats, with which pids),
+// not a failure.
+func checkAdvisory(ctx context.Context, pool *pgxpool.Pool, _ Options) Finding {
+	rows, err := pool.Query(ctx, `
+		WITH t AS (
+			SELECT c.oid, c.relowner FROM pg_class c
+			 WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND c.relname LIKE 'pgcoord\_%'
+		)
+		SELECT coalesce(a.usename::text, '?'), array_agg(DISTINCT l.pid ORDER BY l.pid)::int[], count(*)
+		  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		 WHERE l.locktype = 'advisory' AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		   AND NOT EXISTS (SELECT FROM t WHERE t.relowner = a.usesysid
+		                      OR has_table_privilege(a.usesysid, t.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'))
+		 GROUP BY 1 ORDER BY 3 DESC, 1`)
+	if err != nil {
+		return failed(err)
+	}
+	defer rows.Close()
+	var found []string
+	total := int64(0)
+	for rows.Next() {
+		var role string
+		var pids []int32
+		var n int64
+		if err := rows.Scan(&role, &pids, &n); err != nil {
+			return failed(err)
+		}
+		total += n
+		ps := make([]string, len(pids))
+		for i, p := range pids {
+			ps[i] = fmt.Sprint(p)
+		}
+		found = append(found, fmt.Sprintf("%d by role %s (pid %s)", n, role, strings.Join(ps, ", ")))
+	}
+	if err := rows.Err(); err != nil {
+		return failed(err)
+	}
+	if len(found) == 0 {
+		return Finding{Status: OK, Summary: "no advisory lock held by a role without pgcoord's grants"}
+	}
+	shown := found
+	if len(shown) > 5 {
+		shown = append(shown[:5:5], fmt.Sprintf("and %d more role(s)", len(found)-5))
+	}
+	return Finding{Status: Info,
+		Summary: fmt.Sprintf("%d advisory lock(s) held or awaited by roles without pgcoord's grants: %s", total, strings.Join(shown, "; ")),
+		Explain: "Advisory locks are database-wide and need no privilege. pgcoord's outbox and semaphores take no " +
+			"advisory lock, and a singleton's key is derived from a secret only pgcoord's roles can read and changes " +
+			"with every run, so these locks cannot stall pgcoord; they may be another application's own. If a role " +
+			"should not be taking them, look at its sessions (pg_stat_activity) and end them with pg_terminate_backend."}
+}

@@ -13,14 +13,18 @@ SELECT 1 FROM pgcoord_job_finish(@job::text, @scheduled_for::timestamptz, @fence
                                  sqlc.narg('error')::text);
 
 -- name: TrySessionLock :one
--- Advisory locks work on a standby too, but lock nothing the primary's sessions see: the
--- lock queries refuse there (pgcoord_token_floor raises SQLSTATE 25006), like every grant.
--- RunOnce's transaction-level lock is singleton/once.go's tryLockSQL, sent with BEGIN.
-SELECT pg_try_advisory_lock(pgcoord_lock_key(@name::text)) AS locked, pg_backend_pid()::int AS backend_pid
-FROM (SELECT pgcoord_token_floor() AS floor) p WHERE p.floor IS NOT NULL;
+-- RunSession's lock: pgcoord_singleton_try (00010_no_stranger_locks.sql) takes the
+-- session-level advisory lock of the job's current generation, whose key is secret and used
+-- once, and records this session as the job's holder. It refuses on a standby (SQLSTATE
+-- 25006), like every grant. RunOnce's transaction-level lock is singleton/once.go's
+-- tryLockSQL, sent with BEGIN.
+SELECT t.locked::boolean AS locked, coalesce(t.gen, 0)::bigint AS gen, coalesce(t.lock_key, 0)::bigint AS lock_key,
+       pg_backend_pid()::int AS backend_pid
+FROM pgcoord_singleton_try(@job::text, true) t;
 
 -- name: SessionUnlock :one
-SELECT pg_advisory_unlock(pgcoord_lock_key(@name::text)) AS unlocked;
+-- Moves the job to a new generation (its key is never used again) and unlocks.
+SELECT pgcoord_singleton_release(@job::text, @gen::bigint, @lock_key::bigint)::boolean AS unlocked;
 
 -- name: DBNow :one
 SELECT pgcoord_now()::timestamptz AS db_now;
