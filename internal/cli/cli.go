@@ -74,11 +74,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 	}
 	// An error may quote what the database holds (a holder, a stored error): printable
 	// line by line, so it cannot drive the terminal.
-	lines := strings.Split(err.Error(), "\n")
-	for i, l := range lines {
-		lines[i] = base.Printable(l)
-	}
-	msg := strings.Join(lines, "\n")
+	msg := base.PrintableLines(err.Error())
 	if !strings.HasPrefix(msg, "pgcoord: ") { // errors of package pgcoord name it already
 		msg = "pgcoord: " + msg
 	}

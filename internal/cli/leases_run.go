@@ -410,7 +410,7 @@ func (a *app) gaveUp(ctx context.Context, pool *pgxpool.Pool, spec runSpec) erro
 	defer cancel()
 	if i, err := leases.Get(rctx, pool, spec.name); err == nil && i.Held() {
 		fmt.Fprintf(a.errOut, "pgcoord: gave up waiting for lease %q %s: held by %s (fence token %d, %s left); the command did not run\n",
-			spec.name, what, i.Holder, i.Token, ttlLeft(i))
+			spec.name, what, base.Printable(i.Holder), i.Token, ttlLeft(i))
 	} else {
 		fmt.Fprintf(a.errOut, "pgcoord: gave up waiting for lease %q %s; the command did not run\n", spec.name, what)
 	}
