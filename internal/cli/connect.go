@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
@@ -73,7 +74,24 @@ func (a *app) resolveConnection() error {
 			"'leases run' can read as long as it runs, if it runs as the same user; give it with --database-url-file, "+
 			"$%s, PGPASSFILE or a PGSERVICE file instead (docs/cli.md#connecting)\n", EnvDatabaseURL)
 	}
+	if p := a.passFile(); p != "" {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0 {
+			fmt.Fprintf(a.errOut, "pgcoord: warning: password file %s: group or others may access it (mode %04o); "+
+				"libpq would ignore it, pgcoord reads it: chmod 600 %s\n", p, fi.Mode().Perm(), shellQuote(p))
+		}
+	}
 	return nil
+}
+
+// passFile is the libpq password file pgx reads: $PGPASSFILE, else ~/.pgpass.
+func (a *app) passFile() string {
+	if p, ok := a.lookupEnv("PGPASSFILE"); ok {
+		return p
+	}
+	if home, ok := a.lookupEnv("HOME"); ok && home != "" {
+		return filepath.Join(home, ".pgpass")
+	}
+	return ""
 }
 
 // readURLFile reads the connection string a --database-url-file holds: one line (surrounding

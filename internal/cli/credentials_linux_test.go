@@ -180,3 +180,23 @@ func TestLeasesRunCommandCannotReadPgcoordsMemory(t *testing.T) {
 		t.Errorf("the command was not refused pgcoord's environment: stderr %q", errOut.String())
 	}
 }
+
+// A password file that group or others may read — which libpq would ignore, and pgx reads
+// — draws a warning saying how to fix it; one only its owner may read does not.
+func TestLoosePasswordFileWarns(t *testing.T) {
+	t.Parallel()
+	line := "127.0.0.1:1:db:app:Sekr3t\n"
+	for mode, warn := range map[os.FileMode]bool{0o644: true, 0o640: true, 0o600: false, 0o400: false} {
+		p := secretFile(t, "pgpass", line)
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		env := []string{"PGHOST=127.0.0.1", "PGPORT=1", "PGUSER=app", "PGDATABASE=db", "PGCONNECT_TIMEOUT=5", "PGPASSFILE=" + p}
+		code, _, errOut := runProcess(t, env, "leases", "list")
+		got := strings.Contains(errOut, "pgcoord: warning: password file "+p+": group or others may access it") &&
+			strings.Contains(errOut, "chmod 600 "+p)
+		if code != cli.ExitFailure || got != warn || strings.Contains(errOut, "Sekr3t") {
+			t.Errorf("password file of mode %04o: exit %d, warned %v (want %v): %q", mode, code, got, warn, errOut)
+		}
+	}
+}
