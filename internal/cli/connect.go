@@ -52,6 +52,19 @@ func (a *app) connString() string {
 	return "" // libpq PG* variables
 }
 
+// connSource names where connString came from, for messages.
+func (a *app) connSource() string {
+	switch {
+	case a.databaseURL != "":
+		return "--database-url"
+	case a.fileURL != "":
+		return "--database-url-file " + a.databaseURLFile
+	case a.connString() != "":
+		return "$" + EnvDatabaseURL
+	}
+	return "the libpq variables"
+}
+
 // maxURLFile bounds what --database-url-file reads.
 const maxURLFile = 64 << 10
 
@@ -70,9 +83,8 @@ func (a *app) resolveConnection() error {
 	}
 	if connStringHasPassword(a.databaseURL) {
 		fmt.Fprintf(a.errOut, "pgcoord: warning: --database-url holds a password, which every user of this host "+
-			"can read in the process list (ps, /proc/PID/cmdline) while pgcoord starts, and a command run by "+
-			"'leases run' can read as long as it runs, if it runs as the same user; give it with --database-url-file, "+
-			"$%s, PGPASSFILE or a PGSERVICE file instead (docs/cli.md#connecting)\n", EnvDatabaseURL)
+			"can see in the process list (ps) while pgcoord starts: give it with --database-url-file, $%s, "+
+			"PGPASSFILE or PGSERVICE instead (docs/cli.md#keeping-the-password-secret)\n", EnvDatabaseURL)
 	}
 	if p := a.passFile(); p != "" {
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0 {
@@ -168,7 +180,14 @@ func (a *app) poolConfig(maxConns int32) (*pgxpool.Config, error) {
 		MaxConns:         maxConns,
 	})
 	if err != nil {
-		return nil, usagef("bad connection string: %v", err)
+		var pe *pgconfig.ParseError
+		switch {
+		case errors.As(err, &pe):
+			return nil, usagef("cannot parse the connection string from %s: %s", a.connSource(), pe.Reason)
+		case errors.Is(err, pgconfig.ErrAmbiguousURL):
+			return nil, usagef("%s: %v", a.connSource(), err)
+		}
+		return nil, usagef("bad connection string from %s: %v", a.connSource(), err)
 	}
 	return cfg, nil
 }

@@ -130,9 +130,12 @@ func checkURL(connString string) error {
 // without the connection string and without any value quoted from it: pgx masks the
 // password in its own message only as well as it can tell where the password is, which a
 // malformed string makes uncertain ("password = x", a stray word after a space).
-type ParseError struct{ msg string }
+type ParseError struct {
+	// Reason is what was wrong ("invalid port"), with no value quoted from the string.
+	Reason string
+}
 
-func (e *ParseError) Error() string { return "cannot parse the connection string: " + e.msg }
+func (e *ParseError) Error() string { return "cannot parse the connection string: " + e.Reason }
 
 // quoted is a value pgx's parse errors quote ("parsing \"x\": invalid syntax").
 var quoted = regexp.MustCompile(`"[^"]*"`)
@@ -141,14 +144,14 @@ var quoted = regexp.MustCompile(`"[^"]*"`)
 func parseError(err error) error {
 	var pe *pgconn.ParseConfigError
 	if !errors.As(err, &pe) {
-		return &ParseError{msg: "malformed"}
+		return &ParseError{Reason: "malformed"}
 	}
 	// pgx's text is "cannot parse `<masked string>`: <what> (<cause>)"; the prefix is known
 	// exactly by asking for the same text with no <what>.
 	full := pe.Error()
 	tail, ok := strings.CutPrefix(full, pgconn.NewParseConfigError(pe.ConnString, "", nil).Error())
 	if !ok || tail == "" {
-		return &ParseError{msg: "malformed"}
+		return &ParseError{Reason: "malformed"}
 	}
-	return &ParseError{msg: quoted.ReplaceAllString(tail, `"…"`)}
+	return &ParseError{Reason: quoted.ReplaceAllString(tail, `"…"`)}
 }
