@@ -22,15 +22,17 @@ func RedactURL(raw string) string {
 	if err != nil || u.Opaque != "" || u.Host == "" {
 		return "<unparsable URL, " + Redacted + ">"
 	}
-	if atAfterHost(raw) {
+	if AmbiguousURL(raw) {
 		return "<ambiguous URL: an '@' after the host (percent-encode one in a password as %40), " + Redacted + ">"
 	}
 	return redactURL(u)
 }
 
-// atAfterHost reports whether raw, a URL with an authority ("scheme://..."), has an '@'
-// after the authority ends (at the first '/', '?' or '#' after "//").
-func atAfterHost(raw string) bool {
+// AmbiguousURL reports whether raw, a URL with an authority ("scheme://..."), has an '@'
+// after the authority ends (at the first '/', '?' or '#' after "//"): the mark of a user
+// or password holding a raw '/', '?' or '#', which moves part of it into the host, path,
+// query or fragment. ("https://u:12/pw@host" is host u, port 12, path /pw@host.)
+func AmbiguousURL(raw string) bool {
 	i := strings.Index(raw, "//")
 	if i < 0 {
 		return strings.Contains(raw, "@")

@@ -1,12 +1,18 @@
 package cli_test
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/pgcoord/pgcoord/internal/cli"
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/outbox"
 )
 
 // secretFile writes content to a file only its owner may read.
@@ -111,6 +117,67 @@ func TestMaskedOutputsHideAwkwardPasswords(t *testing.T) {
 							break
 						}
 					}
+				}
+			}
+		}
+	}
+}
+
+// A webhook URL whose password holds '@', ':', '/', '?' or '#' reaches the endpoint with
+// that password when it parses for sure (percent-encoded, or a raw '@' or ':'), and the
+// relay's start line shows none of it; when a raw '/', '?' or '#' moves part of the
+// password into the host or path, the relay refuses the URL (exit 2) without showing it.
+func TestOutboxRelayWebhookAwkwardPasswords(t *testing.T) {
+	t.Parallel()
+	d := newTestDB(t)
+	var mu sync.Mutex
+	var got []string // the passwords the endpoint was sent
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, pw, _ := r.BasicAuth()
+		mu.Lock()
+		got = append(got, pw)
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	hostPort := strings.TrimPrefix(srv.URL, "http://")
+	enc := strings.NewReplacer("@", "%40", ":", "%3A", "/", "%2F", "?", "%3F", "#", "%23").Replace
+	for _, pw := range []string{"Xq@Wv", "Xq:Wv", "Xq/Wv", "9876/Wv", "987?Wv", "987#Wv", "Xq@Wv:Yz/Uk", "Xq/Wv@Yz"} {
+		pieces := append([]string{pw, enc(pw)}, strings.FieldsFunc(pw, func(r rune) bool { return strings.ContainsRune("@:/?#", r) })...)
+		for _, form := range []string{pw, enc(pw)} {
+			sinkURL := "http://alice:" + form + "@" + hostPort + "/in?api_key=k3y"
+			args := []string{"outbox", "relay", "--sink", "webhook=" + sinkURL, "--poll-interval", "50ms"}
+			var r result
+			if strings.ContainsAny(form, "/?#") {
+				// Accepted, the relay would run until stopped: await fails the test then.
+				ctx, stop := context.WithCancel(t.Context())
+				r = await(t, d.start(ctx, args...), progressLimit)
+				stop()
+				if r.code != cli.ExitUsage || !strings.Contains(r.errOut, "percent-encode") {
+					t.Errorf("webhook %q = %d, %q: want a usage error", sinkURL, r.code, r.errOut)
+				}
+			} else {
+				mu.Lock()
+				got = nil
+				mu.Unlock()
+				obEnqueue(t, d.pool, obMsg("orders", "o-1", `{"n":1}`))
+				ctx, stop := context.WithCancel(t.Context())
+				ch := d.start(ctx, args...)
+				waitFor(t, pgtest.WaitLimit, "the message delivered", func() bool {
+					s, err := outbox.Stats(t.Context(), d.pool, nil)
+					return err == nil && len(s) == 0
+				})
+				stop()
+				r = await(t, ch, pgtest.WaitLimit)
+				mu.Lock()
+				if len(got) != 1 || got[0] != pw || r.code != cli.ExitOK || !strings.Contains(r.errOut, "delivering to webhook http://REDACTED@"+hostPort+"/in") {
+					t.Errorf("webhook %q: exit %d, the endpoint got passwords %q, want [%q]; stderr %q", sinkURL, r.code, got, pw, r.errOut)
+				}
+				mu.Unlock()
+			}
+			for _, p := range append(pieces, "k3y") {
+				if strings.Contains(r.out+r.errOut, p) {
+					t.Errorf("webhook %q: the output shows %q:\n%s%s", sinkURL, p, r.out, r.errOut)
+					break
 				}
 			}
 		}
