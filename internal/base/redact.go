@@ -12,14 +12,36 @@ const Redacted = "REDACTED"
 
 // RedactURL returns raw with its secrets hidden, for an error, a log line or a stored
 // last_error: the user information (user and password) and every query value become
-// Redacted, and the fragment is dropped. A string that does not parse as a URL is
-// replaced as a whole, since it cannot be told which part is secret.
+// Redacted, and the fragment is dropped. A string whose secret part cannot be told for
+// sure is replaced as a whole: one that does not parse as a URL with a host, and one with
+// an '@' after its host (in the path, query or fragment). That '@' is how a password
+// holding a raw '/', '?' or '#' shows up: "https://u:12/pw@host" parses as host "u",
+// port 12 and path "/pw@host", so showing the host or path would show the password.
 func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil {
+	if err != nil || u.Opaque != "" || u.Host == "" {
 		return "<unparsable URL, " + Redacted + ">"
 	}
+	if AmbiguousURL(raw) {
+		return "<ambiguous URL: an '@' after the host (percent-encode one in a password as %40), " + Redacted + ">"
+	}
 	return redactURL(u)
+}
+
+// AmbiguousURL reports whether raw, a URL with an authority ("scheme://..."), has an '@'
+// after the authority ends (at the first '/', '?' or '#' after "//"): the mark of a user
+// or password holding a raw '/', '?' or '#', which moves part of it into the host, path,
+// query or fragment. ("https://u:12/pw@host" is host u, port 12, path /pw@host.)
+func AmbiguousURL(raw string) bool {
+	i := strings.Index(raw, "//")
+	if i < 0 {
+		return strings.Contains(raw, "@")
+	}
+	rest := raw[i+2:]
+	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
+		return strings.Contains(rest[j:], "@")
+	}
+	return false
 }
 
 func redactURL(u *url.URL) string {
@@ -62,4 +84,17 @@ func Printable(s string) string {
 	}
 	q := strconv.QuoteToGraphic(s)
 	return q[1 : len(q)-1]
+}
+
+// PrintableLines is Printable for text of several lines (a message body, an error that
+// quotes one): each line is made printable, and the newlines between them stay.
+func PrintableLines(s string) string {
+	if !strings.Contains(s, "\n") {
+		return Printable(s)
+	}
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = Printable(l)
+	}
+	return strings.Join(lines, "\n")
 }

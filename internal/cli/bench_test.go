@@ -24,7 +24,7 @@ func runBench(t *testing.T, args ...string) (code int, stdout, stderr string) {
 
 func TestBenchJSONLines(t *testing.T) {
 	t.Parallel()
-	code, out, errOut := runBench(t, "--database-url", pgtest.URL(t),
+	code, out, errOut := runBench(t, "--database-url-file", urlFile(t, pgtest.URL(t)),
 		"bench", "--json", "--only", "floor", "--duration", "300ms", "--concurrency", "1,2")
 	if code != cli.ExitOK {
 		t.Fatalf("bench = %d, stdout %q, stderr %q", code, out, errOut)
@@ -82,7 +82,7 @@ func TestBenchJSONLines(t *testing.T) {
 
 func TestBenchTable(t *testing.T) {
 	t.Parallel()
-	code, out, errOut := runBench(t, "--database-url", pgtest.URL(t),
+	code, out, errOut := runBench(t, "--database-url-file", urlFile(t, pgtest.URL(t)),
 		"bench", "--only", "floor.select1", "--duration", "100ms", "--concurrency", "1")
 	if code != cli.ExitOK {
 		t.Fatalf("bench = %d, stdout %q, stderr %q", code, out, errOut)

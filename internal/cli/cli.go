@@ -29,6 +29,8 @@ const AppName = "pgcoord-cli"
 type app struct {
 	out, errOut      io.Writer
 	databaseURL      string
+	databaseURLFile  string // --database-url-file
+	fileURL          string // what it holds
 	schema           string
 	json             bool
 	statementTimeout time.Duration
@@ -74,11 +76,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 	}
 	// An error may quote what the database holds (a holder, a stored error): printable
 	// line by line, so it cannot drive the terminal.
-	lines := strings.Split(err.Error(), "\n")
-	for i, l := range lines {
-		lines[i] = base.Printable(l)
-	}
-	msg := strings.Join(lines, "\n")
+	msg := base.PrintableLines(err.Error())
 	if !strings.HasPrefix(msg, "pgcoord: ") { // errors of package pgcoord name it already
 		msg = "pgcoord: " + msg
 	}
@@ -100,9 +98,11 @@ func (a *app) rootCommand() *cobra.Command {
 		Short: "Operate pgcoord: Postgres-only coordination (leases, fencing, cron singletons, ...)",
 		Long: `pgcoord operates the pgcoord coordination toolkit in a PostgreSQL database.
 
-Connection: --database-url, else $PGCOORD_DATABASE_URL, else the libpq variables
-(PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, ...). pgcoord's objects are resolved
-through search_path; --schema selects the schema pgcoord is installed in.
+Connection: --database-url or --database-url-file, else $PGCOORD_DATABASE_URL, else the
+libpq variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGPASSFILE, PGSERVICE, PGDATABASE,
+...). A password in --database-url shows in the process list: prefer the others.
+pgcoord's objects are resolved through search_path; --schema selects the schema pgcoord
+is installed in.
 
 Exit codes: 0 ok, 1 failure, 2 usage error, 3 a check ran and answered "no".`,
 		SilenceErrors: true,
@@ -115,12 +115,17 @@ Exit codes: 0 ok, 1 failure, 2 usage error, 3 a check ran and answered "no".`,
 			if err := audit.CheckActor(a.actorName()); err != nil {
 				return usagef("--actor %q: %v", a.actorName(), err)
 			}
+			if err := a.resolveConnection(); err != nil {
+				return err
+			}
+			hideSecrets(a)
 			return nil
 		},
 	}
 	root.SetFlagErrorFunc(flagError)
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.databaseURL, "database-url", "", "connection string (default $"+EnvDatabaseURL+", then libpq PG* variables)")
+	pf.StringVar(&a.databaseURL, "database-url", "", "connection string (default $"+EnvDatabaseURL+", then libpq PG* variables); a password in it shows in ps: prefer --database-url-file")
+	pf.StringVar(&a.databaseURLFile, "database-url-file", "", "file holding the connection string (one line; mode 600 or stricter)")
 	pf.StringVar(&a.schema, "schema", "", "schema pgcoord is installed in (default: the connection's search_path)")
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of a table (read commands)")
 	pf.DurationVar(&a.statementTimeout, "statement-timeout", 30*time.Second, "timeout of each statement: one running longer is cancelled on the server (0: none)")

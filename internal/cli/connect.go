@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -38,10 +43,132 @@ func (a *app) connString() string {
 	if a.databaseURL != "" {
 		return a.databaseURL
 	}
+	if a.fileURL != "" {
+		return a.fileURL
+	}
 	if u, ok := a.lookupEnv(EnvDatabaseURL); ok {
 		return u
 	}
 	return "" // libpq PG* variables
+}
+
+// connSource names where connString came from, for messages.
+func (a *app) connSource() string {
+	switch {
+	case a.databaseURL != "":
+		return "--database-url"
+	case a.fileURL != "":
+		return "--database-url-file " + a.databaseURLFile
+	case a.connString() != "":
+		return "$" + EnvDatabaseURL
+	}
+	return "the libpq variables"
+}
+
+// maxURLFile bounds what --database-url-file reads.
+const maxURLFile = 64 << 10
+
+// resolveConnection checks the connection flags and reads --database-url-file, before a
+// command runs; it warns on stderr when the command line holds a password.
+func (a *app) resolveConnection() error {
+	if a.databaseURL != "" && a.databaseURLFile != "" {
+		return usagef("--database-url and --database-url-file: give one of them")
+	}
+	if a.databaseURLFile != "" {
+		u, err := readURLFile(a.databaseURLFile)
+		if err != nil {
+			return usagef("--database-url-file %s: %v", a.databaseURLFile, err)
+		}
+		a.fileURL = u
+	}
+	if connStringHasPassword(a.databaseURL) {
+		fmt.Fprintf(a.errOut, "pgcoord: warning: --database-url holds a password, which every user of this host "+
+			"can see in the process list (ps) while pgcoord starts: give it with --database-url-file, $%s, "+
+			"PGPASSFILE or PGSERVICE instead (docs/cli.md#keeping-the-password-secret)\n", EnvDatabaseURL)
+	}
+	if p := a.passFile(); p != "" {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0 {
+			fmt.Fprintf(a.errOut, "pgcoord: warning: password file %s: group or others may access it (mode %04o); "+
+				"libpq would ignore it, pgcoord reads it: chmod 600 %s\n", p, fi.Mode().Perm(), shellQuote(p))
+		}
+	}
+	return nil
+}
+
+// passFile is the libpq password file pgx reads: $PGPASSFILE, else ~/.pgpass.
+func (a *app) passFile() string {
+	if p, ok := a.lookupEnv("PGPASSFILE"); ok {
+		return p
+	}
+	if home, ok := a.lookupEnv("HOME"); ok && home != "" {
+		return filepath.Join(home, ".pgpass")
+	}
+	return ""
+}
+
+// readURLFile reads the connection string a --database-url-file holds: one line (surrounding
+// blanks and the final newline are dropped), from a file that neither the group nor others
+// may read or write, as libpq asks of a password file.
+func readURLFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is in the message already
+		}
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if fi.IsDir() {
+		return "", errors.New("is a directory")
+	}
+	if perm := fi.Mode().Perm(); runtime.GOOS != "windows" && perm&0o077 != 0 {
+		return "", fmt.Errorf("group or others may access it (mode %04o): it holds a password, so make it readable by "+
+			"its owner only: chmod 600 %s", perm, shellQuote(path))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxURLFile+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > maxURLFile {
+		return "", fmt.Errorf("larger than %d KiB: want one connection string", maxURLFile>>10)
+	}
+	u := strings.TrimSpace(string(b))
+	switch {
+	case u == "":
+		return "", errors.New("is empty: want one connection string")
+	case strings.ContainsAny(u, "\r\n"):
+		return "", errors.New("holds more than one line: want one connection string")
+	}
+	return u, nil
+}
+
+// kvPassword finds a password in a key=value connection string.
+var kvPassword = regexp.MustCompile(`(?:^|\s)(?:ssl)?password\s*=`)
+
+// urlPassword finds a password in a connection URL's parameters.
+var urlPassword = regexp.MustCompile(`[?&](?:ssl)?password=`)
+
+// connStringHasPassword reports whether s holds a password: in a URL's user information
+// (found as libpq finds it) or parameters, or as a key=value password.
+func connStringHasPassword(s string) bool {
+	p, ok := strings.CutPrefix(s, "postgresql://")
+	if !ok {
+		p, ok = strings.CutPrefix(s, "postgres://")
+	}
+	if !ok {
+		return kvPassword.MatchString(s)
+	}
+	if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
+		if _, pw, _ := strings.Cut(p[:i], ":"); pw != "" {
+			return true
+		}
+	}
+	return urlPassword.MatchString(p)
 }
 
 // poolConfig builds the pool configuration for this run.
@@ -53,7 +180,14 @@ func (a *app) poolConfig(maxConns int32) (*pgxpool.Config, error) {
 		MaxConns:         maxConns,
 	})
 	if err != nil {
-		return nil, usagef("bad connection string: %v", err)
+		var pe *pgconfig.ParseError
+		switch {
+		case errors.As(err, &pe):
+			return nil, usagef("cannot parse the connection string from %s: %s", a.connSource(), pe.Reason)
+		case errors.Is(err, pgconfig.ErrAmbiguousURL):
+			return nil, usagef("%s: %v", a.connSource(), err)
+		}
+		return nil, usagef("bad connection string from %s: %v", a.connSource(), err)
 	}
 	return cfg, nil
 }
@@ -83,7 +217,7 @@ func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		pool.Close()
 		if a.noDatabaseGiven() {
-			return nil, usagef("no database given: --database-url, $%s and the libpq variables (%s) are all unset, "+
+			return nil, usagef("no database given: --database-url, --database-url-file, $%s and the libpq variables (%s) are all unset, "+
 				"so the libpq defaults were tried: %s (user and database: your login name; host: the local socket "+
 				"directory, else localhost; port 5432), which failed: %v", EnvDatabaseURL, strings.Join(libpqVars, ", "), pgconfig.Describe(cfg), err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgcoord/pgcoord/idempotency"
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/page"
 )
 
@@ -266,7 +267,7 @@ null while in flight) and "body_base64" (the whole body, null while in flight).`
 				if len(body) > idemShowBody {
 					body = append(body[:idemShowBody:idemShowBody], "..."...)
 				}
-				_, err = fmt.Fprintf(a.out, "\n%s\n", body)
+				_, err = fmt.Fprintf(a.out, "\n%s\n", base.PrintableLines(string(body)))
 				return err
 			}
 			return nil

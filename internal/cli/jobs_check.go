@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/singleton"
 )
 
@@ -103,7 +104,7 @@ With --json: an array of {"name", "status", "problems"} for every job checked.`,
 					if r.Status == jobOK {
 						continue
 					}
-					fmt.Fprintf(a.out, "%s %s: %s\n", strings.ToUpper(r.Status), r.Name, strings.Join(r.Problems, "; "))
+					fmt.Fprintf(a.out, "%s %s: %s\n", strings.ToUpper(r.Status), base.Printable(r.Name), base.Printable(strings.Join(r.Problems, "; ")))
 				}
 			}
 			switch {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/page"
 	"github.com/pgcoord/pgcoord/leases"
 )
@@ -375,11 +376,11 @@ lease as it was before (the object of 'leases list --json').`,
 				how = "its grant had already expired at " + preciseTime(info.ExpiresAt) + " without being released"
 			}
 			if dryRun {
-				fmt.Fprintf(a.out, "would expire lease %q: held by %s with fence token %d (%s)\n", name, info.Holder, info.Token, how)
+				fmt.Fprintf(a.out, "would expire lease %q: held by %s with fence token %d (%s)\n", name, base.Printable(info.Holder), info.Token, how)
 				fmt.Fprintf(a.out, "nothing changed (--dry-run); the next grant would get a fence token above %d\n", info.Token)
 				return nil
 			}
-			fmt.Fprintf(a.out, "expired lease %q: it was held by %s with fence token %d (%s)\n", name, info.Holder, info.Token, how)
+			fmt.Fprintf(a.out, "expired lease %q: it was held by %s with fence token %d (%s)\n", name, base.Printable(info.Holder), info.Token, how)
 			fmt.Fprintf(a.out, "the old holder's renewals, releases and checks now fail; the next grant gets a fence token above %d\n", info.Token)
 			return nil
 		},

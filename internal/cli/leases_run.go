@@ -100,8 +100,8 @@ with the lease's fence token in its environment, renew the lease every third of 
 the command runs, and release it when the command exits.
 
 The command gets stdin, stdout and stderr of pgcoord, and its environment without
-pgcoord's own settings (every PGCOORD_* variable, such as the database URL, and
-PGPASSWORD), plus:
+pgcoord's own settings (every PGCOORD_* variable, such as the database URL), PGPASSWORD
+and any variable holding the connection string or the password, plus:
   PGCOORD_FENCE_TOKEN   the grant's fence token: send it with every write the lease protects
   PGCOORD_LEASE_NAME    the lease's name
   PGCOORD_LEASE_HOLDER  the holder identity (--holder, default host/pid/random)
@@ -122,6 +122,12 @@ Exit status:
                         before the command started
   2                     usage error (missing --name, --ttl or command, bad values)
   126 / 127             the command could not be started / was not found
+
+The command runs as pgcoord's user: it can read any file pgcoord can (a
+--database-url-file, a PGPASSFILE, a service file). On Linux pgcoord hides the password
+in its own command line and environment as /proc shows them, and makes itself not
+dumpable, so a command without CAP_SYS_PTRACE cannot read its memory. To keep the
+password from the command entirely, run the command as another user.
 
 Fencing is what makes this safe: a command paused past its TTL keeps running until it is
 stopped, and only a store that rejects lower tokens stops its late writes.`,
@@ -161,6 +167,11 @@ stopped, and only a store that rejects lower tokens stops its late writes.`,
 				return exitCode(exitNotFound)
 			}
 
+			// The password is in pgcoord's memory (and maybe its environment): keep it
+			// from the command, which runs as the same user.
+			if err := keepMemoryFromChildren(); err != nil {
+				fmt.Fprintf(a.errOut, "pgcoord: warning: cannot keep the command from reading pgcoord's memory: %v\n", err)
+			}
 			pool, err := a.connect(ctx)
 			if err != nil {
 				return err
@@ -169,6 +180,7 @@ stopped, and only a store that rejects lower tokens stops its late writes.`,
 			return a.runUnderLease(ctx, pool, runSpec{
 				name: name, holder: holder, ttl: ttl, grace: grace,
 				wait: wait, waitSet: cmd.Flags().Changed("wait"), argv: args,
+				secrets: a.secrets(pool),
 			})
 		},
 	}
@@ -188,6 +200,7 @@ type runSpec struct {
 	ttl, grace, wait time.Duration
 	waitSet          bool
 	argv             []string
+	secrets          []string // the connection string and password, kept from the command's environment
 }
 
 // runUnderLease runs spec.argv under the lease with leases.Do and maps the outcome to an
@@ -284,18 +297,54 @@ func (a *app) runUnderLease(ctx context.Context, pool *pgxpool.Pool, spec runSpe
 // one signal.NotifyContext would give, so forwardedSignal forwards SIGHUP.
 var errHangup = errors.New(syscall.SIGHUP.String() + " signal received")
 
+// minSecretMatch is the shortest password childEnviron looks for inside a variable's
+// value; a shorter one only drops a variable whose whole value it is (a short string would
+// match unrelated values, PATH say).
+const minSecretMatch = 8
+
 // childEnviron is the environment a command run under a lease inherits: pgcoord's without
-// its own settings (PGCOORD_*: the database URL, the dashboard's and metrics' tokens) and
-// PGPASSWORD, so a command is handed the lease and not pgcoord's credentials.
-func childEnviron(env []string) []string {
-	out := make([]string, 0, len(env))
+// its own settings (PGCOORD_*: the database URL, the dashboard's and metrics' tokens),
+// PGPASSWORD, and any variable holding one of secrets (the connection string, the
+// password), so a command is handed the lease and not pgcoord's credentials. dropped names
+// the variables of that last kind, which pgcoord mentions.
+func childEnviron(env, secrets []string) (out, dropped []string) {
+	out = make([]string, 0, len(env))
 	for _, kv := range env {
 		if strings.HasPrefix(kv, "PGCOORD_") || strings.HasPrefix(kv, "PGPASSWORD=") {
 			continue
 		}
+		k, v, _ := strings.Cut(kv, "=")
+		if holdsAny(v, secrets) {
+			dropped = append(dropped, k)
+			continue
+		}
 		out = append(out, kv)
 	}
-	return out
+	return out, dropped
+}
+
+// secrets are the connection string, when it holds a password, and the password pool
+// connects with.
+func (a *app) secrets(pool *pgxpool.Pool) []string {
+	s := []string{pool.Config().ConnConfig.Password}
+	if c := a.connString(); connStringHasPassword(c) {
+		s = append(s, c)
+	}
+	return s
+}
+
+// holdsAny reports whether v holds one of secrets.
+func holdsAny(v string, secrets []string) bool {
+	for _, s := range secrets {
+		switch {
+		case s == "":
+		case v == s:
+			return true
+		case len(s) >= minSecretMatch && strings.Contains(v, s):
+			return true
+		}
+	}
+	return false
 }
 
 // errStartFailed means the command could not be started; runChild has said why.
@@ -306,7 +355,11 @@ var errStartFailed = errors.New("the command could not be started")
 // then kills it after the grace period.
 func (a *app) runChild(ctx context.Context, l leases.Lease, spec runSpec, errW io.Writer) (childResult, error) {
 	c := exec.Command(spec.argv[0], spec.argv[1:]...)
-	c.Env = append(childEnviron(os.Environ()),
+	env, dropped := childEnviron(os.Environ(), spec.secrets)
+	if len(dropped) > 0 {
+		fmt.Fprintf(errW, "pgcoord: not passing %s to the command: it holds the database password\n", strings.Join(dropped, ", "))
+	}
+	c.Env = append(env,
 		fmt.Sprintf("%s=%d", EnvFenceToken, l.Token),
 		EnvLeaseName+"="+l.Name,
 		EnvLeaseHolder+"="+l.Holder,
@@ -410,7 +463,7 @@ func (a *app) gaveUp(ctx context.Context, pool *pgxpool.Pool, spec runSpec) erro
 	defer cancel()
 	if i, err := leases.Get(rctx, pool, spec.name); err == nil && i.Held() {
 		fmt.Fprintf(a.errOut, "pgcoord: gave up waiting for lease %q %s: held by %s (fence token %d, %s left); the command did not run\n",
-			spec.name, what, i.Holder, i.Token, ttlLeft(i))
+			spec.name, what, base.Printable(i.Holder), i.Token, ttlLeft(i))
 	} else {
 		fmt.Fprintf(a.errOut, "pgcoord: gave up waiting for lease %q %s; the command did not run\n", spec.name, what)
 	}

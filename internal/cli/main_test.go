@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -44,7 +45,18 @@ func newTestDB(t *testing.T) testDB {
 	t.Helper()
 	pool, schema := pgtest.Schema(t)
 	pgtest.Migrate(t, pool, nil)
-	return testDB{pool: pool, flags: []string{"--database-url", pgtest.URL(t), "--schema", schema}}
+	return testDB{pool: pool, flags: []string{"--database-url-file", urlFile(t, pgtest.URL(t)), "--schema", schema}}
+}
+
+// urlFile writes url to a file only its owner may read, for --database-url-file (a
+// password in --database-url draws a warning on stderr).
+func urlFile(t *testing.T, url string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "database-url")
+	if err := os.WriteFile(path, []byte(url+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // run runs pgcoord against the test's schema.

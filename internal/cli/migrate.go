@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/pgconfig"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -124,7 +125,7 @@ func (a *app) migrateStatusCommand() *cobra.Command {
 					return err
 				}
 			} else {
-				fmt.Fprintf(a.out, "schema %s: version %d of %d, %d pending\n\n", st.Schema, st.Current, st.Latest, len(pending))
+				fmt.Fprintf(a.out, "schema %s: version %d of %d, %d pending\n\n", base.Printable(st.Schema), st.Current, st.Latest, len(pending))
 				tw := a.table()
 				fmt.Fprintln(tw, "VERSION\tNAME\tAPPLIED AT")
 				for _, m := range st.Migrations {
@@ -141,7 +142,7 @@ func (a *app) migrateStatusCommand() *cobra.Command {
 				tw.Flush()
 			}
 			if check && len(pending) > 0 {
-				fmt.Fprintf(a.errOut, "pgcoord: %d migration(s) pending in schema %s; run 'pgcoord migrate up'\n", len(pending), st.Schema)
+				fmt.Fprintf(a.errOut, "pgcoord: %d migration(s) pending in schema %s; run 'pgcoord migrate up'\n", len(pending), base.Printable(st.Schema))
 				return errCheckFailed
 			}
 			return nil

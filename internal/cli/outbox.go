@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -334,7 +335,7 @@ in payload for a JSON message, else in payload_base64.`,
 			case len(body) > outboxShowText:
 				body = append(body[:outboxShowText:outboxShowText], "..."...)
 			}
-			_, err = fmt.Fprintf(a.out, "\n%s\n", body)
+			_, err = fmt.Fprintf(a.out, "\n%s\n", base.PrintableLines(string(body)))
 			return err
 		},
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/outbox/sink"
 )
@@ -17,7 +18,12 @@ func (a *app) outboxSink(spec string, timeout time.Duration) (outbox.Handler, er
 	case spec == "stdout":
 		return sink.JSONLines(a.out), nil
 	case strings.HasPrefix(spec, "webhook="):
-		h, err := sink.Webhook(strings.TrimPrefix(spec, "webhook="), &sink.WebhookOpts{Timeout: timeout})
+		u := strings.TrimPrefix(spec, "webhook=")
+		if base.AmbiguousURL(u) {
+			return nil, usagef("--sink %s: the URL has an '@' after its host: percent-encode '/', '?', '#' "+
+				"in its user or password as %%2F, %%3F, %%23 (else part of the password is taken for the host and path)", sinkName(spec))
+		}
+		h, err := sink.Webhook(u, &sink.WebhookOpts{Timeout: timeout})
 		if err != nil {
 			return nil, usageError{err}
 		}
@@ -106,18 +112,11 @@ pooler (PgBouncer) set --no-listen: the relay then polls.`,
 	return cmd
 }
 
-// sinkName names a sink in messages without the webhook URL's credentials or query.
+// sinkName names a sink in messages without the webhook URL's credentials or query values
+// (base.RedactURL).
 func sinkName(spec string) string {
 	if u, ok := strings.CutPrefix(spec, "webhook="); ok {
-		if i := strings.IndexAny(u, "?#"); i >= 0 {
-			u = u[:i]
-		}
-		if at := strings.LastIndex(u, "@"); at >= 0 {
-			if scheme := strings.Index(u, "://"); scheme >= 0 && scheme < at {
-				u = u[:scheme+3] + u[at+1:]
-			}
-		}
-		return "webhook " + u
+		return "webhook " + base.RedactURL(u)
 	}
 	return spec
 }

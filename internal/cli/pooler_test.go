@@ -55,7 +55,7 @@ func TestStatementTimeoutWithAndWithoutPooler(t *testing.T) {
 		urls["pooler"] = pgtest.PoolerURL(t, schema)
 	}
 	for via, url := range urls {
-		db := testDB{pool: d.pool, flags: []string{"--database-url", url, "--schema", schema}}
+		db := testDB{pool: d.pool, flags: []string{"--database-url-file", urlFile(t, url), "--schema", schema}}
 		if code, out, errOut := db.run(t, "leases", "list"); code != cli.ExitOK || !strings.Contains(out, "timed") {
 			t.Errorf("%s: leases list with the default statement timeout = %d, %q, %q", via, code, out, errOut)
 		}

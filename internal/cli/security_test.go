@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -136,5 +137,50 @@ func TestOutboxRelayHidesSinkSecrets(t *testing.T) {
 	code, out, errOut := d.run(t, "outbox", "relay", "--sink", "webhook=ftp://user:hunter2@hooks.example/in?api_key=k3y")
 	if code != cli.ExitUsage || strings.Contains(out+errOut, "hunter2") || strings.Contains(out+errOut, "k3y") || !strings.Contains(errOut, "hooks.example") {
 		t.Fatalf("relay with an ftp:// sink = %d, stderr %q: want a usage error naming the host, not the secrets", code, errOut)
+	}
+}
+
+// Every plain line the CLI prints from what the database holds — not only tables — shows
+// control characters escaped: a holder written into the table in `leases expire` and
+// in `leases run`'s "gave up" line, a job's stored error in `jobs check`, an outbox
+// message's payload in `outbox show`. "\x1b[2J" would clear the operator's screen.
+func TestCLIPlainOutputEscapesStoredText(t *testing.T) {
+	t.Parallel()
+	d := newTestDB(t)
+	ctx := context.Background()
+	const evil = "evil\x1b[2J\x1b]0;pwned\x07"
+	// The SQL API refuses such a holder; a role that may write the table directly can
+	// still store one.
+	grant(t, d.pool, "report", "worker", time.Minute, time.Time{})
+	if _, err := d.pool.Exec(ctx, `UPDATE pgcoord_leases SET holder = $1 WHERE name = 'report'`, evil); err != nil {
+		t.Fatal(err)
+	}
+	finishTick(t, d.pool, claimTick(t, d.pool, job("broken"), time.Time{}), errors.New(evil))
+	if err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		_, err := outbox.Enqueue(ctx, tx, outbox.Message{Topic: "orders", Key: "1", Payload: []byte("{\"note\": \"" + evil + "\"}\nline 2")})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.pool.Exec(ctx, `UPDATE pgcoord_outbox SET state = 'dead', attempts = 1, last_error = $1`, evil); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"leases", "list"}, {"leases", "show", "report"},
+		{"leases", "run", "--name", "report", "--ttl", "10s", "--wait", "0", "--", "true"},
+		{"leases", "expire", "report", "--dry-run"}, {"leases", "expire", "report"},
+		{"jobs", "check"},
+		{"outbox", "list", "--state", "dead"}, {"outbox", "show", "1"},
+	} {
+		code, out, errOut := d.run(t, args...)
+		if code != cli.ExitOK && code != cli.ExitFailure && code != cli.ExitCheck {
+			t.Errorf("%v = %d: %s", args, code, errOut)
+		}
+		if strings.ContainsAny(out+errOut, "\x1b\x07") {
+			t.Errorf("%v printed raw control characters:\nstdout %q\nstderr %q", args, out, errOut)
+		}
+		if !strings.Contains(out+errOut, `evil\x1b[2J`) {
+			t.Errorf("%v did not show the stored text escaped:\nstdout %q\nstderr %q", args, out, errOut)
+		}
 	}
 }

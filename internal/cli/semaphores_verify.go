@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/semaphore"
 )
 
@@ -86,7 +87,7 @@ With --json: an array ([] when there are no keys) of {"key", "status", "limit", 
 			} else {
 				for _, c := range results {
 					if c.Status != semOK {
-						fmt.Fprintf(a.out, "%s %s: %s\n", strings.ToUpper(strings.ReplaceAll(c.Status, "_", "-")), c.Key, strings.Join(c.Problems, "; "))
+						fmt.Fprintf(a.out, "%s %s: %s\n", strings.ToUpper(strings.ReplaceAll(c.Status, "_", "-")), base.Printable(c.Key), base.Printable(strings.Join(c.Problems, "; ")))
 					}
 				}
 			}

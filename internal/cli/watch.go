@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -149,11 +148,7 @@ func (a *app) writeRefresh(out io.Writer, path string, every time.Duration, n in
 		return err
 	}
 	if failed != nil {
-		lines := strings.Split(failed.Error(), "\n")
-		for i, s := range lines {
-			lines[i] = base.Printable(s)
-		}
-		fmt.Fprintf(a.errOut, "pgcoord: refresh %d failed (still watching): %s\n", n, strings.Join(lines, "\n"))
+		fmt.Fprintf(a.errOut, "pgcoord: refresh %d failed (still watching): %s\n", n, base.PrintableLines(failed.Error()))
 	}
 	return nil
 }

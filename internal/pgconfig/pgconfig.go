@@ -6,9 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -30,11 +33,16 @@ type Options struct {
 }
 
 // Pool parses connString — a postgres:// URL or key=value string; empty means the libpq PG*
-// environment variables — and applies opts. Parse errors never contain the password.
+// environment variables (PGPASSFILE and PGSERVICE included) — and applies opts. Parse
+// errors never contain the connection string nor any value quoted from it (see ParseError),
+// and a URL whose parts cannot be told apart for sure is refused (see ErrAmbiguousURL).
 func Pool(connString string, opts Options) (*pgxpool.Config, error) {
+	if err := checkURL(connString); err != nil {
+		return nil, err
+	}
 	cfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
-		return nil, err // pgconn redacts passwords in parse errors
+		return nil, parseError(err)
 	}
 	params := cfg.ConnConfig.RuntimeParams
 	if opts.AppName != "" {
@@ -89,4 +97,61 @@ func QuoteIdent(name string) string {
 func Describe(cfg *pgxpool.Config) string {
 	c := cfg.ConnConfig
 	return fmt.Sprintf("%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
+}
+
+// ErrAmbiguousURL is the error of a postgres:// URL with a raw '@' after its user
+// information. libpq (and pgx, which parses as libpq does) ends the user information at the
+// first '@', or finds none when a '/' comes first: a password holding a raw '@' or '/' is
+// cut there, and the rest of it becomes the host, the port or the database — which a
+// connection error then shows. Percent-encode such characters (%40 for '@', %2F for '/').
+var ErrAmbiguousURL = errors.New("the connection URL has an '@' after its user information: " +
+	"percent-encode '@' as %40 and '/' as %2F in a password (or user, database or parameter), " +
+	"else part of the password is taken for the host, port or database")
+
+// checkURL refuses a postgres:// URL with a raw '@' after the user information as libpq
+// finds it (up to the first '@' before any '/').
+func checkURL(connString string) error {
+	p, ok := strings.CutPrefix(connString, "postgresql://")
+	if !ok {
+		if p, ok = strings.CutPrefix(connString, "postgres://"); !ok {
+			return nil
+		}
+	}
+	if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
+		p = p[i+1:]
+	}
+	if strings.Contains(p, "@") {
+		return ErrAmbiguousURL
+	}
+	return nil
+}
+
+// ParseError is a connection string that did not parse. Its text says what was wrong
+// without the connection string and without any value quoted from it: pgx masks the
+// password in its own message only as well as it can tell where the password is, which a
+// malformed string makes uncertain ("password = x", a stray word after a space).
+type ParseError struct {
+	// Reason is what was wrong ("invalid port"), with no value quoted from the string.
+	Reason string
+}
+
+func (e *ParseError) Error() string { return "cannot parse the connection string: " + e.Reason }
+
+// quoted is a value pgx's parse errors quote ("parsing \"x\": invalid syntax").
+var quoted = regexp.MustCompile(`"[^"]*"`)
+
+// parseError turns an error of pgx's ParseConfig into a ParseError.
+func parseError(err error) error {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return &ParseError{Reason: "malformed"}
+	}
+	// pgx's text is "cannot parse `<masked string>`: <what> (<cause>)"; the prefix is known
+	// exactly by asking for the same text with no <what>.
+	full := pe.Error()
+	tail, ok := strings.CutPrefix(full, pgconn.NewParseConfigError(pe.ConnString, "", nil).Error())
+	if !ok || tail == "" {
+		return &ParseError{Reason: "malformed"}
+	}
+	return &ParseError{Reason: quoted.ReplaceAllString(tail, `"…"`)}
 }

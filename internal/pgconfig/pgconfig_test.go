@@ -137,3 +137,70 @@ func TestOtherCancellationsInterruptAtOnce(t *testing.T) {
 		t.Fatalf("a cancelled wait for a notification returned %v after %v; want an error at once", err, time.Since(t0))
 	}
 }
+
+// A password holding '@', ':', '/', '?' or '#' is either parsed right (percent-encoded in a
+// URL, quoted in a key=value string) or refused; no parse error, in either form and
+// whatever else is wrong with the string, shows the password or a piece of it.
+func TestAwkwardPasswordsParseRightOrAreRefused(t *testing.T) {
+	t.Parallel()
+	enc := strings.NewReplacer("@", "%40", ":", "%3A", "/", "%2F", "?", "%3F", "#", "%23", " ", "%20").Replace
+	for _, pw := range []string{"Xq@Wv", "Xq:Wv", "Xq/Wv", "1234/Wv", "12?Wv", "12#Wv", "Xq@Wv:Yz/Uk", "Xq/Wv@Yz", "Xq Wv"} {
+		pieces := append([]string{pw, enc(pw)}, strings.FieldsFunc(pw, func(r rune) bool { return strings.ContainsRune("@:/?# ", r) })...)
+		leaks := func(what, text string) {
+			t.Helper()
+			for _, p := range pieces {
+				if strings.Contains(text, p) {
+					t.Errorf("%s with password %q shows %q: %s", what, pw, p, text)
+				}
+			}
+		}
+		// Percent-encoded: parsed right, and Describe shows no piece of it.
+		cfg, err := pgconfig.Pool("postgres://alice:"+enc(pw)+"@db.example:5433/app", pgconfig.Options{})
+		if err != nil || cfg.ConnConfig.Password != pw || cfg.ConnConfig.Host != "db.example" || cfg.ConnConfig.Database != "app" {
+			t.Errorf("percent-encoded password %q: %v, %+v", pw, err, cfg)
+		} else {
+			leaks("Describe", pgconfig.Describe(cfg))
+		}
+		// Quoted in a key=value string: parsed right.
+		kv := "host=db.example password='" + strings.ReplaceAll(pw, "'", `\'`) + "' dbname=app"
+		if cfg, err := pgconfig.Pool(kv, pgconfig.Options{}); err != nil || cfg.ConnConfig.Password != pw {
+			t.Errorf("key=value password %q: %v", pw, err)
+		}
+		// Raw in a URL: right when nothing of it can move ('?', '#', ':' stay in the user
+		// information up to the first '@'), else refused as ambiguous.
+		cfg, err = pgconfig.Pool("postgres://alice:"+pw+"@db.example:5433/app", pgconfig.Options{})
+		switch {
+		case strings.ContainsAny(pw, "@/"):
+			if !errors.Is(err, pgconfig.ErrAmbiguousURL) {
+				t.Errorf("raw password %q in a URL: %v, want ErrAmbiguousURL", pw, err)
+			} else {
+				leaks("refusal", err.Error())
+			}
+		case strings.Contains(pw, " "): // pgx refuses it, saying to write %20
+			if err == nil {
+				t.Errorf("raw password %q in a URL parsed", pw)
+			} else {
+				leaks("refusal", err.Error())
+			}
+		case err != nil || cfg.ConnConfig.Password != pw || cfg.ConnConfig.Host != "db.example":
+			t.Errorf("raw password %q in a URL: %v %+v", pw, err, cfg)
+		}
+		// Malformed elsewhere too: every error hides the password.
+		for _, bad := range []string{
+			"postgres://alice:" + pw + "@db.example:notaport/app",
+			"postgres://alice:" + enc(pw) + "@db.example:notaport/app",
+			"postgres://alice:" + enc(pw) + "@db.example/app?sslmode=bogus",
+			"postgres://alice:" + enc(pw) + "@db.example/app?connect_timeout=" + enc(pw),
+			"host=db.example password = " + pw + " port=notaport",
+			"host=db.example password=" + pw + " port=notaport",
+			"host=db.example password='" + pw + "' port=notaport",
+			"password=" + pw + " host=db.example sslmode=bogus",
+		} {
+			if _, err := pgconfig.Pool(bad, pgconfig.Options{}); err == nil {
+				t.Errorf("%q parsed", bad)
+			} else {
+				leaks("parse error", err.Error())
+			}
+		}
+	}
+}
