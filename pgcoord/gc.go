@@ -34,7 +34,7 @@ const (
 
 // GCKinds are the kinds of rows GC collects, in the order GCResult lists them.
 func GCKinds() []string {
-	return []string{"leases", "fences", "permits", "semaphores", "job_runs", "dedupe", "idempotency", "outbox", "inbox", "singletons", "outbox_keys"}
+	return []string{"leases", "fences", "permits", "semaphores", "job_runs", "dedupe", "idempotency", "outbox", "inbox", "singletons", "outbox_keys", "ratelimit"}
 }
 
 // GCOpts are the options of GC. A nil *GCOpts means all defaults.
@@ -108,7 +108,9 @@ func (r GCResult) Removed(kind string) int64 {
 //   - singletons: the lock generations of singleton.RunOnce/RunSession jobs not run for
 //     longer than R and not held (a job run again starts a new generation);
 //   - outbox_keys: the per-key order rows of outbox keys with no pending message, of any
-//     age, except those a writer holds (skipped, never waited for).
+//     age, except those a writer holds (skipped, never waited for);
+//   - ratelimit: the rows of rate limit keys at rest (their arrival time is past: they
+//     carry no state), of any age, except those a call holds.
 //
 // Job definitions, configured semaphore keys, dead messages and the audit log are never
 // collected.

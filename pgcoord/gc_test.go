@@ -126,6 +126,9 @@ func gcRows(t *testing.T, pool *pgxpool.Pool, prefix string) {
 	mustExec(t, pool, `INSERT INTO pgcoord_outbox_inbox (consumer, message_id) VALUES ($1 || 'consumer', 1)`, prefix)
 	// singletons: a job run once (RunOnce's lock, in a transaction of its own).
 	mustExec(t, pool, `SELECT pgcoord_singleton_try($1 || 'job', false)`, prefix)
+	// ratelimit: a key charged once, at rest an hour later (a unit an hour, burst 2).
+	mustExec(t, pool, `SELECT pgcoord_ratelimit_set('gc', 1, '1 hour', 2)`)
+	mustExec(t, pool, `SELECT pgcoord_ratelimit_allow('gc', $1 || 'key')`, prefix)
 }
 
 // Every kind is collected once older than the retention, and nothing younger, nothing
@@ -155,7 +158,7 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 		+ (SELECT count(*) FROM pgcoord_dedupe) + (SELECT count(*) FROM pgcoord_idempotency_keys)
 		+ (SELECT count(*) FROM pgcoord_idempotency_tombstones) + (SELECT count(*) FROM pgcoord_outbox)
 		+ (SELECT count(*) FROM pgcoord_outbox_inbox) + (SELECT count(*) FROM pgcoord_singletons)
-		+ (SELECT count(*) FROM pgcoord_outbox_keys)`
+		+ (SELECT count(*) FROM pgcoord_outbox_keys) + (SELECT count(*) FROM pgcoord_ratelimit_state)`
 	before := scalar[int64](t, pool, tables)
 	latestRuns := column(t, pool, `SELECT job || '@' || max(scheduled_for) FROM pgcoord_job_runs GROUP BY job`)
 	if len(latestRuns) != 2 {
@@ -167,6 +170,8 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 		"dedupe": 1, "idempotency": 2, "outbox": 1, "inbox": 1,
 		// The order rows of every key with no pending message, old or young.
 		"singletons": 1, "outbox_keys": 4,
+		// The old key is at rest; the young one's hour has not passed.
+		"ratelimit": 1,
 	}
 	var dryProgress int
 	dry, err := pgcoord.GC(ctx, pool, &pgcoord.GCOpts{OlderThan: gcRetention, DryRun: true,
@@ -191,8 +196,8 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 	if got := counts(t, res); !reflect.DeepEqual(got, want) {
 		t.Errorf("GC removed %v, want %v", got, want)
 	}
-	if res.Total() != 18 || res.Removed("job_runs") != 1 {
-		t.Errorf("Total() = %d, Removed(job_runs) = %d; want 18 and 1", res.Total(), res.Removed("job_runs"))
+	if res.Total() != 19 || res.Removed("job_runs") != 1 {
+		t.Errorf("Total() = %d, Removed(job_runs) = %d; want 19 and 1", res.Total(), res.Removed("job_runs"))
 	}
 
 	// What is left: the young rows, configuration, demand and each job's latest run.
@@ -211,6 +216,7 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 		`SELECT consumer FROM pgcoord_outbox_inbox`:                {"young-consumer"},
 		`SELECT job FROM pgcoord_singletons`:                       {"young-job"},
 		`SELECT key FROM pgcoord_outbox_keys`:                      {"old-pending", "young-pending"},
+		`SELECT key FROM pgcoord_ratelimit_state`:                  {"young-key"},
 	}
 	for sql, want := range left {
 		if got := column(t, pool, sql); !reflect.DeepEqual(got, want) {

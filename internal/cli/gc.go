@@ -53,6 +53,7 @@ default 30d):
   inbox        inbox records applied longer than R ago
   singletons   lock generations of RunOnce/RunSession jobs not run for longer than R
   outbox_keys  per-key order rows of outbox keys with no pending message (any age)
+  ratelimit    rows of rate limit keys at rest, which carry no state (any age)
 
 Job definitions, configured semaphore keys, dead messages and the audit log are never
 collected. Collection never lets a fence token repeat or a stale one through; the one

@@ -48,13 +48,13 @@ func (q *Queries) RatelimitDelete(ctx context.Context, db DBTX, name string) (bo
 
 const ratelimitKey = `-- name: RatelimitKey :one
 SELECT p.name AS policy, $1::text AS key,
-       floor((extract(epoch FROM (pgcoord_clock() - greatest(coalesce(s.tat, '-infinity'), pgcoord_clock()))) * 1000000
+       floor((extract(epoch FROM (c.now - greatest(coalesce(s.tat, '-infinity'), c.now))) * 1000000
               + p.interval_us * p.burst) / p.interval_us)::bigint AS remaining,
-       (greatest(coalesce(s.tat, '-infinity'), pgcoord_clock()) - pgcoord_clock())::interval AS reset_after,
+       (greatest(coalesce(s.tat, '-infinity'), c.now) - c.now)::interval AS reset_after,
        s.tat
-FROM pgcoord_ratelimit_policies p
+FROM (SELECT pgcoord_clock() AS now) c
+JOIN pgcoord_ratelimit_policies p ON p.name = $2::text
 LEFT JOIN pgcoord_ratelimit_state s ON s.policy = p.name AND s.key = $1::text
-WHERE p.name = $2::text
 `
 
 type RatelimitKeyParams struct {
@@ -70,7 +70,8 @@ type RatelimitKeyRow struct {
 	Tat        *time.Time
 }
 
-// A key's state, judged now: the units it admits and how long until it is at rest.
+// A key's state, judged at one instant of the clock: the units it admits and how long until
+// it is at rest.
 func (q *Queries) RatelimitKey(ctx context.Context, db DBTX, arg RatelimitKeyParams) (RatelimitKeyRow, error) {
 	row := db.QueryRow(ctx, ratelimitKey, arg.Key, arg.Policy)
 	var i RatelimitKeyRow

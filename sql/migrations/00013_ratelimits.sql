@@ -353,7 +353,51 @@ CREATE FUNCTION pgcoord_ratelimit_allow(p_policy text, p_key text, p_cost bigint
     LANGUAGE sql
     AS $$ SELECT t.granted > 0 FROM pgcoord_ratelimit_take(ARRAY[p_policy], ARRAY[p_key], p_cost) t $$;
 
+-- Retention. pgcoord_gc keeps its body, as it was, under the name pgcoord_gc_core, and
+-- becomes the list of collectors: the core's kinds, then each later primitive's function
+-- pgcoord_gc_<kind>. A later primitive adds its function and replaces only this list.
+-- pgcoord_gc_ratelimit deletes, by pgcoord_clock(), up to p_batch rows of keys at rest
+-- (their tat is past: they carry no state), skipping rows a call has locked; with
+-- p_dry_run it counts them. The retention does not apply: a key at rest is the same with
+-- or without its row.
+ALTER FUNCTION pgcoord_gc(interval, integer, boolean) RENAME TO pgcoord_gc_core;
+
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_gc_ratelimit(p_batch integer, p_dry_run boolean) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := pgcoord_clock();
+    v_n bigint;
+BEGIN
+    IF p_dry_run THEN
+        SELECT count(*) INTO v_n FROM pgcoord_ratelimit_state s WHERE s.tat <= v_now;
+        RETURN v_n;
+    END IF;
+    DELETE FROM pgcoord_ratelimit_state s
+     WHERE (s.policy, s.key) IN (
+            SELECT c.policy, c.key FROM pgcoord_ratelimit_state c WHERE c.tat <= v_now
+             LIMIT p_batch FOR UPDATE SKIP LOCKED)
+       AND s.tat <= v_now;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_gc(p_older_than interval, p_batch integer DEFAULT 10000, p_dry_run boolean DEFAULT false)
+RETURNS TABLE (kind text, removed bigint) LANGUAGE plpgsql AS $$
+BEGIN
+    -- The core checks the arguments first.
+    RETURN QUERY SELECT g.kind, g.removed FROM pgcoord_gc_core(p_older_than, p_batch, p_dry_run) g;
+    kind := 'ratelimit'; removed := pgcoord_gc_ratelimit(p_batch, p_dry_run); RETURN NEXT;
+END
+$$;
+-- +goose StatementEnd
+
 -- +goose Down
+DROP FUNCTION pgcoord_gc(interval, integer, boolean);
+DROP FUNCTION pgcoord_gc_ratelimit(integer, boolean);
+ALTER FUNCTION pgcoord_gc_core(interval, integer, boolean) RENAME TO pgcoord_gc;
 DROP FUNCTION pgcoord_ratelimit_allow(text, text, bigint);
 DROP FUNCTION pgcoord_ratelimit_cancel(text[], text[], timestamptz[], bigint);
 DROP FUNCTION pgcoord_ratelimit_take(text[], text[], bigint, boolean, interval);

@@ -27,12 +27,13 @@ SELECT p.* FROM pgcoord_ratelimit_policies p ORDER BY p.name LIMIT @max_rows::in
 SELECT p.* FROM pgcoord_ratelimit_policies p WHERE p.name = @name::text;
 
 -- name: RatelimitKey :one
--- A key's state, judged now: the units it admits and how long until it is at rest.
+-- A key's state, judged at one instant of the clock: the units it admits and how long until
+-- it is at rest.
 SELECT p.name AS policy, @key::text AS key,
-       floor((extract(epoch FROM (pgcoord_clock() - greatest(coalesce(s.tat, '-infinity'), pgcoord_clock()))) * 1000000
+       floor((extract(epoch FROM (c.now - greatest(coalesce(s.tat, '-infinity'), c.now))) * 1000000
               + p.interval_us * p.burst) / p.interval_us)::bigint AS remaining,
-       (greatest(coalesce(s.tat, '-infinity'), pgcoord_clock()) - pgcoord_clock())::interval AS reset_after,
+       (greatest(coalesce(s.tat, '-infinity'), c.now) - c.now)::interval AS reset_after,
        s.tat
-FROM pgcoord_ratelimit_policies p
-LEFT JOIN pgcoord_ratelimit_state s ON s.policy = p.name AND s.key = @key::text
-WHERE p.name = @policy::text;
+FROM (SELECT pgcoord_clock() AS now) c
+JOIN pgcoord_ratelimit_policies p ON p.name = @policy::text
+LEFT JOIN pgcoord_ratelimit_state s ON s.policy = p.name AND s.key = @key::text;
