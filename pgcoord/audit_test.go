@@ -3,89 +3,16 @@ package pgcoord_test
 import (
 	"context"
 	"errors"
-	"net/url"
-	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgcoord/pgcoord/internal/pgconfig"
-	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/internal/ui/audit"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
-
-// securityRoles sets up docs/security.md's roles and grants, as written, under names of
-// this test's own, dropped when t ends: it returns pools logged in as the owner (who
-// migrated) and as the application role, and the application role's name.
-func securityRoles(t *testing.T) (owner, app *pgxpool.Pool, appRole string) {
-	t.Helper()
-	ctx := context.Background()
-	doc, err := os.ReadFile("../docs/security.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var blocks []string
-	for _, m := range regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(doc), -1) {
-		blocks = append(blocks, m[1])
-	}
-	if len(blocks) < 2 {
-		t.Fatalf("docs/security.md has %d sql blocks, want the roles, then the grants", len(blocks))
-	}
-	suffix := strings.ReplaceAll(pgtest.SchemaName(t), "-", "_")
-	names := regexp.MustCompile(`\bcoord(_owner|_app|_viewer)?\b`)
-	rename := func(sql string) string { return names.ReplaceAllString(sql, "coord${1}_"+suffix) }
-	schema := "coord_" + suffix
-
-	admin, err := pgxpool.New(ctx, pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, sql := range []string{
-			`DROP OWNED BY coord_app, coord_viewer`, `DROP OWNED BY coord_owner CASCADE`,
-			`DROP ROLE coord_owner, coord_app, coord_viewer`,
-		} {
-			if _, err := admin.Exec(ctx, rename(sql)); err != nil {
-				t.Errorf("cleanup: %s: %v", sql, err)
-			}
-		}
-		admin.Close()
-	})
-	if _, err := admin.Exec(ctx, rename(blocks[0])); err != nil {
-		t.Fatalf("the roles block: %v", err)
-	}
-	as := func(role, password string) *pgxpool.Pool {
-		u, err := url.Parse(pgtest.URL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.User = url.UserPassword(role+"_"+suffix, password)
-		cfg, err := pgconfig.Pool(u.String(), pgconfig.Options{AppName: "pgcoord-test", Schema: schema})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		return pool
-	}
-	owner = as("coord_owner", "owner-secret")
-	if _, err := pgcoord.Migrate(ctx, owner, nil); err != nil {
-		t.Fatalf("migrate as the owner: %v", err)
-	}
-	if _, err := owner.Exec(ctx, rename(blocks[1])); err != nil {
-		t.Fatalf("the grants block: %v", err)
-	}
-	return owner, as("coord_app", "app-secret"), "coord_app_" + suffix
-}
 
 // The audit log cannot be erased, rewritten or forged by the application role, even when a
 // careless operator granted it UPDATE, DELETE and TRUNCATE on the table (as the grants
@@ -94,7 +21,8 @@ func securityRoles(t *testing.T) (owner, app *pgxpool.Pool, appRole string) {
 func TestAuditAppendOnlyForTheApplicationRole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	owner, app, appRole := securityRoles(t)
+	lp := newLeastPrivilege(t)
+	owner, app, appRole := lp.owner, lp.app, lp.appRole
 	if _, err := owner.Exec(ctx, `GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON pgcoord_audit TO `+appRole); err != nil {
 		t.Fatal(err)
 	}

@@ -26,11 +26,17 @@ import (
 	"github.com/pgcoord/pgcoord/singleton"
 )
 
-// The least-privilege setup of docs/security.md, run as written: an application role uses
-// every primitive, a viewer reads, and neither can change pgcoord's schema — nor replace
-// its clock.
-func TestLeastPrivilegeSetup(t *testing.T) {
-	t.Parallel()
+// leastPrivilege runs the two SQL blocks of docs/security.md as written, with this test's
+// own role names (roles are cluster-wide): the roles as the test's admin, the migrations
+// as the owner, the grants as the owner. Its pools connect as each role, with the schema
+// on their search_path; the roles are dropped when t ends.
+type leastPrivilege struct {
+	owner, app, viewer *pgxpool.Pool
+	appRole, schema    string
+}
+
+func newLeastPrivilege(t *testing.T) leastPrivilege {
+	t.Helper()
 	ctx := context.Background()
 	doc, err := os.ReadFile("../docs/security.md")
 	if err != nil {
@@ -43,11 +49,10 @@ func TestLeastPrivilegeSetup(t *testing.T) {
 	if len(blocks) != 2 {
 		t.Fatalf("docs/security.md has %d sql blocks, want 2 (roles, then grants)", len(blocks))
 	}
-	// The roles are cluster-wide: give this run's their own names.
 	suffix := strings.ReplaceAll(pgtest.SchemaName(t), "-", "_")
 	names := regexp.MustCompile(`\bcoord(_owner|_app|_viewer)?\b`)
 	rename := func(sql string) string { return names.ReplaceAllString(sql, "coord${1}_"+suffix) }
-	schema := "coord_" + suffix
+	lp := leastPrivilege{appRole: "coord_app_" + suffix, schema: "coord_" + suffix}
 
 	admin, err := pgxpool.New(ctx, pgtest.URL(t))
 	if err != nil {
@@ -73,7 +78,7 @@ func TestLeastPrivilegeSetup(t *testing.T) {
 			t.Fatal(err)
 		}
 		u.User = url.UserPassword(role+"_"+suffix, password)
-		cfg, err := pgconfig.Pool(u.String(), pgconfig.Options{AppName: "pgcoord-test", Schema: schema})
+		cfg, err := pgconfig.Pool(u.String(), pgconfig.Options{AppName: "pgcoord-test", Schema: lp.schema})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,15 +89,26 @@ func TestLeastPrivilegeSetup(t *testing.T) {
 		t.Cleanup(pool.Close)
 		return pool
 	}
-	owner := as("coord_owner", "owner-secret")
-	if _, err := pgcoord.Migrate(ctx, owner, nil); err != nil {
+	lp.owner = as("coord_owner", "owner-secret")
+	if _, err := pgcoord.Migrate(ctx, lp.owner, nil); err != nil {
 		t.Fatalf("migrate as the owner: %v", err)
 	}
-	if _, err := owner.Exec(ctx, rename(blocks[1])); err != nil {
+	if _, err := lp.owner.Exec(ctx, rename(blocks[1])); err != nil {
 		t.Fatalf("the grants block: %v", err)
 	}
+	lp.app, lp.viewer = as("coord_app", "app-secret"), as("coord_viewer", "viewer-secret")
+	return lp
+}
 
-	app := as("coord_app", "app-secret")
+// The least-privilege setup of docs/security.md, run as written: an application role uses
+// every primitive, a viewer reads, and neither can change pgcoord's schema — nor replace
+// its clock.
+func TestLeastPrivilegeSetup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	lp := newLeastPrivilege(t)
+	schema := lp.schema
+	app := lp.app
 	must := func(what string, err error) {
 		t.Helper()
 		if err != nil {
@@ -128,7 +144,7 @@ func TestLeastPrivilegeSetup(t *testing.T) {
 	_, err = pgcoord.GC(ctx, app, nil)
 	must("pgcoord.GC", err)
 
-	viewer := as("coord_viewer", "viewer-secret")
+	viewer := lp.viewer
 	if _, err := leases.List(ctx, viewer, nil); err != nil {
 		t.Fatalf("leases.List as the viewer: %v", err)
 	}
