@@ -25,6 +25,7 @@ import (
 const rlSchema = `
 CREATE TABLE rl_exact_calls (worker text NOT NULL, before_at timestamptz NOT NULL, after_at timestamptz NOT NULL);
 CREATE TABLE rl_nested_calls (worker text NOT NULL, key text NOT NULL, tenant text NOT NULL, cost bigint NOT NULL);
+CREATE TABLE rl_line_calls (waiter text PRIMARY KEY, arrived_at timestamptz NOT NULL, slot_at timestamptz NOT NULL, woke_at timestamptz NOT NULL);
 `
 
 // rlRun starts procs worker processes of mode with goroutines each, lets them run until
@@ -240,4 +241,90 @@ func TestRatelimitNestedChargesMatchAdmissions(t *testing.T) {
 			t.Errorf("%s/%s: charged %d units, more than its burst %d", p.policy, p.key, p.charged, bursts[p.policy])
 		}
 	}
+}
+
+// Waiting in line: 200 waiters across 4 processes, arriving one every 10 ms (interleaved
+// across the processes), on a limit of 50 a second with a burst of 1: they are served in
+// the order they arrived (arrival read from the database clock; at most 1% of the pairs
+// inverted) and at 50 a second (± 5%, from the first waiter's wake-up to the last's).
+func TestRatelimitWaitersServedInArrivalOrder(t *testing.T) {
+	t.Parallel()
+	pool, schema := workerDB(t, rlSchema)
+	if _, err := ratelimit.Set(t.Context(), pool, ratelimit.Policy{Name: "rl_line", Rate: 50, Period: time.Second, Burst: 1}); err != nil {
+		t.Fatal(err)
+	}
+	const procs, per, spacing = 4, 50, 10 * time.Millisecond
+	// The schedule starts once every process can have started; a late one only makes its
+	// waiters arrive later, and arrival is what the order is judged by.
+	start := time.Now().Add(3 * time.Second).UnixNano()
+	var ps []*workerproc.Proc
+	for i := range procs {
+		name := fmt.Sprintf("line%d", i)
+		p, err := startWorker(t, name, rlRole, pgtest.URL(t), schema, map[string]string{
+			"NAME": name, "MODE": "line", "GOROUTINES": fmt.Sprint(per), "PROCS": fmt.Sprint(procs),
+			"INDEX": fmt.Sprint(i), "START": fmt.Sprint(start), "SPACING": fmt.Sprint(int64(spacing))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		if _, err := p.Expect(pgtest.WaitLimit, "ready"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range ps {
+		// 200 slots at 50/s take 4 s after the 3 s start.
+		if _, err := p.Expect(pgtest.WaitLimit, "done"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := pool.Query(t.Context(), `SELECT slot_at, woke_at FROM rl_line_calls ORDER BY arrived_at`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type waiter struct{ slot, woke time.Time }
+	ws, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (waiter, error) {
+		var w waiter
+		return w, r.Scan(&w.slot, &w.woke)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != procs*per {
+		t.Fatalf("%d waiters recorded, want %d", len(ws), procs*per)
+	}
+	inverted, pairs := 0, 0
+	first, last := ws[0].woke, ws[0].woke
+	for i := range ws {
+		for j := i + 1; j < len(ws); j++ {
+			pairs++
+			if ws[j].slot.Before(ws[i].slot) {
+				inverted++
+			}
+		}
+		first, last = minTime(first, ws[i].woke), maxTime(last, ws[i].woke)
+	}
+	rate := float64(len(ws)-1) / last.Sub(first).Seconds()
+	t.Logf("%d of %d pairs inverted; served at %.2f/s", inverted, pairs, rate)
+	if float64(inverted) > 0.01*float64(pairs) {
+		t.Errorf("%d of %d pairs of waiters served out of their arrival order, more than 1%%", inverted, pairs)
+	}
+	if rate < 47.5 || rate > 52.5 {
+		t.Errorf("waiters served at %.2f/s, not within 5%% of 50/s", rate)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

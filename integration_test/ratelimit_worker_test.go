@@ -34,8 +34,13 @@ const rlRole = "ratelimit.worker"
 // Errors of a call (its backend killed by the test) end the call's transaction and the
 // loop goes on. It says "ready", then after "quit" "done <admitted> <refused by per_key>
 // <refused by per_tenant> <refused by global> <failed calls>".
+//
+// MODE=line is different: see rlLine.
 func ratelimitWorker(ctx context.Context, w *workerproc.Worker) error {
 	name, mode := w.Param("NAME"), w.Param("MODE")
+	if mode == "line" {
+		return rlLine(ctx, w, name)
+	}
 	seed, err := strconv.ParseUint(w.Param("SEED"), 10, 64)
 	if err != nil {
 		return err
@@ -115,4 +120,50 @@ func rlCall(ctx context.Context, w *workerproc.Worker, name, mode string, rng *r
 		return ratelimit.Decision{}, fmt.Errorf("%s: %w", name, err)
 	}
 	return d, nil
+}
+
+// rlLine runs GOROUTINES waiters of rl_line/line, waiter g arriving at START (unix ns, the
+// host's clock) + (g × PROCS + INDEX) × SPACING, so that the waiters of all processes arrive
+// one at a time, interleaved. Each reads the database clock, calls ratelimit.Wait, and
+// records its arrival, its slot and when it woke. It says "ready", then "done" when every
+// waiter is recorded.
+func rlLine(ctx context.Context, w *workerproc.Worker, name string) error {
+	var n, procs, index int
+	var start, spacing int64
+	for _, p := range []struct {
+		name string
+		v    any
+	}{{"GOROUTINES", &n}, {"PROCS", &procs}, {"INDEX", &index}, {"START", &start}, {"SPACING", &spacing}} {
+		if _, err := fmt.Sscan(w.Param(p.name), p.v); err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+	}
+	w.Say("ready")
+	errs := make(chan error, n)
+	for g := range n {
+		go func() {
+			i := g*procs + index
+			time.Sleep(time.Until(time.Unix(0, start+int64(i)*spacing)))
+			var arrived time.Time
+			if err := w.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&arrived); err != nil {
+				errs <- err
+				return
+			}
+			r, err := ratelimit.Wait(ctx, w.Pool, 1, []ratelimit.Limit{{Policy: "rl_line", Key: "line"}}, nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			_, err = w.Pool.Exec(ctx, `INSERT INTO rl_line_calls (waiter, arrived_at, slot_at, woke_at) VALUES ($1, $2, $3, clock_timestamp())`,
+				fmt.Sprintf("%s/%d", name, i), arrived, r.At)
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	w.Say("done")
+	return nil
 }

@@ -117,12 +117,12 @@ func startSpan(ctx context.Context, t pgcoord.Tracer, policy, key string, cost i
 	return ctx, span.End
 }
 
-// call runs pgcoord_ratelimit_take and returns its decision, the delay of its slot and
-// the pairs' new arrival times (nil when refused).
-func call(ctx context.Context, db pgcoord.DBTX, p dbsqlc.RatelimitTakeParams) (Decision, time.Duration, []time.Time, error) {
+// call runs pgcoord_ratelimit_take and returns its decision, its slot and the pairs' new
+// arrival times (nil when refused).
+func call(ctx context.Context, db pgcoord.DBTX, p dbsqlc.RatelimitTakeParams) (Decision, slot, []time.Time, error) {
 	row, err := queries.RatelimitTake(ctx, db, p)
 	if err != nil {
-		return Decision{}, 0, nil, translate(err)
+		return Decision{}, slot{}, nil, translate(err)
 	}
 	return Decision{
 		Allowed:    row.Granted > 0,
@@ -132,7 +132,13 @@ func call(ctx context.Context, db pgcoord.DBTX, p dbsqlc.RatelimitTakeParams) (D
 		Remaining:  row.Remaining,
 		ResetAfter: dbarg.Duration(row.ResetAfter),
 		Quota:      Quota{Rate: row.Rate, Period: dbarg.Duration(row.Period), Burst: row.Burst},
-	}, dbarg.Duration(row.Delay), row.Tats, nil
+	}, slot{delay: dbarg.Duration(row.Delay), at: row.Slot}, row.Tats, nil
+}
+
+// slot is when a call may act: delay after the database judged it, at the instant at.
+type slot struct {
+	delay time.Duration
+	at    time.Time
 }
 
 func validateLimits(cost int64, limits []Limit) (policies, keys []string, err error) {

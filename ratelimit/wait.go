@@ -25,6 +25,10 @@ type Reservation struct {
 	// Delay is how long after the call its slot comes (0: now); the call's binding policy
 	// (Decision.Policy) is the one whose slot is latest.
 	Delay time.Duration
+	// At is the slot's instant by the database clock (when refused: the instant the same
+	// call would be admitted). Compare it with other reservations' At, not with this
+	// process's clock.
+	At time.Time
 
 	cost   int64
 	limits []Limit
@@ -53,7 +57,7 @@ func Reserve(ctx context.Context, db pgcoord.DBTX, cost int64, limits []Limit, m
 		ctx, end = startSpan(ctx, opts.Tracer, policies[0], keys[0], cost)
 		defer func() { end(err) }()
 	}
-	d, delay, tats, err := call(ctx, db, dbsqlc.RatelimitTakeParams{
+	d, sl, tats, err := call(ctx, db, dbsqlc.RatelimitTakeParams{
 		Policies: policies, Keys: keys, Cost: cost, MaxWait: dbarg.Interval(maxWait),
 	})
 	if err != nil {
@@ -62,7 +66,7 @@ func Reserve(ctx context.Context, db pgcoord.DBTX, cost int64, limits []Limit, m
 	if opts != nil {
 		opts.Metrics.record(d, limits)
 	}
-	return Reservation{Decision: d, Delay: delay, cost: cost, limits: limits, tats: tats}, nil
+	return Reservation{Decision: d, Delay: sl.delay, At: sl.at, cost: cost, limits: limits, tats: tats}, nil
 }
 
 // Cancel gives a reservation's units back, on every key where no later call has charged
@@ -88,13 +92,14 @@ func (r Reservation) Cancel(ctx context.Context, db pgcoord.DBTX) error {
 }
 
 // Wait waits in line for cost units of every limit: it reserves the next free slots
-// (committed at once, with pool) and sleeps until they come, holding no connection. It
+// (committed at once, with pool), sleeps until they come, holding no connection, and
+// returns the reservation it waited for. It
 // returns ErrTooLong, having charged nothing, if the slot would come after ctx's deadline
 // (or more than MaxWait away). If ctx ends while it sleeps, it cancels the reservation
 // (see Reservation.Cancel) and returns ctx's error.
-func Wait(ctx context.Context, pool *pgxpool.Pool, cost int64, limits []Limit, opts *Opts) (Decision, error) {
+func Wait(ctx context.Context, pool *pgxpool.Pool, cost int64, limits []Limit, opts *Opts) (Reservation, error) {
 	if pool == nil {
-		return Decision{}, check.Invalid("nil pool")
+		return Reservation{}, check.Invalid("nil pool")
 	}
 	maxWait := MaxWait
 	if dl, ok := ctx.Deadline(); ok {
@@ -102,10 +107,10 @@ func Wait(ctx context.Context, pool *pgxpool.Pool, cost int64, limits []Limit, o
 	}
 	r, err := Reserve(ctx, pool, cost, limits, maxWait.Truncate(time.Microsecond), opts)
 	if err != nil {
-		return Decision{}, err
+		return Reservation{}, err
 	}
 	if !r.Allowed {
-		return r.Decision, ErrTooLong
+		return r, ErrTooLong
 	}
 	// The slot is Delay after the database judged the call, which was before its reply
 	// arrived: sleeping Delay from now can only be late, never early.
@@ -118,8 +123,8 @@ func Wait(ctx context.Context, pool *pgxpool.Pool, cost int64, limits []Limit, o
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			_ = r.Cancel(cctx, pool)
-			return Decision{}, ctx.Err()
+			return Reservation{}, ctx.Err()
 		}
 	}
-	return r.Decision, nil
+	return r, nil
 }

@@ -23,14 +23,14 @@ func TestReserveSlotsAndCancel(t *testing.T) {
 	var rs []ratelimit.Reservation
 	for i := range 3 {
 		r, err := ratelimit.Reserve(ctx, pool, 1, k, time.Second, nil)
-		if err != nil || !r.Allowed || r.Delay != time.Duration(i)*100*time.Millisecond {
+		if err != nil || !r.Allowed || r.Delay != time.Duration(i)*100*time.Millisecond || !r.At.Equal(t0.Add(r.Delay)) {
 			t.Fatalf("reservation %d = %+v, %v; want a slot in %v", i, r, err, time.Duration(i)*100*time.Millisecond)
 		}
 		rs = append(rs, r)
 	}
 	r, err := ratelimit.Reserve(ctx, pool, 1, k, 150*time.Millisecond, nil)
-	if err != nil || r.Allowed || r.RetryAfter != 150*time.Millisecond {
-		t.Fatalf("reservation past the max wait = %+v, %v; want refused, retry in 150ms", r, err)
+	if err != nil || r.Allowed || r.RetryAfter != 150*time.Millisecond || !r.At.Equal(t0.Add(150*time.Millisecond)) {
+		t.Fatalf("reservation past the max wait = %+v, %v; want refused, retry in 150ms (at t0+150ms)", r, err)
 	}
 	// Cancelling the middle one changes nothing: the next slot is still at 300 ms.
 	if err := rs[1].Cancel(ctx, pool); err != nil {

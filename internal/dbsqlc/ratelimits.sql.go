@@ -195,7 +195,7 @@ func (q *Queries) RatelimitSet(ctx context.Context, db DBTX, arg RatelimitSetPar
 const ratelimitTake = `-- name: RatelimitTake :one
 
 SELECT t.granted::bigint AS granted, t.policy::text AS policy, t.retry_after::interval AS retry_after,
-       t.delay::interval AS delay, t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after,
+       t.delay::interval AS delay, t.slot::timestamptz AS slot, t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after,
        t.rate::bigint AS rate, t.period::interval AS period, t.burst::bigint AS burst, t.tats::timestamptz[] AS tats
 FROM pgcoord_ratelimit_take($1::text[], $2::text[], $3::bigint, $4::boolean,
                             $5::interval) t
@@ -214,6 +214,7 @@ type RatelimitTakeRow struct {
 	Policy     string
 	RetryAfter pgtype.Interval
 	Delay      pgtype.Interval
+	Slot       time.Time
 	Remaining  int64
 	ResetAfter pgtype.Interval
 	Rate       int64
@@ -237,6 +238,7 @@ func (q *Queries) RatelimitTake(ctx context.Context, db DBTX, arg RatelimitTakeP
 		&i.Policy,
 		&i.RetryAfter,
 		&i.Delay,
+		&i.Slot,
 		&i.Remaining,
 		&i.ResetAfter,
 		&i.Rate,

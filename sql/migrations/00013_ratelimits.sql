@@ -133,6 +133,8 @@ $$;
 --                fewest units remaining
 --   retry_after  when refused, how long until the same call would be admitted; else 0
 --   delay        with p_max_wait, how long until the reserved slot (act then); else 0
+--   slot         the instant of the call's slot by the database clock: when charged, the
+--                judgement's instant plus delay; when refused, plus retry_after
 --   remaining    the units the binding policy's key admits right after this call
 --   reset_after  how long until the binding policy's key is at rest (a full burst again)
 --   rate, period, burst   the binding policy's
@@ -149,8 +151,9 @@ $$;
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_ratelimit_take(p_policies text[], p_keys text[], p_cost bigint,
                                        p_at_most boolean DEFAULT false, p_max_wait interval DEFAULT NULL)
-RETURNS TABLE (granted bigint, policy text, retry_after interval, delay interval, remaining bigint,
-               reset_after interval, rate bigint, period interval, burst bigint, tats timestamptz[])
+RETURNS TABLE (granted bigint, policy text, retry_after interval, delay interval, slot timestamptz,
+               remaining bigint, reset_after interval, rate bigint, period interval, burst bigint,
+               tats timestamptz[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer := cardinality(p_policies);
@@ -271,6 +274,7 @@ BEGIN
         policy := v_names[v_refuser];
         retry_after := make_interval(secs => greatest(v_refuse, 1) / 1000000.0);
         delay := interval '0';
+        slot := v_now + retry_after;
         remaining := 0;
         reset_after := greatest(v_tat[v_refuser], v_now) - v_now;
         rate := (v_pols[v_refuser]).rate;
@@ -306,6 +310,7 @@ BEGIN
     policy := v_names[v_bind];
     retry_after := interval '0';
     delay := make_interval(secs => v_delay / 1000000.0);
+    slot := v_now + delay;
     remaining := v_least;
     reset_after := greatest(v_tat[v_bind], v_now) - v_now;
     rate := (v_pols[v_bind]).rate;

@@ -2,7 +2,7 @@
 
 -- name: RatelimitTake :one
 SELECT t.granted::bigint AS granted, t.policy::text AS policy, t.retry_after::interval AS retry_after,
-       t.delay::interval AS delay, t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after,
+       t.delay::interval AS delay, t.slot::timestamptz AS slot, t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after,
        t.rate::bigint AS rate, t.period::interval AS period, t.burst::bigint AS burst, t.tats::timestamptz[] AS tats
 FROM pgcoord_ratelimit_take(@policies::text[], @keys::text[], @cost::bigint, @at_most::boolean,
                             sqlc.narg('max_wait')::interval) t;
