@@ -51,7 +51,7 @@ func TestGlobalProviderAndUntracedCalls(t *testing.T) {
 func TestPrimitivesImportNoOpenTelemetry(t *testing.T) {
 	t.Parallel()
 	pkgs := []string{"leases", "fenced", "semaphore", "singleton", "dedupe", "idempotency", "outbox", "outbox/sink",
-		"outbox/inbox", "metrics", "pgcoord"}
+		"outbox/inbox", "ratelimit", "metrics", "pgcoord"}
 	for i, p := range pkgs {
 		pkgs[i] = "github.com/pgcoord/pgcoord/" + p
 	}
