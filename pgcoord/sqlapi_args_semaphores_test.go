@@ -72,5 +72,8 @@ var sqlSemaphoreFuncs = []sqlFunc{
 				`ARRAY(SELECT 'k' || i FROM generate_series(1, 10001) i)`),
 			ok: []string{`'{}'::text[]`, `ARRAY(SELECT 'k' || i FROM generate_series(1, 10000) i)`}},
 		syncCommitParam(),
+		{name: "p_rate_policy", valid: `NULL`, nullOK: true, what: "rate limit policy",
+			bad: []badValue{{expr: `''`}, {expr: `repeat('x', 256)`}, {expr: `'nope'`, code: "P0002"}},
+			ok:  []string{`'api'`}},
 	}},
 }

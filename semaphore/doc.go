@@ -11,7 +11,8 @@
 //
 // Acquire waits in line instead, woken by LISTEN/NOTIFY. Next is fair admission: a permit
 // of the key furthest behind its weighted share among those with demand (AddDemand) and
-// room; Done, in the transaction that removes the job, marks the job done. SetLimit sets
+// room (and, with NextOpts.RatePolicy, under its rate: package ratelimit); Done, in the
+// transaction that removes the job, marks the job done. SetLimit sets
 // a key's limit and weight, Drain revokes its permits, Get, List and Permits show the
 // state. Each call is one round trip to a SQL function (docs/sql-api.md). Fair admission,
 // the worker loop, and these lists in full: docs/semaphores.md.

@@ -108,6 +108,12 @@ type NextOpts struct {
 	SafetyMargin time.Duration
 	// SyncCommit as in AcquireOpts. Default "": the server's setting.
 	SyncCommit string
+	// RatePolicy, if set, names a rate limit policy (package ratelimit) whose key is the
+	// semaphore key: a key is then limited by its rate as well as its concurrency. Next
+	// passes over a key the policy refuses now, as over a key at its limit (its place in
+	// the fair order is kept), and charges one unit to the key it admits, in the same
+	// transaction. A policy that does not exist is an error.
+	RatePolicy string
 	// Metrics, if set, receives the latency of admissions (see Metrics). Default nil: not
 	// counted.
 	Metrics *Metrics
@@ -159,6 +165,11 @@ func Next(ctx context.Context, db pgcoord.DBTX, ttl time.Duration, opts *NextOpt
 			return Permit{}, err
 		}
 	}
+	if o.RatePolicy != "" {
+		if err := check.Name("rate limit policy", o.RatePolicy); err != nil {
+			return Permit{}, err
+		}
+	}
 	if len(o.Keys) == 0 {
 		o.Keys = nil // NULL: every key
 	}
@@ -166,7 +177,7 @@ func Next(ctx context.Context, db pgcoord.DBTX, ttl time.Duration, opts *NextOpt
 	for attempt := 0; ; attempt++ {
 		sent := time.Now()
 		row, err := queries.SemaphoreNext(ctx, db, dbsqlc.SemaphoreNextParams{
-			Holder: o.Holder, Ttl: dbarg.Interval(ttl), Keys: o.Keys, SyncCommit: o.SyncCommit,
+			Holder: o.Holder, Ttl: dbarg.Interval(ttl), Keys: o.Keys, SyncCommit: o.SyncCommit, RatePolicy: o.RatePolicy,
 		})
 		switch {
 		case err == nil:

@@ -343,7 +343,7 @@ const semaphoreNext = `-- name: SemaphoreNext :one
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
        pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_semaphore_next($1::text, $2::interval, $3::text[],
-                            nullif($4::text, '')) p
+                            nullif($4::text, ''), nullif($5::text, '')) p
 `
 
 type SemaphoreNextParams struct {
@@ -351,6 +351,7 @@ type SemaphoreNextParams struct {
 	Ttl        pgtype.Interval
 	Keys       []string
 	SyncCommit string
+	RatePolicy string
 }
 
 type SemaphoreNextRow struct {
@@ -368,6 +369,7 @@ func (q *Queries) SemaphoreNext(ctx context.Context, db DBTX, arg SemaphoreNextP
 		arg.Ttl,
 		arg.Keys,
 		arg.SyncCommit,
+		arg.RatePolicy,
 	)
 	var i SemaphoreNextRow
 	err := row.Scan(

@@ -399,7 +399,183 @@ END
 $$;
 -- +goose StatementEnd
 
+-- Fair admission that honours rates: pgcoord_semaphore_next takes a rate limit policy,
+-- p_rate_policy, whose key is the semaphore key (a tenant's rate, beside its concurrency).
+-- A candidate key the policy refuses now is passed over like a key at its limit; an
+-- admitted one is charged one unit, in the same transaction. Without a policy it is
+-- 00010's function.
+DROP FUNCTION pgcoord_semaphore_next(text, interval, text[], text);
+
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_semaphore_next(
+    p_holder text, p_ttl interval, p_keys text[] DEFAULT NULL, p_sync_commit text DEFAULT NULL,
+    p_rate_policy text DEFAULT NULL
+) RETURNS SETOF pgcoord_semaphore_permits LANGUAGE plpgsql SET jit = off AS $$
+DECLARE
+    v_now timestamptz := pgcoord_now();
+    v_key text;
+    r pgcoord_semaphore_permits;
+    candidates refcursor;
+BEGIN
+    IF NOT pgcoord_name_ok(p_holder) THEN
+        PERFORM pgcoord_refuse_name('permit holder', p_holder);
+    END IF;
+    IF NOT pgcoord_ttl_ok(p_ttl) THEN
+        PERFORM pgcoord_refuse('permit ttl', 'positive, at most 24 hours and without months', p_ttl::text);
+    END IF;
+    IF cardinality(p_keys) > 10000 OR EXISTS (SELECT FROM unnest(p_keys) k WHERE NOT pgcoord_name_ok(k)) THEN
+        PERFORM pgcoord_refuse('p_keys', 'at most 10000 keys, each of 1 to 255 bytes',
+                               cardinality(p_keys) || ' keys');
+    END IF;
+    IF p_rate_policy IS NOT NULL AND NOT pgcoord_name_ok(p_rate_policy) THEN
+        PERFORM pgcoord_refuse_name('rate limit policy name', p_rate_policy);
+    END IF;
+    IF p_rate_policy IS NOT NULL AND NOT EXISTS (SELECT FROM pgcoord_ratelimit_policies WHERE name = p_rate_policy) THEN
+        RAISE EXCEPTION 'pgcoord: no rate limit policy %', quote_literal(p_rate_policy) USING ERRCODE = 'P0002';
+    END IF;
+    IF p_sync_commit IS NOT NULL OR pg_is_in_recovery() THEN
+        PERFORM pgcoord_grant_prepare(p_sync_commit);
+    END IF;
+    -- A holder that already holds a permit (a retry after a lost reply) gets it back.
+    SELECT * INTO r FROM pgcoord_semaphore_permits
+     WHERE holder = p_holder AND (p_keys IS NULL OR key = ANY (p_keys)) AND expires_at > v_now;
+    IF FOUND THEN
+        RETURN NEXT r;
+        RETURN;
+    END IF;
+    -- The turn: the row lock of pgcoord_semaphore_turn (taking it needs a grant on it).
+    PERFORM FROM pgcoord_semaphore_turn FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO pgcoord_semaphore_turn VALUES (true) ON CONFLICT DO NOTHING;
+        PERFORM FROM pgcoord_semaphore_turn FOR UPDATE;
+    END IF;
+    -- Candidates in virtual-time order, one at a time: keys with a unit of demand that no
+    -- live permit of Next holds (read without locking), of which a key at its limit is
+    -- passed over. Two statements, so that each has a plan of its own.
+    IF p_keys IS NULL THEN
+        OPEN candidates FOR
+            SELECT k.key FROM pgcoord_semaphores k
+             WHERE k.demand > 0 AND k.demand > (SELECT count(*) FROM pgcoord_semaphore_permits p
+                                                 WHERE p.key = k.key AND p.reserved AND p.expires_at > v_now)
+             ORDER BY k.vtime, k.key;
+    ELSE
+        OPEN candidates FOR
+            SELECT k.key FROM pgcoord_semaphores k
+             WHERE k.key = ANY (p_keys) AND k.demand > 0
+               AND k.demand > (SELECT count(*) FROM pgcoord_semaphore_permits p
+                                WHERE p.key = k.key AND p.reserved AND p.expires_at > v_now)
+             ORDER BY k.vtime, k.key;
+    END IF;
+    LOOP
+        FETCH candidates INTO v_key;
+        EXIT WHEN NOT FOUND;
+        IF p_rate_policy IS NULL THEN
+            SELECT * INTO r FROM pgcoord_semaphore_admit(v_key, p_holder, p_ttl, true);
+        ELSE
+            -- The key's rate under the policy is charged with its admission, all or nothing:
+            -- a key the policy refuses now is passed over like a key at its limit (its
+            -- virtual time does not move), and its admission is undone.
+            BEGIN
+                SELECT * INTO r FROM pgcoord_semaphore_admit(v_key, p_holder, p_ttl, true);
+                IF r.key IS NOT NULL
+                   AND (SELECT t.granted FROM pgcoord_ratelimit_take(ARRAY[p_rate_policy], ARRAY[v_key], 1) t) = 0 THEN
+                    RAISE EXCEPTION 'pgcoord: rate refused' USING ERRCODE = 'PGR01';
+                END IF;
+            EXCEPTION WHEN SQLSTATE 'PGR01' THEN
+                r := NULL;
+            END;
+        END IF;
+        IF r.key IS NOT NULL THEN
+            UPDATE pgcoord_semaphores
+               SET vtime = vtime + 1.0 / weight, served_at = pgcoord_clock()
+             WHERE key = v_key;
+            RETURN NEXT r;
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
+
+-- As 00010 made it, its search_path is pinned to the install schema, then pg_temp.
+-- +goose StatementBegin
+DO $body$
+BEGIN
+    EXECUTE format('ALTER FUNCTION pgcoord_semaphore_next(text, interval, text[], text, text) SET search_path = %I, pg_temp', current_schema());
+END
+$body$;
+-- +goose StatementEnd
+
 -- +goose Down
+DROP FUNCTION pgcoord_semaphore_next(text, interval, text[], text, text);
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_semaphore_next(
+    p_holder text, p_ttl interval, p_keys text[] DEFAULT NULL, p_sync_commit text DEFAULT NULL
+) RETURNS SETOF pgcoord_semaphore_permits LANGUAGE plpgsql SET jit = off AS $$
+DECLARE
+    v_now timestamptz := pgcoord_now();
+    v_key text;
+    r pgcoord_semaphore_permits;
+    candidates refcursor;
+BEGIN
+    IF NOT pgcoord_name_ok(p_holder) THEN
+        PERFORM pgcoord_refuse_name('permit holder', p_holder);
+    END IF;
+    IF NOT pgcoord_ttl_ok(p_ttl) THEN
+        PERFORM pgcoord_refuse('permit ttl', 'positive, at most 24 hours and without months', p_ttl::text);
+    END IF;
+    IF cardinality(p_keys) > 10000 OR EXISTS (SELECT FROM unnest(p_keys) k WHERE NOT pgcoord_name_ok(k)) THEN
+        PERFORM pgcoord_refuse('p_keys', 'at most 10000 keys, each of 1 to 255 bytes',
+                               cardinality(p_keys) || ' keys');
+    END IF;
+    IF p_sync_commit IS NOT NULL OR pg_is_in_recovery() THEN
+        PERFORM pgcoord_grant_prepare(p_sync_commit);
+    END IF;
+    -- A holder that already holds a permit (a retry after a lost reply) gets it back.
+    SELECT * INTO r FROM pgcoord_semaphore_permits
+     WHERE holder = p_holder AND (p_keys IS NULL OR key = ANY (p_keys)) AND expires_at > v_now;
+    IF FOUND THEN
+        RETURN NEXT r;
+        RETURN;
+    END IF;
+    -- The turn: the row lock of pgcoord_semaphore_turn (taking it needs a grant on it).
+    PERFORM FROM pgcoord_semaphore_turn FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO pgcoord_semaphore_turn VALUES (true) ON CONFLICT DO NOTHING;
+        PERFORM FROM pgcoord_semaphore_turn FOR UPDATE;
+    END IF;
+    -- Candidates in virtual-time order, one at a time: keys with a unit of demand that no
+    -- live permit of Next holds (read without locking), of which a key at its limit is
+    -- passed over. Two statements, so that each has a plan of its own.
+    IF p_keys IS NULL THEN
+        OPEN candidates FOR
+            SELECT k.key FROM pgcoord_semaphores k
+             WHERE k.demand > 0 AND k.demand > (SELECT count(*) FROM pgcoord_semaphore_permits p
+                                                 WHERE p.key = k.key AND p.reserved AND p.expires_at > v_now)
+             ORDER BY k.vtime, k.key;
+    ELSE
+        OPEN candidates FOR
+            SELECT k.key FROM pgcoord_semaphores k
+             WHERE k.key = ANY (p_keys) AND k.demand > 0
+               AND k.demand > (SELECT count(*) FROM pgcoord_semaphore_permits p
+                                WHERE p.key = k.key AND p.reserved AND p.expires_at > v_now)
+             ORDER BY k.vtime, k.key;
+    END IF;
+    LOOP
+        FETCH candidates INTO v_key;
+        EXIT WHEN NOT FOUND;
+        SELECT * INTO r FROM pgcoord_semaphore_admit(v_key, p_holder, p_ttl, true);
+        IF FOUND THEN
+            UPDATE pgcoord_semaphores
+               SET vtime = vtime + 1.0 / weight, served_at = pgcoord_clock()
+             WHERE key = v_key;
+            RETURN NEXT r;
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+-- +goose StatementEnd
 DROP FUNCTION pgcoord_gc(interval, integer, boolean);
 DROP FUNCTION pgcoord_gc_ratelimit(integer, boolean);
 ALTER FUNCTION pgcoord_gc_core(interval, integer, boolean) RENAME TO pgcoord_gc;
@@ -412,3 +588,10 @@ DROP FUNCTION pgcoord_ratelimit_set(text, bigint, interval, bigint, boolean);
 DROP TABLE pgcoord_ratelimit_state;
 DROP TABLE pgcoord_ratelimit_policies;
 DROP FUNCTION pgcoord_ratelimit_period_ok(interval);
+-- +goose StatementBegin
+DO $body$
+BEGIN
+    EXECUTE format('ALTER FUNCTION pgcoord_semaphore_next(text, interval, text[], text) SET search_path = %I, pg_temp', current_schema());
+END
+$body$;
+-- +goose StatementEnd

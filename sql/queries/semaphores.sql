@@ -23,7 +23,7 @@ SELECT 1 FROM pgcoord_semaphore_done(@key::text, @holder::text, @fence_token::bi
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
        pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_semaphore_next(@holder::text, @ttl::interval, sqlc.narg('keys')::text[],
-                            nullif(@sync_commit::text, '')) p;
+                            nullif(@sync_commit::text, ''), nullif(@rate_policy::text, '')) p;
 
 -- name: SemaphoreSetLimit :one
 SELECT s.* FROM pgcoord_semaphore_set_limit(@key::text, @permit_limit::int, sqlc.narg('weight')::int) s;
