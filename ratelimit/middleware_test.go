@@ -110,3 +110,20 @@ func TestMiddlewareDatabaseDown(t *testing.T) {
 		t.Fatalf("database down with FailOpen: %d %q", resp.StatusCode, body)
 	}
 }
+
+// A policy name outside printable ASCII is percent-encoded in the headers (an sf-string
+// holds printable ASCII only), and '"' and '\' are escaped.
+func TestMiddlewareHeaderNames(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	for name, want := range map[string]string{`é%`: `"%C3%A9%25"`, `a"b\c`: `"a\"b\\c"`} {
+		mustSet(t, pool, ratelimit.Policy{Name: name, Rate: 1, Period: time.Second, Burst: 1})
+		srv := serve(t, pool, ratelimit.MiddlewareConfig{Limits: func(*http.Request) ([]ratelimit.Limit, error) {
+			return []ratelimit.Limit{{Policy: name, Key: "k"}}, nil
+		}})
+		resp, _ := get(t, srv.URL, "")
+		if got := resp.Header.Get("RateLimit-Policy"); got != want+";q=1;w=1" {
+			t.Errorf("RateLimit-Policy of %q = %q, want %s;q=1;w=1", name, got, want)
+		}
+	}
+}
