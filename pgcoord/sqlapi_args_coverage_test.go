@@ -31,6 +31,10 @@ var sqlAnswers = map[string][]string{
 		`EXISTS (SELECT FROM pgcoord_idempotency_lookup('api', 'req-1'))`,
 	},
 	// No permit is live under a NULL key or token.
+	"pgcoord_ratelimit_shadow_refused": {
+		`pgcoord_ratelimit_shadow_refused(NULL) IS NULL`, `pgcoord_ratelimit_shadow_refused('nope') IS NULL`,
+		`pgcoord_ratelimit_shadow_refused('api') = 0`,
+	},
 	"pgcoord_semaphore_held": {
 		`NOT pgcoord_semaphore_held(NULL, ` + permitToken + `)`, `NOT pgcoord_semaphore_held('tenant:a', NULL)`,
 		`NOT pgcoord_semaphore_held('tenant:a', -1)`, `NOT pgcoord_semaphore_held('', 1)`,

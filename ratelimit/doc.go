@@ -9,9 +9,10 @@
 // deletes its row.
 //
 //	_, err := ratelimit.Set(ctx, pool, ratelimit.Policy{Name: "api", Rate: 10, Period: time.Second, Burst: 10})
-//	d, err := ratelimit.Allow(ctx, pool, 1,
-//		ratelimit.Limit{Policy: "api", Key: "key:123"},
-//		ratelimit.Limit{Policy: "tenant", Key: "t:9"})
+//	d, err := ratelimit.Allow(ctx, pool, 1, []ratelimit.Limit{
+//		{Policy: "api", Key: "key:123"},
+//		{Policy: "tenant", Key: "t:9"},
+//	}, nil)
 //	if !d.Allowed { ... 429, Retry-After: d.RetryAfter ... }
 //
 // Allow takes a db that may be the caller's own transaction: the charge then commits or

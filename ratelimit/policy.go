@@ -87,7 +87,7 @@ func Get(ctx context.Context, db pgcoord.DBTX, name string) (Policy, error) {
 	if err != nil {
 		return Policy{}, err
 	}
-	return policyOf(row), nil
+	return policyOf(dbsqlc.PgcoordRatelimitPolicy(row)), nil
 }
 
 // ListOpts are the options of List. A nil *ListOpts means the defaults.
@@ -116,7 +116,7 @@ func List(ctx context.Context, db pgcoord.DBTX, opts *ListOpts) ([]Policy, error
 	}
 	out := make([]Policy, len(rows))
 	for i, r := range rows {
-		out[i] = policyOf(r)
+		out[i] = policyOf(dbsqlc.PgcoordRatelimitPolicy(r))
 	}
 	return out, nil
 }

@@ -91,18 +91,28 @@ func (r Reservation) Cancel(ctx context.Context, db pgcoord.DBTX) error {
 	return translate(err)
 }
 
+// cancelReservation cancels r for a call whose ctx may have ended, bounded by 5 s.
+func cancelReservation(ctx context.Context, pool *pgxpool.Pool, r Reservation) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = r.Cancel(cctx, pool)
+}
+
 // Wait waits in line for cost units of every limit: it reserves the next free slots
 // (committed at once, with pool), sleeps until they come, holding no connection, and
-// returns the reservation it waited for. It
-// returns ErrTooLong, having charged nothing, if the slot would come after ctx's deadline
-// (or more than MaxWait away). If ctx ends while it sleeps, it cancels the reservation
-// (see Reservation.Cancel) and returns ctx's error.
+// returns the reservation it waited for. It returns ErrTooLong if the slot would come
+// after ctx's deadline (or more than MaxWait away): as the database judged it, charging
+// nothing, or — when the call first waited for the keys' locks, so that its slot turns out
+// to lie past the deadline only once the reply arrives — cancelling the reservation (see
+// Reservation.Cancel: its units go back unless a later call reserved since). If ctx ends
+// while it sleeps, it cancels the reservation and returns ctx's error.
 func Wait(ctx context.Context, pool *pgxpool.Pool, cost int64, limits []Limit, opts *Opts) (Reservation, error) {
 	if pool == nil {
 		return Reservation{}, check.Invalid("nil pool")
 	}
 	maxWait := MaxWait
-	if dl, ok := ctx.Deadline(); ok {
+	dl, hasDeadline := ctx.Deadline()
+	if hasDeadline {
 		maxWait = min(max(time.Until(dl), 0), MaxWait)
 	}
 	r, err := Reserve(ctx, pool, cost, limits, maxWait.Truncate(time.Microsecond), opts)
@@ -110,6 +120,12 @@ func Wait(ctx context.Context, pool *pgxpool.Pool, cost int64, limits []Limit, o
 		return Reservation{}, err
 	}
 	if !r.Allowed {
+		return r, ErrTooLong
+	}
+	if hasDeadline && time.Now().Add(r.Delay).After(dl) {
+		// The call waited (for the keys' locks) long enough that its slot, within the max
+		// wait when the database judged it, now lies past the deadline: give it back.
+		cancelReservation(ctx, pool, r)
 		return r, ErrTooLong
 	}
 	// The slot is Delay after the database judged the call, which was before its reply
@@ -120,9 +136,7 @@ func Wait(ctx context.Context, pool *pgxpool.Pool, cost int64, limits []Limit, o
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = r.Cancel(cctx, pool)
+			cancelReservation(ctx, pool, r)
 			return Reservation{}, ctx.Err()
 		}
 	}

@@ -186,9 +186,10 @@ type PgcoordRatelimitPolicy struct {
 
 // pgcoord: rate limit keys ahead of the clock (theoretical arrival time)
 type PgcoordRatelimitState struct {
-	Policy string
-	Key    string
-	Tat    time.Time
+	Policy        string
+	Key           string
+	Tat           time.Time
+	ShadowRefused int64
 }
 
 // pgcoord: per-install secret of the singleton advisory-lock keys; grant SELECT only to pgcoord's roles

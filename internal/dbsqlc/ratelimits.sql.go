@@ -48,8 +48,8 @@ func (q *Queries) RatelimitDelete(ctx context.Context, db DBTX, name string) (bo
 
 const ratelimitKey = `-- name: RatelimitKey :one
 SELECT p.name AS policy, $1::text AS key,
-       floor((extract(epoch FROM (c.now - greatest(coalesce(s.tat, '-infinity'), c.now))) * 1000000
-              + p.interval_us * p.burst) / p.interval_us)::bigint AS remaining,
+       greatest(floor((extract(epoch FROM (c.now - greatest(coalesce(s.tat, '-infinity'), c.now))) * 1000000
+                       + p.interval_us * p.burst) / p.interval_us), 0)::bigint AS remaining,
        (greatest(coalesce(s.tat, '-infinity'), c.now) - c.now)::interval AS reset_after,
        s.tat
 FROM (SELECT pgcoord_clock() AS now) c
@@ -86,18 +86,33 @@ func (q *Queries) RatelimitKey(ctx context.Context, db DBTX, arg RatelimitKeyPar
 }
 
 const ratelimitPolicies = `-- name: RatelimitPolicies :many
-SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us, p.shadow_refused, p.created_at, p.updated_at FROM pgcoord_ratelimit_policies p ORDER BY p.name LIMIT $1::int
+SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us,
+       pgcoord_ratelimit_shadow_refused(p.name)::bigint AS shadow_refused, p.created_at, p.updated_at
+FROM pgcoord_ratelimit_policies p ORDER BY p.name LIMIT $1::int
 `
 
-func (q *Queries) RatelimitPolicies(ctx context.Context, db DBTX, maxRows int32) ([]PgcoordRatelimitPolicy, error) {
+type RatelimitPoliciesRow struct {
+	Name          string
+	Rate          int64
+	Period        pgtype.Interval
+	Burst         int64
+	Shadow        bool
+	IntervalUs    int64
+	ShadowRefused int64
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+}
+
+// (shadow_refused: the policy's count and its keys', pgcoord_ratelimit_shadow_refused)
+func (q *Queries) RatelimitPolicies(ctx context.Context, db DBTX, maxRows int32) ([]RatelimitPoliciesRow, error) {
 	rows, err := db.Query(ctx, ratelimitPolicies, maxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []PgcoordRatelimitPolicy{}
+	items := []RatelimitPoliciesRow{}
 	for rows.Next() {
-		var i PgcoordRatelimitPolicy
+		var i RatelimitPoliciesRow
 		if err := rows.Scan(
 			&i.Name,
 			&i.Rate,
@@ -120,12 +135,26 @@ func (q *Queries) RatelimitPolicies(ctx context.Context, db DBTX, maxRows int32)
 }
 
 const ratelimitPolicy = `-- name: RatelimitPolicy :one
-SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us, p.shadow_refused, p.created_at, p.updated_at FROM pgcoord_ratelimit_policies p WHERE p.name = $1::text
+SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us,
+       pgcoord_ratelimit_shadow_refused(p.name)::bigint AS shadow_refused, p.created_at, p.updated_at
+FROM pgcoord_ratelimit_policies p WHERE p.name = $1::text
 `
 
-func (q *Queries) RatelimitPolicy(ctx context.Context, db DBTX, name string) (PgcoordRatelimitPolicy, error) {
+type RatelimitPolicyRow struct {
+	Name          string
+	Rate          int64
+	Period        pgtype.Interval
+	Burst         int64
+	Shadow        bool
+	IntervalUs    int64
+	ShadowRefused int64
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+}
+
+func (q *Queries) RatelimitPolicy(ctx context.Context, db DBTX, name string) (RatelimitPolicyRow, error) {
 	row := db.QueryRow(ctx, ratelimitPolicy, name)
-	var i PgcoordRatelimitPolicy
+	var i RatelimitPolicyRow
 	err := row.Scan(
 		&i.Name,
 		&i.Rate,

@@ -45,11 +45,25 @@ COMMENT ON TABLE pgcoord_ratelimit_policies IS 'pgcoord: rate limit policies (GC
 -- on tat: a charge changes only tat, so it is a HOT update that touches no index; gc finds
 -- rows at rest by a scan that stops at its batch.
 CREATE TABLE pgcoord_ratelimit_state (
-    policy text        NOT NULL,
-    key    text        NOT NULL,
-    tat    timestamptz NOT NULL,
+    policy         text        NOT NULL,
+    key            text        NOT NULL,
+    tat            timestamptz NOT NULL,
+    -- shadow_refused counts the calls a shadow policy would have refused on this key: kept on
+    -- the key's row, which the call holds anyway, so that counting never makes the keys of a
+    -- policy wait for one another. gc adds it to the policy's count before it deletes the row.
+    shadow_refused bigint      NOT NULL DEFAULT 0,
     PRIMARY KEY (policy, key)
 ) WITH (fillfactor = 70);
+
+-- The keys that counted shadow refusals, for the policy's sum (few: a shadow policy's).
+CREATE INDEX pgcoord_ratelimit_state_shadow ON pgcoord_ratelimit_state (policy) WHERE shadow_refused > 0;
+
+-- pgcoord_ratelimit_shadow_refused is a policy's count of the calls it would have refused
+-- since shadow mode was turned on: its own (from collected keys) and its keys'.
+CREATE FUNCTION pgcoord_ratelimit_shadow_refused(p_policy text) RETURNS bigint LANGUAGE sql STABLE
+    AS $$ SELECT (SELECT p.shadow_refused FROM pgcoord_ratelimit_policies p WHERE p.name = p_policy)
+               + coalesce((SELECT sum(s.shadow_refused) FROM pgcoord_ratelimit_state s
+                            WHERE s.policy = p_policy AND s.shadow_refused > 0), 0)::bigint $$;
 
 COMMENT ON TABLE pgcoord_ratelimit_state IS 'pgcoord: rate limit keys ahead of the clock (theoretical arrival time)';
 
@@ -60,6 +74,7 @@ CREATE FUNCTION pgcoord_ratelimit_set(p_name text, p_rate bigint, p_period inter
 RETURNS SETOF pgcoord_ratelimit_policies LANGUAGE plpgsql AS $$
 DECLARE
     v_us numeric;
+    v_restart boolean;
 BEGIN
     IF NOT pgcoord_name_ok(p_name) THEN
         PERFORM pgcoord_refuse_name('rate limit policy name', p_name);
@@ -80,7 +95,6 @@ BEGIN
     IF v_us * p_burst > 366 * 86400 * 1000000::numeric THEN
         PERFORM pgcoord_refuse('burst × period / rate', 'at most 366 days', (v_us * p_burst / 1000000) || ' s');
     END IF;
-    RETURN QUERY
     INSERT INTO pgcoord_ratelimit_policies AS p (name, rate, period, burst, shadow, interval_us)
     VALUES (p_name, p_rate, p_period, p_burst, p_shadow, v_us)
     ON CONFLICT (name) DO UPDATE
@@ -88,7 +102,13 @@ BEGIN
            shadow = excluded.shadow, interval_us = excluded.interval_us,
            shadow_refused = CASE WHEN p.shadow AND excluded.shadow THEN p.shadow_refused ELSE 0 END,
            updated_at = pgcoord_now()
-    RETURNING p.*;
+    RETURNING (NOT (p.shadow AND p_shadow)) INTO v_restart;
+    IF v_restart THEN
+        UPDATE pgcoord_ratelimit_state s SET shadow_refused = 0 WHERE s.policy = p_name AND s.shadow_refused > 0;
+    END IF;
+    RETURN QUERY SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us,
+                        pgcoord_ratelimit_shadow_refused(p.name), p.created_at, p.updated_at
+                   FROM pgcoord_ratelimit_policies p WHERE p.name = p_name;
 END
 $$;
 -- +goose StatementEnd
@@ -100,6 +120,7 @@ BEGIN
     IF NOT pgcoord_name_ok(p_name) THEN
         PERFORM pgcoord_refuse_name('rate limit policy name', p_name);
     END IF;
+    PERFORM FROM pgcoord_ratelimit_state s WHERE s.policy = p_name ORDER BY s.key FOR UPDATE;
     DELETE FROM pgcoord_ratelimit_state s WHERE s.policy = p_name;
     DELETE FROM pgcoord_ratelimit_policies p WHERE p.name = p_name;
     RETURN FOUND;
@@ -223,7 +244,7 @@ BEGIN
         IF NOT FOUND THEN
             RAISE EXCEPTION 'pgcoord: no rate limit policy %', quote_literal(v_pair.p) USING ERRCODE = 'P0002';
         END IF;
-        IF p_cost > v_pol.burst AND NOT p_at_most THEN
+        IF p_cost > v_pol.burst AND NOT p_at_most AND NOT v_pol.shadow THEN
             PERFORM pgcoord_refuse('cost', 'at most the burst of policy ' || quote_literal(v_pol.name)
                                    || ' (' || v_pol.burst || ')', p_cost::text);
         END IF;
@@ -290,8 +311,8 @@ BEGIN
         v_base := greatest(v_tat[v_i], v_now);
         v_fit := floor((extract(epoch FROM (v_now - v_base)) * 1000000 + v_tau[v_i]) / v_us[v_i]);
         IF v_shadow[v_i] AND v_fit < v_grant THEN
-            UPDATE pgcoord_ratelimit_policies p SET shadow_refused = p.shadow_refused + 1
-             WHERE p.name = v_names[v_i];
+            UPDATE pgcoord_ratelimit_state s SET shadow_refused = s.shadow_refused + 1
+             WHERE s.policy = v_names[v_i] AND s.key = v_keys[v_i];
             v_left := greatest(v_fit, 0);
         ELSE
             v_tat[v_i] := v_base + make_interval(secs => v_grant * v_us[v_i] / 1000000.0);
@@ -300,7 +321,9 @@ BEGIN
             v_left := greatest(v_fit - v_grant, 0);
             v_out[v_pos[v_i]] := v_tat[v_i];
         END IF;
-        IF v_least IS NULL OR v_left < v_least THEN
+        -- The binding policy is an enforcing one (a shadow one only when all are).
+        IF v_bind IS NULL OR (v_shadow[v_bind] AND NOT v_shadow[v_i])
+           OR (v_shadow[v_bind] = v_shadow[v_i] AND v_left < v_least) THEN
             v_least := v_left;
             v_bind := v_i;
         END IF;
@@ -311,7 +334,7 @@ BEGIN
     retry_after := interval '0';
     delay := make_interval(secs => v_delay / 1000000.0);
     slot := v_now + delay;
-    remaining := v_least;
+    remaining := CASE WHEN v_late IS NULL THEN v_least ELSE 0 END; -- a delayed slot leaves none
     reset_after := greatest(v_tat[v_bind], v_now) - v_now;
     rate := (v_pols[v_bind]).rate;
     period := (v_pols[v_bind]).period;
@@ -340,6 +363,9 @@ BEGIN
     IF p_cost IS NULL OR p_cost NOT BETWEEN 1 AND 1000000000 THEN
         PERFORM pgcoord_refuse('cost', 'between 1 and 1000000000', p_cost::text);
     END IF;
+    -- Lock the rows in (policy, key) order first, as every take does: no deadlock with one.
+    PERFORM FROM pgcoord_ratelimit_state s JOIN unnest(p_policies, p_keys) AS u(p, k) ON s.policy = u.p AND s.key = u.k
+     ORDER BY s.policy, s.key FOR UPDATE OF s;
     WITH back AS (
         UPDATE pgcoord_ratelimit_state s
            SET tat = greatest(s.tat - make_interval(secs => p_cost * p.interval_us / 1000000.0), pgcoord_clock())
@@ -377,12 +403,19 @@ BEGIN
         SELECT count(*) INTO v_n FROM pgcoord_ratelimit_state s WHERE s.tat <= v_now;
         RETURN v_n;
     END IF;
-    DELETE FROM pgcoord_ratelimit_state s
-     WHERE (s.policy, s.key) IN (
-            SELECT c.policy, c.key FROM pgcoord_ratelimit_state c WHERE c.tat <= v_now
-             LIMIT p_batch FOR UPDATE SKIP LOCKED)
-       AND s.tat <= v_now;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
+    -- A deleted key's shadow count goes to its policy's.
+    WITH gone AS (
+        DELETE FROM pgcoord_ratelimit_state s
+         WHERE (s.policy, s.key) IN (
+                SELECT c.policy, c.key FROM pgcoord_ratelimit_state c WHERE c.tat <= v_now
+                 LIMIT p_batch FOR UPDATE SKIP LOCKED)
+           AND s.tat <= v_now
+        RETURNING s.policy, s.shadow_refused),
+    folded AS (
+        UPDATE pgcoord_ratelimit_policies p SET shadow_refused = p.shadow_refused + g.n
+          FROM (SELECT policy, sum(shadow_refused) AS n FROM gone WHERE shadow_refused > 0 GROUP BY policy) g
+         WHERE p.name = g.policy)
+    SELECT count(*) INTO v_n FROM gone;
     RETURN v_n;
 END
 $$;
@@ -471,6 +504,11 @@ BEGIN
         EXIT WHEN NOT FOUND;
         IF p_rate_policy IS NULL THEN
             SELECT * INTO r FROM pgcoord_semaphore_admit(v_key, p_holder, p_ttl, true);
+        ELSIF EXISTS (SELECT FROM pgcoord_ratelimit_state s JOIN pgcoord_ratelimit_policies p ON p.name = s.policy
+                       WHERE s.policy = p_rate_policy AND s.key = v_key AND NOT p.shadow
+                         AND s.tat - pgcoord_clock() > make_interval(secs => (p.burst - 1) * p.interval_us / 1000000.0)) THEN
+            -- Over its rate now (read without a lock): passed over without trying.
+            r := NULL;
         ELSE
             -- The key's rate under the policy is charged with its admission, all or nothing:
             -- a key the policy refuses now is passed over like a key at its limit (its
@@ -587,6 +625,7 @@ DROP FUNCTION pgcoord_ratelimit_delete(text);
 DROP FUNCTION pgcoord_ratelimit_set(text, bigint, interval, bigint, boolean);
 DROP TABLE pgcoord_ratelimit_state;
 DROP TABLE pgcoord_ratelimit_policies;
+DROP FUNCTION pgcoord_ratelimit_shadow_refused(text);
 DROP FUNCTION pgcoord_ratelimit_period_ok(interval);
 -- +goose StatementBegin
 DO $body$

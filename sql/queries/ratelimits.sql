@@ -21,17 +21,22 @@ SELECT pgcoord_ratelimit_delete(@name::text)::boolean AS deleted;
 SELECT pgcoord_ratelimit_reset(@policy::text, @key::text)::boolean AS reset;
 
 -- name: RatelimitPolicies :many
-SELECT p.* FROM pgcoord_ratelimit_policies p ORDER BY p.name LIMIT @max_rows::int;
+-- (shadow_refused: the policy's count and its keys', pgcoord_ratelimit_shadow_refused)
+SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us,
+       pgcoord_ratelimit_shadow_refused(p.name)::bigint AS shadow_refused, p.created_at, p.updated_at
+FROM pgcoord_ratelimit_policies p ORDER BY p.name LIMIT @max_rows::int;
 
 -- name: RatelimitPolicy :one
-SELECT p.* FROM pgcoord_ratelimit_policies p WHERE p.name = @name::text;
+SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us,
+       pgcoord_ratelimit_shadow_refused(p.name)::bigint AS shadow_refused, p.created_at, p.updated_at
+FROM pgcoord_ratelimit_policies p WHERE p.name = @name::text;
 
 -- name: RatelimitKey :one
 -- A key's state, judged at one instant of the clock: the units it admits and how long until
 -- it is at rest.
 SELECT p.name AS policy, @key::text AS key,
-       floor((extract(epoch FROM (c.now - greatest(coalesce(s.tat, '-infinity'), c.now))) * 1000000
-              + p.interval_us * p.burst) / p.interval_us)::bigint AS remaining,
+       greatest(floor((extract(epoch FROM (c.now - greatest(coalesce(s.tat, '-infinity'), c.now))) * 1000000
+                       + p.interval_us * p.burst) / p.interval_us), 0)::bigint AS remaining,
        (greatest(coalesce(s.tat, '-infinity'), c.now) - c.now)::interval AS reset_after,
        s.tat
 FROM (SELECT pgcoord_clock() AS now) c
