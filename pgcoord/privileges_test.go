@@ -35,7 +35,11 @@ type leastPrivilege struct {
 	appRole, schema    string
 }
 
-func newLeastPrivilege(t *testing.T) leastPrivilege {
+func newLeastPrivilege(t *testing.T) leastPrivilege { return newLeastPrivilegeAt(t, 0) }
+
+// newLeastPrivilegeAt is newLeastPrivilege with the owner's migrations stopped at version
+// to (0: all of them) before the grants are run, as an install that upgrades later.
+func newLeastPrivilegeAt(t *testing.T, to int64) leastPrivilege {
 	t.Helper()
 	ctx := context.Background()
 	doc, err := os.ReadFile("../docs/security.md")
@@ -90,10 +94,14 @@ func newLeastPrivilege(t *testing.T) leastPrivilege {
 		return pool
 	}
 	lp.owner = as("coord_owner", "owner-secret")
-	if _, err := pgcoord.Migrate(ctx, lp.owner, nil); err != nil {
+	if _, err := pgcoord.Migrate(ctx, lp.owner, &pgcoord.MigrateOpts{To: to}); err != nil {
 		t.Fatalf("migrate as the owner: %v", err)
 	}
-	if _, err := lp.owner.Exec(ctx, rename(blocks[1])); err != nil {
+	grants := blocks[1]
+	if to != 0 && to < 10 { // the secret comes with 00010: its REVOKE waits for it
+		grants = regexp.MustCompile(`(?m)^.*pgcoord_secret.*\n`).ReplaceAllString(grants, "")
+	}
+	if _, err := lp.owner.Exec(ctx, rename(grants)); err != nil {
 		t.Fatalf("the grants block: %v", err)
 	}
 	lp.app, lp.viewer = as("coord_app", "app-secret"), as("coord_viewer", "viewer-secret")
@@ -173,5 +181,27 @@ func TestLeastPrivilegeSetup(t *testing.T) {
 	} {
 		refused("the application role", app, sql)
 		refused("the viewer", viewer, sql)
+	}
+}
+
+// An install that ran docs/security.md's grants (with their default privileges) before
+// migration 00010 created the singleton secret: the upgrade keeps the secret from the
+// read-only viewer, which could compute singleton keys with it, and leaves it to the
+// application role.
+func TestUpgradeKeepsTheSecretFromTheViewer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	lp := newLeastPrivilegeAt(t, 9)
+	if _, err := pgcoord.Migrate(ctx, lp.owner, nil); err != nil {
+		t.Fatalf("the upgrade, as the owner: %v", err)
+	}
+	var secret string
+	err := lp.viewer.QueryRow(ctx, `SELECT secret FROM pgcoord_secret`).Scan(&secret)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		t.Fatalf("the viewer reads the secret after the upgrade: %v", err)
+	}
+	if err := lp.app.QueryRow(ctx, `SELECT secret FROM pgcoord_secret`).Scan(&secret); err != nil {
+		t.Fatalf("the application role cannot read the secret: %v", err)
 	}
 }

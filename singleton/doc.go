@@ -66,7 +66,8 @@
 //   - A login without pgcoord's grants cannot make RunOnce or RunSession answer "not
 //     mine" for a job nobody runs, by holding keys computed from the migrations or read
 //     from pg_locks (integration_test TestSquattingLoginStallsNoPrimitive). A role that can
-//     read pgcoord_secret can compute keys, but only of the current generations.
+//     read pgcoord_secret can compute keys (generations come from a sequence): only roles
+//     that may write it keep SELECT on it (migration 00010 revokes it from the others).
 //   - RunSession holds no transaction open while fn runs, and refuses to run behind a
 //     pooler that would make a session lock meaningless (unless SessionOpts.AllowPooler).
 //   - The ledger: each tick of a job is claimed by exactly one runner, however many

@@ -61,6 +61,28 @@ INSERT INTO pgcoord_secret (secret) VALUES (replace(gen_random_uuid()::text || g
 
 COMMENT ON TABLE pgcoord_secret IS 'pgcoord: per-install secret of the singleton advisory-lock keys; grant SELECT only to pgcoord''s roles';
 
+-- Default privileges (ALTER DEFAULT PRIVILEGES ... GRANT SELECT ON TABLES, as
+-- docs/security.md's grants give a read-only role) handed SELECT on the secret to every
+-- role they name: keep it only for the roles that may also change it (pgcoord's writers),
+-- for a role that can read the secret can compute the current singleton keys.
+-- +goose StatementBegin
+DO $body$
+DECLARE
+    v_role text;
+BEGIN
+    FOR v_role IN
+        SELECT DISTINCT g.grantee FROM information_schema.role_table_grants g
+         WHERE g.table_schema = current_schema() AND g.table_name = 'pgcoord_secret' AND g.privilege_type = 'SELECT'
+           AND g.grantee <> 'PUBLIC'
+           AND NOT has_table_privilege(g.grantee, format('%I.pgcoord_secret', current_schema()), 'UPDATE')
+    LOOP
+        EXECUTE format('REVOKE SELECT ON pgcoord_secret FROM %I', v_role);
+    END LOOP;
+    REVOKE SELECT ON pgcoord_secret FROM PUBLIC;
+END
+$body$;
+-- +goose StatementEnd
+
 -- Singleton generations: a job's key is pgcoord_singleton_key(job, gen), and gen changes
 -- (to a new value of pgcoord_singleton_gen_seq, never used before) at the end of every run.
 CREATE SEQUENCE pgcoord_singleton_gen_seq AS bigint;

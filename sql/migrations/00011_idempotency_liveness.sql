@@ -21,9 +21,12 @@
 -- ("function does not exist") instead of believing it holds a key it does not.
 
 -- +goose Up
--- When the holder's lease lapses; NULL: no live holder (released, or written before this
--- migration), taken over at once.
+-- When the holder's lease lapses; NULL: no live holder (released), taken over at once.
 ALTER TABLE pgcoord_idempotency_keys ADD COLUMN lease_expires_at timestamptz;
+-- A key in flight when this migration runs may be held by a process of the older version,
+-- still in its handler: it gets a lease of 30 seconds (the default), not none, so that a
+-- retry does not run the handler beside it at once.
+UPDATE pgcoord_idempotency_keys SET lease_expires_at = pgcoord_now() + interval '30 seconds' WHERE state = 'in_flight';
 
 DROP FUNCTION pgcoord_idempotency_begin(text, text, bytea, text, interval, interval);
 DROP FUNCTION pgcoord_idempotency_relock(text, text, text);
