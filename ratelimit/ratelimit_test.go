@@ -281,3 +281,39 @@ func TestConcurrentCallsNeverExceed(t *testing.T) {
 	}
 	t.Logf("admitted %d units in %v (bound %d)", admitted.Load(), stretch, bound)
 }
+
+// Each call is one round trip, whatever the number of limits: Allow, AllowAtMost and
+// Reserve each send one statement; a refusal too.
+func TestOneRoundTripPerCall(t *testing.T) {
+	t.Parallel()
+	other := pgtest.Pool(t)
+	cfg := other.Config()
+	rt := &pgtest.RoundTrips{}
+	cfg.ConnConfig.Tracer = rt
+	cfg.MaxConns = 1 // one connection, set up before the count (its setup is not a call's)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := pool.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustSet(t, other, ratelimit.Policy{Name: "a", Rate: 1, Period: time.Hour, Burst: 2})
+	mustSet(t, other, ratelimit.Policy{Name: "b", Rate: 1, Period: time.Hour, Burst: 2})
+	three := []ratelimit.Limit{lim("a", "k"), lim("b", "k"), lim("b", "t")}
+	for name, call := range map[string]func() error{
+		"Allow":       func() error { _, err := ratelimit.Allow(ctx, pool, 1, three, nil); return err },
+		"AllowAtMost": func() error { _, err := ratelimit.AllowAtMost(ctx, pool, 5, three, nil); return err },
+		"Reserve":     func() error { _, err := ratelimit.Reserve(ctx, pool, 1, three, time.Hour, nil); return err },
+		"refused":     func() error { _, err := ratelimit.Allow(ctx, pool, 2, three, nil); return err },
+	} {
+		before := rt.N()
+		if err := call(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if n := rt.N() - before; n != 1 {
+			t.Errorf("%s sent %d statements, want 1", name, n)
+		}
+	}
+}
