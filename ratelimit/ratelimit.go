@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/base"
+	"github.com/pgcoord/pgcoord/internal/coalesce"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/internal/tracing"
@@ -103,7 +107,7 @@ func take(ctx context.Context, db pgcoord.DBTX, cost int64, atMost bool, limits 
 		ctx, end = startSpan(ctx, opts.Tracer, policies[0], keys[0], cost)
 		defer func() { end(err) }()
 	}
-	d, _, _, err := call(ctx, db, dbsqlc.RatelimitTakeParams{Policies: policies, Keys: keys, Cost: cost, AtMost: atMost})
+	d, _, _, err := call(ctx, request{db: db, policies: policies, keys: keys, cost: cost, atMost: atMost})
 	if err == nil && opts != nil {
 		opts.Metrics.record(d, limits)
 	}
@@ -117,28 +121,115 @@ func startSpan(ctx context.Context, t pgcoord.Tracer, policy, key string, cost i
 	return ctx, span.End
 }
 
-// call runs pgcoord_ratelimit_take and returns its decision, its slot and the pairs' new
-// arrival times (nil when refused).
-func call(ctx context.Context, db pgcoord.DBTX, p dbsqlc.RatelimitTakeParams) (Decision, slot, []time.Time, error) {
-	row, err := queries.RatelimitTake(ctx, db, p)
-	if err != nil {
-		return Decision{}, slot{}, nil, translate(err)
-	}
-	return Decision{
-		Allowed:    row.Granted > 0,
-		Granted:    row.Granted,
-		Policy:     row.Policy,
-		RetryAfter: dbarg.Duration(row.RetryAfter),
-		Remaining:  row.Remaining,
-		ResetAfter: dbarg.Duration(row.ResetAfter),
-		Quota:      Quota{Rate: row.Rate, Period: dbarg.Duration(row.Period), Burst: row.Burst},
-	}, slot{delay: dbarg.Duration(row.Delay), at: row.Slot}, row.Tats, nil
+// request is one call of pgcoord_ratelimit_take_each: its pairs, its mode and its cost.
+type request struct {
+	db             pgcoord.DBTX
+	policies, keys []string
+	cost           int64
+	atMost         bool
+	maxWait        pgtype.Interval // a reservation's; NULL for Allow and AllowAtMost
+}
+
+// outcome is a call's decision, its slot and the pairs' new arrival times (nil when
+// refused), or its own error.
+type outcome struct {
+	d    Decision
+	sl   slot
+	tats []time.Time
+	err  error
 }
 
 // slot is when a call may act: delay after the database judged it, at the instant at.
 type slot struct {
 	delay time.Duration
 	at    time.Time
+}
+
+// maxBatch is the most calls one statement decides (pgcoord_ratelimit_take_each's bound).
+const maxBatch = 1000
+
+// batches decides concurrent calls on one pool with the same pairs and mode — a hot key —
+// in one statement and one commit, in their order of arrival (see internal/coalesce).
+var batches = coalesce.New(maxBatch, takeEach)
+
+// call decides r: with a pool, together with the concurrent calls of the same pairs and
+// mode; in a transaction or on a connection, alone.
+func call(ctx context.Context, r request) (Decision, slot, []time.Time, error) {
+	var o outcome
+	var err error
+	if pool, ok := r.db.(*pgxpool.Pool); ok {
+		o, err = batches.Do(ctx, r.batchKey(pool), r)
+	} else {
+		var os []outcome
+		if os, err = takeEach(ctx, []request{r}); err == nil {
+			o = os[0]
+		}
+	}
+	if err == nil {
+		err = o.err
+	}
+	return o.d, o.sl, o.tats, err
+}
+
+// batchKey names the calls r may be decided with: on pool, of the same pairs and mode.
+// Names hold no control characters, so NUL separates them.
+func (r request) batchKey(pool *pgxpool.Pool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%p\x00%t\x00%d\x00%t", pool, r.atMost, r.maxWait.Microseconds, r.maxWait.Valid)
+	for i := range r.policies {
+		b.WriteString("\x00" + r.policies[i] + "\x00" + r.keys[i])
+	}
+	return b.String()
+}
+
+// takeEach decides calls of the same pairs and mode, in order, in one statement. A call
+// whose cost exceeds a burst fails the statement; then each call is decided alone, so
+// that only that call fails.
+func takeEach(ctx context.Context, rs []request) ([]outcome, error) {
+	r := rs[0]
+	costs := make([]int64, len(rs))
+	for i, c := range rs {
+		costs[i] = c.cost
+	}
+	rows, err := queries.RatelimitTakeEach(ctx, r.db, dbsqlc.RatelimitTakeEachParams{
+		Policies: r.policies, Keys: r.keys, Costs: costs, AtMost: r.atMost, MaxWait: r.maxWait,
+	})
+	if err != nil {
+		err = translate(err)
+		if len(rs) == 1 || !errors.Is(err, pgcoord.ErrInvalidArgument) {
+			return nil, err
+		}
+		out := make([]outcome, len(rs))
+		for i := range rs {
+			os, err := takeEach(ctx, rs[i:i+1])
+			if err != nil {
+				out[i].err = err
+			} else {
+				out[i] = os[0]
+			}
+		}
+		return out, nil
+	}
+	if len(rows) != len(rs) {
+		return nil, fmt.Errorf("ratelimit: %d calls got %d answers", len(rs), len(rows))
+	}
+	out := make([]outcome, len(rows))
+	for i, row := range rows {
+		out[i] = outcome{
+			d: Decision{
+				Allowed:    row.Granted > 0,
+				Granted:    row.Granted,
+				Policy:     row.Policy,
+				RetryAfter: dbarg.Duration(row.RetryAfter),
+				Remaining:  row.Remaining,
+				ResetAfter: dbarg.Duration(row.ResetAfter),
+				Quota:      Quota{Rate: row.Rate, Period: dbarg.Duration(row.Period), Burst: row.Burst},
+			},
+			sl:   slot{delay: dbarg.Duration(row.Delay), at: row.Slot},
+			tats: row.Tats,
+		}
+	}
+	return out, nil
 }
 
 func validateLimits(cost int64, limits []Limit) (policies, keys []string, err error) {

@@ -57,9 +57,7 @@ func Reserve(ctx context.Context, db pgcoord.DBTX, cost int64, limits []Limit, m
 		ctx, end = startSpan(ctx, opts.Tracer, policies[0], keys[0], cost)
 		defer func() { end(err) }()
 	}
-	d, sl, tats, err := call(ctx, db, dbsqlc.RatelimitTakeParams{
-		Policies: policies, Keys: keys, Cost: cost, MaxWait: dbarg.Interval(maxWait),
-	})
+	d, sl, tats, err := call(ctx, request{db: db, policies: policies, keys: keys, cost: cost, maxWait: dbarg.Interval(maxWait)})
 	if err != nil {
 		return Reservation{}, err
 	}

@@ -221,24 +221,26 @@ func (q *Queries) RatelimitSet(ctx context.Context, db DBTX, arg RatelimitSetPar
 	return i, err
 }
 
-const ratelimitTake = `-- name: RatelimitTake :one
+const ratelimitTakeEach = `-- name: RatelimitTakeEach :many
 
-SELECT t.granted::bigint AS granted, t.policy::text AS policy, t.retry_after::interval AS retry_after,
-       t.delay::interval AS delay, t.slot::timestamptz AS slot, t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after,
-       t.rate::bigint AS rate, t.period::interval AS period, t.burst::bigint AS burst, t.tats::timestamptz[] AS tats
-FROM pgcoord_ratelimit_take($1::text[], $2::text[], $3::bigint, $4::boolean,
-                            $5::interval) t
+SELECT t.call_no::int AS call_no, t.granted::bigint AS granted, t.policy::text AS policy,
+       t.retry_after::interval AS retry_after, t.delay::interval AS delay, t.slot::timestamptz AS slot,
+       t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after, t.rate::bigint AS rate,
+       t.period::interval AS period, t.burst::bigint AS burst, t.tats::timestamptz[] AS tats
+FROM pgcoord_ratelimit_take_each($1::text[], $2::text[], $3::bigint[], $4::boolean,
+                                 $5::interval) t
 `
 
-type RatelimitTakeParams struct {
+type RatelimitTakeEachParams struct {
 	Policies []string
 	Keys     []string
-	Cost     int64
+	Costs    []int64
 	AtMost   bool
 	MaxWait  pgtype.Interval
 }
 
-type RatelimitTakeRow struct {
+type RatelimitTakeEachRow struct {
+	CallNo     int32
 	Granted    int64
 	Policy     string
 	RetryAfter pgtype.Interval
@@ -253,27 +255,42 @@ type RatelimitTakeRow struct {
 }
 
 // Rate limit operations go through the SQL API functions of 00013_ratelimits.sql.
-func (q *Queries) RatelimitTake(ctx context.Context, db DBTX, arg RatelimitTakeParams) (RatelimitTakeRow, error) {
-	row := db.QueryRow(ctx, ratelimitTake,
+// One row per cost, in order: pgcoord_ratelimit_take_each (one call: a batch of one).
+func (q *Queries) RatelimitTakeEach(ctx context.Context, db DBTX, arg RatelimitTakeEachParams) ([]RatelimitTakeEachRow, error) {
+	rows, err := db.Query(ctx, ratelimitTakeEach,
 		arg.Policies,
 		arg.Keys,
-		arg.Cost,
+		arg.Costs,
 		arg.AtMost,
 		arg.MaxWait,
 	)
-	var i RatelimitTakeRow
-	err := row.Scan(
-		&i.Granted,
-		&i.Policy,
-		&i.RetryAfter,
-		&i.Delay,
-		&i.Slot,
-		&i.Remaining,
-		&i.ResetAfter,
-		&i.Rate,
-		&i.Period,
-		&i.Burst,
-		&i.Tats,
-	)
-	return i, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RatelimitTakeEachRow{}
+	for rows.Next() {
+		var i RatelimitTakeEachRow
+		if err := rows.Scan(
+			&i.CallNo,
+			&i.Granted,
+			&i.Policy,
+			&i.RetryAfter,
+			&i.Delay,
+			&i.Slot,
+			&i.Remaining,
+			&i.ResetAfter,
+			&i.Rate,
+			&i.Period,
+			&i.Burst,
+			&i.Tats,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

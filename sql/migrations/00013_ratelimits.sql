@@ -169,36 +169,59 @@ $$;
 -- policy's burst could never be admitted: it raises 22023 (with p_at_most, it is capped).
 -- The rows are locked in (policy, key) order, so concurrent calls over overlapping pairs
 -- queue instead of deadlocking. Judged by pgcoord_clock() read after the locks are held.
+--
+-- pgcoord_ratelimit_take_each decides several calls of the same pairs at once, in array
+-- order, as if each came right after the one before: p_costs[j] is call j's cost (1 to
+-- 1000 calls). It returns one row per call, in order (call_no = j), shaped as
+-- pgcoord_ratelimit_take's. It is how concurrent calls of one process on one hot key are
+-- decided in one statement (the ratelimit package coalesces them); pgcoord_ratelimit_take is
+-- this function for one call.
+--
+-- How it goes. With one pair and one call, a single UPDATE charges the key if its row is
+-- there, its policy enforcing and the call admitted — the common case, one statement. Else
+-- the pairs' policies and rows are read, without a lock: if even the cheapest call is
+-- refused by that state, every call is, and the refusals are returned having written and
+-- locked nothing (no commit flush). Otherwise the rows are locked (or created) in
+-- (policy, key) order, judged again by pgcoord_clock() read after the locks, and charged
+-- with one write per row.
 -- +goose StatementBegin
-CREATE FUNCTION pgcoord_ratelimit_take(p_policies text[], p_keys text[], p_cost bigint,
-                                       p_at_most boolean DEFAULT false, p_max_wait interval DEFAULT NULL)
-RETURNS TABLE (granted bigint, policy text, retry_after interval, delay interval, slot timestamptz,
+CREATE FUNCTION pgcoord_ratelimit_take_each(p_policies text[], p_keys text[], p_costs bigint[],
+                                            p_at_most boolean DEFAULT false, p_max_wait interval DEFAULT NULL)
+RETURNS TABLE (call_no integer, granted bigint, policy text, retry_after interval, delay interval, slot timestamptz,
                remaining bigint, reset_after interval, rate bigint, period interval, burst bigint,
                tats timestamptz[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer := cardinality(p_policies);
-    v_pair record;
-    v_pol pgcoord_ratelimit_policies;
-    v_pos integer[] := '{}';       -- each sorted pair's index in p_policies
-    v_pols pgcoord_ratelimit_policies[] := '{}';
-    v_names text[] := '{}';
-    v_keys text[] := '{}';
-    v_us bigint[] := '{}';         -- T, µs
-    v_tau bigint[] := '{}';        -- burst × T, µs
-    v_shadow boolean[] := '{}';
-    v_tat timestamptz[] := '{}';
-    v_t timestamptz;
-    v_need bigint := CASE WHEN p_at_most THEN 1 ELSE p_cost END;
+    v_m integer := cardinality(p_costs);
     v_max_wait bigint := coalesce(extract(epoch FROM p_max_wait) * 1000000, 0);
+    -- The pairs, in (policy, key) order.
+    v_pos integer[];           -- each pair's index in p_policies
+    v_names text[];
+    v_keys text[];
+    v_us bigint[];             -- T, µs
+    v_tau bigint[];            -- burst × T, µs
+    v_rate bigint[];
+    v_period interval[];
+    v_burst bigint[];
+    v_shadow boolean[];
+    v_tat timestamptz[];       -- as read or locked; NULL: no row (at rest)
+    v_t timestamptz;
+    v_ahead bigint[];          -- µs the pair's tat is ahead of v_now (<= 0: at rest)
+    v_counted bigint[];        -- shadow refusals to add, per pair
+    v_known integer;
+    v_names_ok boolean;
+    v_distinct integer;
     v_now timestamptz;
-    v_base timestamptz;
-    v_grant bigint := p_cost;
+    v_refused boolean := false; -- every call refused by the state as read
+    v_cost bigint;
+    v_need bigint;
+    v_grant bigint;
     v_fit bigint;
     v_wait bigint;             -- µs until a slot for v_need units (<= 0: now)
-    v_refuse bigint := -1;     -- the latest retry of a refusing policy, µs
+    v_refuse bigint;           -- the latest retry of a refusing policy, µs
     v_refuser integer;
-    v_delay bigint := 0;       -- the latest slot of the call, µs
+    v_delay bigint;            -- the latest slot of the call, µs
     v_late integer;
     v_least bigint;
     v_left bigint;
@@ -215,8 +238,8 @@ BEGIN
         PERFORM pgcoord_refuse('p_keys', 'one key per policy (' || v_n || ')',
                                coalesce(cardinality(p_keys)::text || ' keys', NULL));
     END IF;
-    IF p_cost IS NULL OR p_cost NOT BETWEEN 1 AND 1000000000 THEN
-        PERFORM pgcoord_refuse('cost', 'between 1 and 1000000000', p_cost::text);
+    IF v_m IS NULL OR v_m NOT BETWEEN 1 AND 1000 OR array_ndims(p_costs) <> 1 THEN
+        PERFORM pgcoord_refuse('p_costs', '1 to 1000 costs', coalesce(v_m::text || ' costs', NULL));
     END IF;
     IF p_at_most IS NULL THEN
         PERFORM pgcoord_refuse('p_at_most', 'true or false', NULL);
@@ -225,122 +248,223 @@ BEGIN
                                    OR date_part('month', p_max_wait) <> 0 OR date_part('year', p_max_wait) <> 0) THEN
         PERFORM pgcoord_refuse('max wait', '0 to 24 hours, and not with p_at_most', p_max_wait::text);
     END IF;
-
-    -- Lock (or create) each pair's row, in (policy, key) order.
-    FOR v_pair IN
-        SELECT u.p, u.k, u.i, count(*) OVER (PARTITION BY u.p, u.k) AS dup
-          FROM unnest(p_policies, p_keys) WITH ORDINALITY AS u(p, k, i) ORDER BY u.p, u.k
-    LOOP
-        IF NOT pgcoord_name_ok(v_pair.p) THEN
-            PERFORM pgcoord_refuse_name('rate limit policy name', v_pair.p);
-        END IF;
-        IF NOT pgcoord_name_ok(v_pair.k) THEN
-            PERFORM pgcoord_refuse_name('rate limit key', v_pair.k);
-        END IF;
-        IF v_pair.dup > 1 THEN
-            PERFORM pgcoord_refuse('each (policy, key) pair', 'given once', v_pair.p || ', ' || v_pair.k);
-        END IF;
-        SELECT * INTO v_pol FROM pgcoord_ratelimit_policies p WHERE p.name = v_pair.p;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'pgcoord: no rate limit policy %', quote_literal(v_pair.p) USING ERRCODE = 'P0002';
-        END IF;
-        IF p_cost > v_pol.burst AND NOT p_at_most AND NOT v_pol.shadow THEN
-            PERFORM pgcoord_refuse('cost', 'at most the burst of policy ' || quote_literal(v_pol.name)
-                                   || ' (' || v_pol.burst || ')', p_cost::text);
-        END IF;
-        SELECT s.tat INTO v_t FROM pgcoord_ratelimit_state s
-         WHERE s.policy = v_pair.p AND s.key = v_pair.k FOR UPDATE;
-        IF NOT FOUND THEN
-            -- A key at rest: create its row; a concurrent creator makes this wait for it,
-            -- and then lock its row.
-            INSERT INTO pgcoord_ratelimit_state AS s (policy, key, tat)
-            VALUES (v_pair.p, v_pair.k, pgcoord_clock())
-            ON CONFLICT ON CONSTRAINT pgcoord_ratelimit_state_pkey DO UPDATE SET tat = s.tat
-            RETURNING s.tat INTO v_t;
-        END IF;
-        v_pos := v_pos || v_pair.i::integer;
-        v_pols := v_pols || v_pol;
-        v_names := v_names || v_pol.name;
-        v_keys := v_keys || v_pair.k;
-        v_us := v_us || v_pol.interval_us;
-        v_tau := v_tau || (v_pol.interval_us * v_pol.burst);
-        v_shadow := v_shadow || v_pol.shadow;
-        v_tat := v_tat || v_t;
-    END LOOP;
-
-    -- Judge every enforcing policy.
-    v_now := pgcoord_clock();
-    FOR v_i IN 1 .. v_n LOOP
-        CONTINUE WHEN v_shadow[v_i];
-        v_base := greatest(v_tat[v_i], v_now);
-        -- admitted once base + need × T - tau <= now: v_wait µs from now
-        v_wait := ceil(extract(epoch FROM (v_base - v_now)) * 1000000) + v_need * v_us[v_i] - v_tau[v_i];
-        IF p_at_most THEN
-            -- the units that fit now: floor((now + tau - base) / T)
-            v_fit := floor((extract(epoch FROM (v_now - v_base)) * 1000000 + v_tau[v_i]) / v_us[v_i]);
-            v_grant := least(v_grant, greatest(v_fit, 0));
-        END IF;
-        IF v_wait > v_max_wait THEN
-            IF v_wait - v_max_wait > v_refuse THEN
-                v_refuse := v_wait - v_max_wait;
-                v_refuser := v_i;
-            END IF;
-        ELSIF v_wait > v_delay THEN
-            v_delay := v_wait;
-            v_late := v_i;
-        END IF;
-    END LOOP;
-    IF v_refuser IS NOT NULL THEN
-        granted := 0;
-        policy := v_names[v_refuser];
-        retry_after := make_interval(secs => greatest(v_refuse, 1) / 1000000.0);
-        delay := interval '0';
-        slot := v_now + retry_after;
-        remaining := 0;
-        reset_after := greatest(v_tat[v_refuser], v_now) - v_now;
-        rate := (v_pols[v_refuser]).rate;
-        period := (v_pols[v_refuser]).period;
-        burst := (v_pols[v_refuser]).burst;
-        RETURN NEXT;
-        RETURN;
+    SELECT min(c), max(c), count(c) INTO v_need, v_cost, v_known FROM unnest(p_costs) c;
+    IF v_known < v_m OR v_need < 1 OR v_cost > 1000000000 THEN
+        PERFORM pgcoord_refuse('cost', 'between 1 and 1000000000',
+                               (SELECT c::text FROM unnest(p_costs) c WHERE c IS NULL OR c NOT BETWEEN 1 AND 1000000000 LIMIT 1));
     END IF;
 
-    -- Charge every enforcing policy, and every shadow one that would admit.
-    v_out := array_fill('epoch'::timestamptz, ARRAY[v_n]);
-    FOR v_i IN 1 .. v_n LOOP
-        v_base := greatest(v_tat[v_i], v_now);
-        v_fit := floor((extract(epoch FROM (v_now - v_base)) * 1000000 + v_tau[v_i]) / v_us[v_i]);
-        IF v_shadow[v_i] AND v_fit < v_grant THEN
-            UPDATE pgcoord_ratelimit_state s SET shadow_refused = s.shadow_refused + 1
-             WHERE s.policy = v_names[v_i] AND s.key = v_keys[v_i];
-            v_left := greatest(v_fit, 0);
-        ELSE
-            v_tat[v_i] := v_base + make_interval(secs => v_grant * v_us[v_i] / 1000000.0);
-            UPDATE pgcoord_ratelimit_state s SET tat = v_tat[v_i]
-             WHERE s.policy = v_names[v_i] AND s.key = v_keys[v_i];
-            v_left := greatest(v_fit - v_grant, 0);
-            v_out[v_pos[v_i]] := v_tat[v_i];
+    -- One pair, one call: charge it in one statement if its row is there, its policy
+    -- enforcing and the call admitted. The clock is read as the row is updated (a call that
+    -- waited for the row's lock is judged when it has it); each reading is later than the
+    -- one before, so the key is never charged beyond its tolerance at the charge's instant.
+    IF v_n = 1 AND v_m = 1 AND NOT p_at_most THEN
+        RETURN QUERY
+        UPDATE pgcoord_ratelimit_state s
+           SET tat = greatest(s.tat, pgcoord_clock()) + p_costs[1] * p.interval_us * interval '1 microsecond'
+          FROM pgcoord_ratelimit_policies p
+         WHERE s.policy = p_policies[1] AND s.key = p_keys[1] AND p.name = p_policies[1] AND NOT p.shadow
+           AND p_costs[1] <= p.burst
+           AND greatest(s.tat, pgcoord_clock()) - pgcoord_clock()
+               + (p_costs[1] - p.burst) * p.interval_us * interval '1 microsecond' <= coalesce(p_max_wait, interval '0')
+        RETURNING 1, p_costs[1], p.name,
+                  interval '0',
+                  greatest(s.tat - p.burst * p.interval_us * interval '1 microsecond' - pgcoord_clock(), interval '0'),
+                  s.tat - p.burst * p.interval_us * interval '1 microsecond',
+                  CASE WHEN s.tat - p.burst * p.interval_us * interval '1 microsecond' > pgcoord_clock() THEN 0
+                       ELSE greatest(floor((p.burst * p.interval_us - extract(epoch FROM s.tat - pgcoord_clock()) * 1000000)
+                                           / p.interval_us), 0)::bigint END,
+                  greatest(s.tat - pgcoord_clock(), interval '0'),
+                  p.rate, p.period, p.burst, ARRAY[s.tat];
+        IF FOUND THEN
+            RETURN;
         END IF;
-        -- The binding policy is an enforcing one (a shadow one only when all are).
-        IF v_bind IS NULL OR (v_shadow[v_bind] AND NOT v_shadow[v_i])
-           OR (v_shadow[v_bind] = v_shadow[v_i] AND v_left < v_least) THEN
-            v_least := v_left;
-            v_bind := v_i;
+    END IF;
+
+    -- The pairs' policies and rows as they are, in (policy, key) order, without a lock.
+    SELECT array_agg(x.i), array_agg(x.p), array_agg(x.k), array_agg(x.interval_us),
+           array_agg(x.interval_us * x.burst), array_agg(x.rate), array_agg(x.period), array_agg(x.burst),
+           array_agg(x.shadow), array_agg(x.tat),
+           count(x.name), bool_and(x.names_ok), count(DISTINCT (x.p, x.k))
+      INTO v_pos, v_names, v_keys, v_us, v_tau, v_rate, v_period, v_burst, v_shadow, v_tat,
+           v_known, v_names_ok, v_distinct
+      FROM (SELECT u.i::integer AS i, u.p, u.k, p.name, p.interval_us, p.burst, p.rate, p.period, p.shadow, s.tat,
+                   coalesce(pgcoord_name_ok(u.p) AND pgcoord_name_ok(u.k), false) AS names_ok
+              FROM unnest(p_policies, p_keys) WITH ORDINALITY AS u(p, k, i)
+              LEFT JOIN pgcoord_ratelimit_policies p ON p.name = u.p
+              LEFT JOIN pgcoord_ratelimit_state s ON s.policy = u.p AND s.key = u.k
+             ORDER BY u.p, u.k) x;
+    IF NOT v_names_ok THEN
+        FOR i IN 1 .. v_n LOOP
+            IF NOT pgcoord_name_ok(p_policies[i]) THEN
+                PERFORM pgcoord_refuse_name('rate limit policy name', p_policies[i]);
+            END IF;
+            IF NOT pgcoord_name_ok(p_keys[i]) THEN
+                PERFORM pgcoord_refuse_name('rate limit key', p_keys[i]);
+            END IF;
+        END LOOP;
+    END IF;
+    IF v_distinct < v_n THEN
+        FOR i IN 2 .. v_n LOOP
+            IF v_names[i] = v_names[i - 1] AND v_keys[i] = v_keys[i - 1] THEN
+                PERFORM pgcoord_refuse('each (policy, key) pair', 'given once', v_names[i] || ', ' || v_keys[i]);
+            END IF;
+        END LOOP;
+    END IF;
+    IF v_known < v_n THEN
+        RAISE EXCEPTION 'pgcoord: no rate limit policy %',
+            quote_literal((SELECT u.p FROM unnest(p_policies) u(p)
+                            WHERE NOT EXISTS (SELECT FROM pgcoord_ratelimit_policies p WHERE p.name = u.p) LIMIT 1))
+            USING ERRCODE = 'P0002';
+    END IF;
+    IF NOT p_at_most THEN
+        FOR i IN 1 .. v_n LOOP
+            IF v_cost > v_burst[i] AND NOT v_shadow[i] THEN
+                PERFORM pgcoord_refuse('cost', 'at most the burst of policy ' || quote_literal(v_names[i])
+                                       || ' (' || v_burst[i] || ')', v_cost::text);
+            END IF;
+        END LOOP;
+    END IF;
+    v_counted := array_fill(0::bigint, ARRAY[v_n]);
+
+    -- If the cheapest call is refused by the state as read, every call is (a refusal
+    -- charges nothing): they are answered from that state. Else the rows are locked.
+    IF p_at_most THEN
+        v_need := 1;
+    END IF;
+    v_now := pgcoord_clock();
+    FOR i IN 1 .. v_n LOOP
+        v_ahead[i] := coalesce(ceil(extract(epoch FROM (v_tat[i] - v_now)) * 1000000)::bigint, 0);
+        CONTINUE WHEN v_shadow[i];
+        IF greatest(v_ahead[i], 0) + v_need * v_us[i] - v_tau[i] > v_max_wait THEN
+            v_refused := true;
         END IF;
     END LOOP;
-    granted := v_grant;
-    v_bind := coalesce(v_late, v_bind);
-    policy := v_names[v_bind];
-    retry_after := interval '0';
-    delay := make_interval(secs => v_delay / 1000000.0);
-    slot := v_now + delay;
-    remaining := CASE WHEN v_late IS NULL THEN v_least ELSE 0 END; -- a delayed slot leaves none
-    reset_after := greatest(v_tat[v_bind], v_now) - v_now;
-    rate := (v_pols[v_bind]).rate;
-    period := (v_pols[v_bind]).period;
-    burst := (v_pols[v_bind]).burst;
-    tats := v_out;
-    RETURN NEXT;
+    IF NOT v_refused THEN
+        FOR i IN 1 .. v_n LOOP
+            SELECT s.tat INTO v_t FROM pgcoord_ratelimit_state s
+             WHERE s.policy = v_names[i] AND s.key = v_keys[i] FOR UPDATE;
+            IF NOT FOUND THEN
+                -- A key at rest: create its row; a concurrent creator makes this wait for it,
+                -- and then lock its row.
+                INSERT INTO pgcoord_ratelimit_state AS s (policy, key, tat)
+                VALUES (v_names[i], v_keys[i], pgcoord_clock())
+                ON CONFLICT ON CONSTRAINT pgcoord_ratelimit_state_pkey DO UPDATE SET tat = s.tat
+                RETURNING s.tat INTO v_t;
+            END IF;
+            v_tat[i] := v_t;
+        END LOOP;
+        v_now := pgcoord_clock();
+        FOR i IN 1 .. v_n LOOP
+            v_ahead[i] := ceil(extract(epoch FROM (v_tat[i] - v_now)) * 1000000)::bigint;
+        END LOOP;
+    END IF;
+
+    -- Each call in turn, by v_now: judged by every enforcing policy, then, if admitted,
+    -- charged to every enforcing policy and every shadow one that would admit it.
+    FOR j IN 1 .. v_m LOOP
+        call_no := j;
+        v_cost := p_costs[j];
+        v_need := CASE WHEN p_at_most THEN 1 ELSE v_cost END;
+        v_grant := v_cost;
+        v_refuse := -1;
+        v_refuser := NULL;
+        v_delay := 0;
+        v_late := NULL;
+        FOR i IN 1 .. v_n LOOP
+            CONTINUE WHEN v_shadow[i];
+            -- admitted once max(tat, now) + need × T - tau <= now: v_wait µs from now
+            v_wait := greatest(v_ahead[i], 0) + v_need * v_us[i] - v_tau[i];
+            IF p_at_most THEN
+                v_grant := least(v_grant, greatest((v_tau[i] - greatest(v_ahead[i], 0)) / v_us[i], 0));
+            END IF;
+            IF v_wait > v_max_wait THEN
+                IF v_wait - v_max_wait > v_refuse THEN
+                    v_refuse := v_wait - v_max_wait;
+                    v_refuser := i;
+                END IF;
+            ELSIF v_wait > v_delay THEN
+                v_delay := v_wait;
+                v_late := i;
+            END IF;
+        END LOOP;
+        IF v_refuser IS NOT NULL THEN
+            granted := 0;
+            policy := v_names[v_refuser];
+            retry_after := greatest(v_refuse, 1) * interval '1 microsecond';
+            delay := interval '0';
+            slot := v_now + retry_after;
+            remaining := 0;
+            reset_after := greatest(v_ahead[v_refuser], 0) * interval '1 microsecond';
+            rate := v_rate[v_refuser];
+            period := v_period[v_refuser];
+            burst := v_burst[v_refuser];
+            tats := NULL;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        v_out := array_fill('epoch'::timestamptz, ARRAY[v_n]);
+        v_bind := NULL;
+        FOR i IN 1 .. v_n LOOP
+            v_fit := (v_tau[i] - greatest(v_ahead[i], 0)) / v_us[i];
+            IF v_shadow[i] AND v_fit < v_grant THEN
+                v_counted[i] := v_counted[i] + 1;
+                v_left := greatest(v_fit, 0);
+            ELSE
+                v_ahead[i] := greatest(v_ahead[i], 0) + v_grant * v_us[i];
+                v_left := greatest(v_fit - v_grant, 0);
+                v_out[v_pos[i]] := v_now + v_ahead[i] * interval '1 microsecond';
+            END IF;
+            -- The binding policy is an enforcing one (a shadow one only when all are).
+            IF v_bind IS NULL OR (v_shadow[v_bind] AND NOT v_shadow[i])
+               OR (v_shadow[v_bind] = v_shadow[i] AND v_left < v_least) THEN
+                v_least := v_left;
+                v_bind := i;
+            END IF;
+        END LOOP;
+        v_bind := coalesce(v_late, v_bind);
+        granted := v_grant;
+        policy := v_names[v_bind];
+        retry_after := interval '0';
+        delay := v_delay * interval '1 microsecond';
+        slot := v_now + delay;
+        remaining := CASE WHEN v_late IS NULL THEN v_least ELSE 0 END; -- a delayed slot leaves none
+        reset_after := greatest(v_ahead[v_bind], 0) * interval '1 microsecond';
+        rate := v_rate[v_bind];
+        period := v_period[v_bind];
+        burst := v_burst[v_bind];
+        tats := v_out;
+        RETURN NEXT;
+    END LOOP;
+
+    -- One write per row that changed.
+    IF NOT v_refused THEN
+        FOR i IN 1 .. v_n LOOP
+            IF v_counted[i] > 0 OR v_now + v_ahead[i] * interval '1 microsecond' <> v_tat[i] THEN
+                UPDATE pgcoord_ratelimit_state s
+                   SET tat = greatest(v_tat[i], v_now + v_ahead[i] * interval '1 microsecond'),
+                       shadow_refused = s.shadow_refused + v_counted[i]
+                 WHERE s.policy = v_names[i] AND s.key = v_keys[i];
+            END IF;
+        END LOOP;
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_ratelimit_take is pgcoord_ratelimit_take_each for one call.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_ratelimit_take(p_policies text[], p_keys text[], p_cost bigint,
+                                       p_at_most boolean DEFAULT false, p_max_wait interval DEFAULT NULL)
+RETURNS TABLE (granted bigint, policy text, retry_after interval, delay interval, slot timestamptz,
+               remaining bigint, reset_after interval, rate bigint, period interval, burst bigint,
+               tats timestamptz[])
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- PL/pgSQL, not SQL: a SQL function that is not inlined plans its query on every call.
+    RETURN QUERY SELECT t.granted, t.policy, t.retry_after, t.delay, t.slot, t.remaining, t.reset_after, t.rate,
+                        t.period, t.burst, t.tats
+                   FROM pgcoord_ratelimit_take_each(p_policies, p_keys, ARRAY[p_cost], p_at_most, p_max_wait) t;
 END
 $$;
 -- +goose StatementEnd
@@ -620,6 +744,7 @@ ALTER FUNCTION pgcoord_gc_core(interval, integer, boolean) RENAME TO pgcoord_gc;
 DROP FUNCTION pgcoord_ratelimit_allow(text, text, bigint);
 DROP FUNCTION pgcoord_ratelimit_cancel(text[], text[], timestamptz[], bigint);
 DROP FUNCTION pgcoord_ratelimit_take(text[], text[], bigint, boolean, interval);
+DROP FUNCTION pgcoord_ratelimit_take_each(text[], text[], bigint[], boolean, interval);
 DROP FUNCTION pgcoord_ratelimit_reset(text, text);
 DROP FUNCTION pgcoord_ratelimit_delete(text);
 DROP FUNCTION pgcoord_ratelimit_set(text, bigint, interval, bigint, boolean);

@@ -1,11 +1,13 @@
 -- Rate limit operations go through the SQL API functions of 00013_ratelimits.sql.
 
--- name: RatelimitTake :one
-SELECT t.granted::bigint AS granted, t.policy::text AS policy, t.retry_after::interval AS retry_after,
-       t.delay::interval AS delay, t.slot::timestamptz AS slot, t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after,
-       t.rate::bigint AS rate, t.period::interval AS period, t.burst::bigint AS burst, t.tats::timestamptz[] AS tats
-FROM pgcoord_ratelimit_take(@policies::text[], @keys::text[], @cost::bigint, @at_most::boolean,
-                            sqlc.narg('max_wait')::interval) t;
+-- name: RatelimitTakeEach :many
+-- One row per cost, in order: pgcoord_ratelimit_take_each (one call: a batch of one).
+SELECT t.call_no::int AS call_no, t.granted::bigint AS granted, t.policy::text AS policy,
+       t.retry_after::interval AS retry_after, t.delay::interval AS delay, t.slot::timestamptz AS slot,
+       t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after, t.rate::bigint AS rate,
+       t.period::interval AS period, t.burst::bigint AS burst, t.tats::timestamptz[] AS tats
+FROM pgcoord_ratelimit_take_each(@policies::text[], @keys::text[], @costs::bigint[], @at_most::boolean,
+                                 sqlc.narg('max_wait')::interval) t;
 
 -- name: RatelimitCancel :one
 SELECT pgcoord_ratelimit_cancel(@policies::text[], @keys::text[], @tats::timestamptz[], @cost::bigint)::int AS given_back;

@@ -1,0 +1,170 @@
+// Package coalesce merges the concurrent calls of one process into one round trip: group
+// commit for pgcoord's primitives. Calls with the same key that arrive while a batch of that
+// key is in flight wait, and go out together, in arrival order, as soon as it returns; a
+// call that finds nothing in flight goes out at once, alone, on its own goroutine and
+// context, so a lone caller pays nothing for the mechanism.
+//
+// Each call keeps its own context. A call whose context ends before its batch is sent is
+// dropped from the queue and gets the context's error; one whose context ends while its
+// batch is in flight returns at once with an error wrapping both ErrUnknown and the
+// context's error: the batch may commit without it knowing. A batch runs until every one
+// of its callers has gone, then it is cancelled. A batch that fails gives every caller in
+// it the same error; a call's own outcome (a refusal, say) is part of its result.
+package coalesce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrUnknown is wrapped by the error of a call whose context ended while its batch was in
+// flight: whether the batch committed it is not known.
+var ErrUnknown = errors.New("the call was sent; whether it took effect is not known")
+
+// Batcher sends the items of concurrent calls with the same key in batches of at most max
+// items, each through run, which returns one result per item, in order. Its zero value is
+// not usable: see New.
+type Batcher[T, R any] struct {
+	run func(ctx context.Context, items []T) ([]R, error)
+	max int
+
+	mu     sync.Mutex
+	queues map[string]*queue[T, R] // keys with a batch in flight, and the calls waiting behind it
+}
+
+type queue[T, R any] struct {
+	waiting []*call[T, R]
+}
+
+type call[T, R any] struct {
+	ctx  context.Context
+	item T
+	sent bool          // taken into a batch (under Batcher.mu)
+	done chan struct{} // closed when res and err are set
+	res  R
+	err  error
+}
+
+// New returns a Batcher that sends batches of at most size (at least 1) items through run.
+func New[T, R any](size int, run func(ctx context.Context, items []T) ([]R, error)) *Batcher[T, R] {
+	return &Batcher[T, R]{run: run, max: max(size, 1), queues: map[string]*queue[T, R]{}}
+}
+
+// Do sends item with the other calls of key that are waiting, and returns its result.
+func (b *Batcher[T, R]) Do(ctx context.Context, key string, item T) (R, error) {
+	var zero R
+	b.mu.Lock()
+	q, busy := b.queues[key]
+	if !busy {
+		// Nothing in flight: go out at once, alone, as a plain call would.
+		b.queues[key] = &queue[T, R]{}
+		b.mu.Unlock()
+		rs, err := b.send(ctx, []T{item})
+		b.next(key)
+		if err != nil {
+			return zero, err
+		}
+		return rs[0], nil
+	}
+	c := &call[T, R]{ctx: ctx, item: item, done: make(chan struct{})}
+	q.waiting = append(q.waiting, c)
+	b.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.res, c.err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	sent := c.sent
+	if !sent {
+		q.waiting = slices.DeleteFunc(q.waiting, func(w *call[T, R]) bool { return w == c })
+	}
+	b.mu.Unlock()
+	if !sent {
+		return zero, ctx.Err()
+	}
+	select {
+	case <-c.done:
+		if c.err == nil { // it returned meanwhile: its outcome is known
+			return c.res, nil
+		}
+	default:
+	}
+	return zero, fmt.Errorf("%w: %w", ErrUnknown, ctx.Err())
+}
+
+// next sends the calls waiting behind key's batch that just returned, as the next batch, or
+// marks key idle if none wait.
+func (b *Batcher[T, R]) next(key string) {
+	b.mu.Lock()
+	q := b.queues[key]
+	if len(q.waiting) == 0 {
+		delete(b.queues, key)
+		b.mu.Unlock()
+		return
+	}
+	n := min(len(q.waiting), b.max)
+	batch := slices.Clone(q.waiting[:n])
+	q.waiting = slices.Delete(q.waiting, 0, n)
+	for _, c := range batch {
+		c.sent = true
+	}
+	b.mu.Unlock()
+	go b.sendCalls(key, batch)
+}
+
+// sendCalls sends batch, answers each of its calls, and goes on with key's next batch.
+func (b *Batcher[T, R]) sendCalls(key string, batch []*call[T, R]) {
+	ctx, stop := batchContext(batch)
+	items := make([]T, len(batch))
+	for i, c := range batch {
+		items[i] = c.item
+	}
+	rs, err := b.send(ctx, items)
+	stop()
+	for i, c := range batch {
+		if err != nil {
+			c.err = err
+		} else {
+			c.res = rs[i]
+		}
+		close(c.done)
+	}
+	b.next(key)
+}
+
+// send runs items as one batch and checks that it answered each.
+func (b *Batcher[T, R]) send(ctx context.Context, items []T) ([]R, error) {
+	rs, err := b.run(ctx, items)
+	if err == nil && len(rs) != len(items) {
+		err = fmt.Errorf("coalesce: a batch of %d items returned %d results", len(items), len(rs))
+	}
+	return rs, err
+}
+
+// batchContext returns the context of a batch: it carries the values of the first call's
+// context, has no deadline of its own, and is cancelled once every call's context has
+// ended. stop releases it.
+func batchContext[T, R any](batch []*call[T, R]) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
+	alive := atomic.Int64{}
+	alive.Store(int64(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, c := range batch {
+		stops[i] = context.AfterFunc(c.ctx, func() {
+			if alive.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel()
+	}
+}
