@@ -66,3 +66,7 @@ tools: $(SQLC) ## install the pinned code generators
 .PHONY: bench
 bench: ## run `pgcoord bench` against $$PGCOORD_DATABASE_URL
 	go run ./cmd/pgcoord bench
+
+.PHONY: bench-redis
+bench-redis: ## measure a Redis GCRA limiter beside pgcoord's (needs redis-server; ARGS='--duration 2s')
+	scripts/bench-redis.sh $(ARGS)
