@@ -309,9 +309,9 @@ type planNode struct {
 	Plans     []planNode `json:"Plans"`
 }
 
-// touches reports whether n or a node below it reads relation.
+// touches reports whether n or a node below it reads relation or one of its indexes.
 func (n planNode) touches(relation string) bool {
-	if n.Relation == relation {
+	if n.Relation == relation || strings.HasPrefix(n.Index, relation) {
 		return true
 	}
 	for _, c := range n.Plans {
