@@ -16,6 +16,8 @@ func TestRatelimitScenarios(t *testing.T) {
 		"ratelimit.allow":   bench.FloorGCRA,
 		"ratelimit.nested":  bench.FloorGCRANested,
 		"ratelimit.hot_key": bench.FloorGCRAHot,
+		// Its ops fail the run if a call is admitted.
+		"ratelimit.refuse": bench.FloorGCRARefuse,
 	}
 	var scenarios []bench.Scenario
 	for name, floor := range pairs {
@@ -25,7 +27,7 @@ func TestRatelimitScenarios(t *testing.T) {
 		}
 		scenarios = append(scenarios, s)
 	}
-	var keys, tenants, hot, floorKeys int64
+	var keys, tenants, hot, floorKeys, refused, floorRefused, charged int64
 	results, err := bench.Run(t.Context(), poolConfig(t), scenarios, &bench.Options{
 		Concurrency: []int{1, 5},
 		Duration:    200 * time.Millisecond,
@@ -34,14 +36,19 @@ func TestRatelimitScenarios(t *testing.T) {
 				(SELECT count(*) FROM pgcoord_ratelimit_state WHERE policy = 'bench_key' AND key LIKE 'w%'),
 				(SELECT count(*) FROM pgcoord_ratelimit_state WHERE policy = 'bench_tenant'),
 				(SELECT count(*) FROM pgcoord_ratelimit_state WHERE key = 'hot'),
-				(SELECT count(*) FROM bench_floor_ratelimit)`).Scan(&keys, &tenants, &hot, &floorKeys)
+				(SELECT count(*) FROM bench_floor_ratelimit),
+				(SELECT count(*) FROM pgcoord_ratelimit_state WHERE policy = 'bench_refuse'),
+				(SELECT count(*) FROM bench_floor_ratelimit WHERE policy = 'bench_refuse'),
+				-- A key charged more than its one unit a day would be more than a day ahead.
+				(SELECT count(*) FROM pgcoord_ratelimit_state WHERE policy = 'bench_refuse'
+				    AND tat > clock_timestamp() + interval '1 day')`).Scan(&keys, &tenants, &hot, &floorKeys, &refused, &floorRefused, &charged)
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 6 {
-		t.Fatalf("got %d results, want 3 scenarios at 2 concurrencies", len(results))
+	if len(results) != 8 {
+		t.Fatalf("got %d results, want 4 scenarios at 2 concurrencies", len(results))
 	}
 	for _, r := range results {
 		if r.Ops <= 0 || r.OpsPerSec <= 0 || r.FloorOpsPerSec <= 0 || r.Ratio <= 0 || r.P50 <= 0 {
@@ -49,8 +56,12 @@ func TestRatelimitScenarios(t *testing.T) {
 		}
 	}
 	// Five workers charged their own keys (w0..w4), two tenants (workers 0-3 and 4), one
-	// hot key; the floors wrote their own table.
+	// hot key; the floors wrote their own table. ratelimit.refuse's five keys (and its
+	// floor's) were charged once each, when their workers started, and never again.
 	if keys != 5 || tenants != 2 || hot != 1 || floorKeys == 0 {
 		t.Errorf("state rows: %d keys, %d tenants, %d hot, %d floor rows; want 5, 2, 1 and some", keys, tenants, hot, floorKeys)
+	}
+	if refused != 5 || floorRefused != 5 || charged != 0 {
+		t.Errorf("ratelimit.refuse: %d keys, %d floor keys, %d charged more than once; want 5, 5, 0", refused, floorRefused, charged)
 	}
 }

@@ -38,6 +38,7 @@ func TestRunScale(t *testing.T) {
 		"scale.relays.1": {"floor.select1", 200}, "scale.relays.2": {"scale.relays.1", 200},
 		"scale.relays.4": {"scale.relays.1", 200}, "scale.relays.8": {"scale.relays.1", 200},
 		"scale.outbox_drain.0": {"floor.select1", 0}, "scale.outbox_drain.1m": {"scale.outbox_drain.0", 1000},
+		"scale.ratelimit.1k": {"floor.select1", 1}, "scale.ratelimit.1m": {"scale.ratelimit.1k", 1000},
 	}
 	scenarios := bench.Select(bench.ScalePrefix)
 	if len(scenarios) != len(want) {
@@ -70,6 +71,8 @@ func TestRunScale(t *testing.T) {
 					"relays":      `SELECT count(*) FROM %s.pgcoord_outbox WHERE state = 'pending'`,
 					// Loaded delivered, never claimed; what the ops wrote was claimed.
 					"outbox_drain": `SELECT count(*) FROM %s.pgcoord_outbox WHERE state = 'delivered' AND claim_token IS NULL`,
+					// Loaded live (a day ahead), charged since: still live.
+					"ratelimit": `SELECT count(*) FROM %s.pgcoord_ratelimit_state WHERE policy = 'bench_scale' AND key LIKE 'k%%' AND tat > pgcoord_clock()`,
 				}[family]
 				var n int64
 				if err := pool.QueryRow(ctx, fmt.Sprintf(count, schema)).Scan(&n); err != nil {
