@@ -529,10 +529,12 @@ BEGIN
     END IF;
     -- A deleted key's shadow count goes to its policy's.
     WITH gone AS (
+        -- By ctid (the rows are locked: they cannot move): a Tid Scan, where a join on the
+        -- key would, on an analyzed table, hash-join a scan of the whole table per batch.
         DELETE FROM pgcoord_ratelimit_state s
-         WHERE (s.policy, s.key) IN (
-                SELECT c.policy, c.key FROM pgcoord_ratelimit_state c WHERE c.tat <= v_now
-                 LIMIT p_batch FOR UPDATE SKIP LOCKED)
+         WHERE s.ctid = ANY (ARRAY(
+                SELECT c.ctid FROM pgcoord_ratelimit_state c WHERE c.tat <= v_now
+                 LIMIT p_batch FOR UPDATE SKIP LOCKED))
            AND s.tat <= v_now
         RETURNING s.policy, s.shadow_refused),
     folded AS (
