@@ -22,6 +22,7 @@ func tracedPool(t *testing.T, n int32, rt *pgtest.RoundTrips) (traced, plain *pg
 	plain = pgtest.PoolMax(t, n+2)
 	cfg := plain.Config()
 	cfg.ConnConfig.Tracer = rt
+	cfg.ConnConfig.RuntimeParams["application_name"] = "traced " + t.Name() // for pg_stat_activity
 	cfg.MaxConns = n
 	traced, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -171,9 +172,8 @@ func TestCoalescedCallsSurviveKilledBackends(t *testing.T) {
 		}
 		var killed bool
 		if err := other.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM (
-			SELECT pid FROM pg_stat_activity
-			 WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active'
-			   AND query LIKE '%pgcoord_ratelimit_take_each%' ORDER BY random() LIMIT 1) s`).Scan(&killed); err != nil {
+			SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'
+			 ORDER BY random() LIMIT 1) s`, "traced "+t.Name()).Scan(&killed); err != nil {
 			t.Fatal(err)
 		}
 		if killed {

@@ -182,7 +182,8 @@ func (r request) batchKey(pool *pgxpool.Pool) string {
 	return b.String()
 }
 
-// takeEach decides calls of the same pairs and mode, in order, in one statement. A call
+// takeEach decides calls of the same pairs and mode, in order, in one statement (a single
+// call of one pair: RatelimitTakeOne, an UPDATE when that decides it). A call
 // whose cost exceeds a burst fails the statement; then each call is decided alone, so
 // that only that call fails.
 func takeEach(ctx context.Context, rs []request) ([]outcome, error) {
@@ -191,9 +192,21 @@ func takeEach(ctx context.Context, rs []request) ([]outcome, error) {
 	for i, c := range rs {
 		costs[i] = c.cost
 	}
-	rows, err := queries.RatelimitTakeEach(ctx, r.db, dbsqlc.RatelimitTakeEachParams{
-		Policies: r.policies, Keys: r.keys, Costs: costs, AtMost: r.atMost, MaxWait: r.maxWait,
-	})
+	var rows []dbsqlc.RatelimitTakeEachRow
+	var err error
+	if len(rs) == 1 && len(r.policies) == 1 && !r.atMost {
+		var one []dbsqlc.RatelimitTakeOneRow
+		one, err = queries.RatelimitTakeOne(ctx, r.db, dbsqlc.RatelimitTakeOneParams{
+			Policy: r.policies[0], Key: r.keys[0], Cost: r.cost, MaxWait: r.maxWait,
+		})
+		for _, o := range one {
+			rows = append(rows, dbsqlc.RatelimitTakeEachRow(o))
+		}
+	} else {
+		rows, err = queries.RatelimitTakeEach(ctx, r.db, dbsqlc.RatelimitTakeEachParams{
+			Policies: r.policies, Keys: r.keys, Costs: costs, AtMost: r.atMost, MaxWait: r.maxWait,
+		})
+	}
 	if err != nil {
 		err = translate(err)
 		if len(rs) == 1 || !errors.Is(err, pgcoord.ErrInvalidArgument) {

@@ -150,7 +150,7 @@ func TestWaitPastTheDeadlineAfterALockWait(t *testing.T) {
 	pgtest.Until(t, "the waiter to wait for the key's lock", func() bool {
 		var waiting bool
 		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%pgcoord_ratelimit_take%')`).Scan(&waiting)
+			WHERE wait_event_type = 'Lock' AND query LIKE '%pgcoord\_ratelimit\_%')`).Scan(&waiting)
 		return err == nil && waiting
 	})
 	// Hold the lock until the waiter's slot (3 s after the first reservation) is within its

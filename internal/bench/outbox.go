@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -88,7 +87,7 @@ func init() {
 			"relay (claims of up to %d, a no-op handler, outcomes marked) until it has delivered %d or none is left: "+
 			"ops/s x %d is messages/s", OutboxBatchMessages, OutboxClaimBatch, OutboxBatchMessages, OutboxBatchMessages),
 		Floor:     FloorOutboxThroughput,
-		Setup:     setupOutboxRelayPool,
+		Setup:     setupSharedPool,
 		NewWorker: newOutboxThroughputWorker,
 	})
 	Register(Scenario{
@@ -223,45 +222,8 @@ func newOutboxFloorInsertBatchWorker(_ context.Context, w Worker) (Op, error) {
 	}, nil
 }
 
-// outboxRelayPools holds, per bench schema, the pool the throughput workers' relays use
-// (a Relay runs on a pool; the workers' own connections are taken by the bench). It is
-// closed when the Run's context ends.
-var outboxRelayPools struct {
-	sync.Mutex
-	m map[string]*pgxpool.Pool
-}
-
-func setupOutboxRelayPool(ctx context.Context, pool *pgxpool.Pool) error {
-	cfg := pool.Config().Copy()
-	cfg.MaxConns = MaxConcurrency
-	cfg.MinConns = 0
-	rp, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), cfg)
-	if err != nil {
-		return err
-	}
-	context.AfterFunc(ctx, rp.Close)
-	outboxRelayPools.Lock()
-	defer outboxRelayPools.Unlock()
-	if outboxRelayPools.m == nil {
-		outboxRelayPools.m = map[string]*pgxpool.Pool{}
-	}
-	outboxRelayPools.m[cfg.ConnConfig.RuntimeParams["search_path"]] = rp
-	return nil
-}
-
-func outboxRelayPool(w Worker) (*pgxpool.Pool, error) {
-	sp := w.Conn.Conn().Config().RuntimeParams["search_path"]
-	outboxRelayPools.Lock()
-	defer outboxRelayPools.Unlock()
-	rp, ok := outboxRelayPools.m[sp]
-	if !ok {
-		return nil, fmt.Errorf("no relay pool for schema %s (Setup did not run)", sp)
-	}
-	return rp, nil
-}
-
 func newOutboxThroughputWorker(ctx context.Context, w Worker) (Op, error) {
-	rp, err := outboxRelayPool(w)
+	rp, err := sharedPool(w)
 	if err != nil {
 		return nil, fmt.Errorf("bench: outbox.throughput: %w", err)
 	}

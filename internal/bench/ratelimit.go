@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/ratelimit"
 )
 
@@ -55,10 +56,15 @@ func init() {
 	})
 	Register(Scenario{
 		Name:        "ratelimit.hot_key",
-		Description: "ratelimit.Allow of 1 unit, every worker on one key",
+		Description: "ratelimit.Allow of 1 unit, every worker on one key, through one pool the workers share (which coalesces their calls)",
 		Floor:       FloorGCRAHot,
-		Setup:       setupRatelimit,
-		NewWorker:   newAllowWorker(1, true),
+		Setup: func(ctx context.Context, pool *pgxpool.Pool) error {
+			if err := setupRatelimit(ctx, pool); err != nil {
+				return err
+			}
+			return setupSharedPool(ctx, pool)
+		},
+		NewWorker: newAllowWorker(1, true),
 	})
 	Register(Scenario{
 		Name: "ratelimit.refuse",
@@ -133,8 +139,16 @@ func benchLimits(w Worker, n int, hot bool) []ratelimit.Limit {
 func newAllowWorker(n int, hot bool) func(context.Context, Worker) (Op, error) {
 	return func(_ context.Context, w Worker) (Op, error) {
 		limits := benchLimits(w, n, hot)
+		var db pgcoord.DBTX = w.Conn
+		if hot {
+			sp, err := sharedPool(w)
+			if err != nil {
+				return nil, err
+			}
+			db = sp
+		}
 		return func(ctx context.Context) error {
-			d, err := ratelimit.Allow(ctx, w.Conn, 1, limits, nil)
+			d, err := ratelimit.Allow(ctx, db, 1, limits, nil)
 			if err != nil {
 				return fmt.Errorf("bench: ratelimit.Allow: %w", err)
 			}

@@ -294,3 +294,100 @@ func (q *Queries) RatelimitTakeEach(ctx context.Context, db DBTX, arg RatelimitT
 	}
 	return items, nil
 }
+
+const ratelimitTakeOne = `-- name: RatelimitTakeOne :many
+WITH charged AS (
+    UPDATE pgcoord_ratelimit_state s
+       SET tat = greatest(s.tat, pgcoord_clock()) + $1::bigint * p.interval_us * interval '1 microsecond'
+      FROM pgcoord_ratelimit_policies p
+     WHERE s.policy = $2::text AND s.key = $3::text AND p.name = $2::text AND NOT p.shadow
+       AND $1::bigint <= p.burst
+       AND greatest(s.tat, pgcoord_clock()) - pgcoord_clock()
+           + ($1::bigint - p.burst) * p.interval_us * interval '1 microsecond'
+           <= coalesce($4::interval, interval '0')
+    RETURNING p.name, p.rate, p.period, p.burst, s.tat,
+              s.tat - p.burst * p.interval_us * interval '1 microsecond' AS slot,
+              p.interval_us, pgcoord_clock() AS now
+)
+SELECT 1::int AS call_no, $1::bigint AS granted, c.name::text AS policy, interval '0' AS retry_after,
+       greatest(c.slot - c.now, interval '0')::interval AS delay, c.slot::timestamptz AS slot,
+       (CASE WHEN c.slot > c.now THEN 0
+             ELSE greatest(floor((c.burst * c.interval_us - extract(epoch FROM c.tat - c.now) * 1000000)
+                                 / c.interval_us), 0) END)::bigint AS remaining,
+       greatest(c.tat - c.now, interval '0')::interval AS reset_after, c.rate::bigint AS rate,
+       c.period::interval AS period, c.burst::bigint AS burst, ARRAY[c.tat]::timestamptz[] AS tats
+  FROM charged c
+UNION ALL
+SELECT t.call_no, t.granted, t.policy, t.retry_after, t.delay, t.slot, t.remaining, t.reset_after, t.rate,
+       t.period, t.burst, t.tats
+  FROM pgcoord_ratelimit_take_each(ARRAY[$2::text], ARRAY[$3::text], ARRAY[$1::bigint], false,
+                                   $4::interval) t
+ WHERE NOT EXISTS (SELECT FROM charged)
+`
+
+type RatelimitTakeOneParams struct {
+	Cost    int64
+	Policy  string
+	Key     string
+	MaxWait pgtype.Interval
+}
+
+type RatelimitTakeOneRow struct {
+	CallNo     int32
+	Granted    int64
+	Policy     string
+	RetryAfter pgtype.Interval
+	Delay      pgtype.Interval
+	Slot       time.Time
+	Remaining  int64
+	ResetAfter pgtype.Interval
+	Rate       int64
+	Period     pgtype.Interval
+	Burst      int64
+	Tats       []time.Time
+}
+
+// One call of one pair (not AllowAtMost), in one statement: the UPDATE charges the key when
+// its row is there, its policy enforcing and the call admitted — the usual case, with no
+// PL/pgSQL at all; otherwise (a key at rest, a refusal, a shadow policy, an error to raise)
+// pgcoord_ratelimit_take_each decides it, which the one-time NOT EXISTS filter runs only
+// then. The clock is read as the row is updated, so a call that waited for the row's lock
+// is judged when it has it; each reading is later than the one before, so the key is never
+// charged beyond its tolerance at the instant of the charge.
+func (q *Queries) RatelimitTakeOne(ctx context.Context, db DBTX, arg RatelimitTakeOneParams) ([]RatelimitTakeOneRow, error) {
+	rows, err := db.Query(ctx, ratelimitTakeOne,
+		arg.Cost,
+		arg.Policy,
+		arg.Key,
+		arg.MaxWait,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RatelimitTakeOneRow{}
+	for rows.Next() {
+		var i RatelimitTakeOneRow
+		if err := rows.Scan(
+			&i.CallNo,
+			&i.Granted,
+			&i.Policy,
+			&i.RetryAfter,
+			&i.Delay,
+			&i.Slot,
+			&i.Remaining,
+			&i.ResetAfter,
+			&i.Rate,
+			&i.Period,
+			&i.Burst,
+			&i.Tats,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

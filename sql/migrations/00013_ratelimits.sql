@@ -177,20 +177,23 @@ $$;
 -- decided in one statement (the ratelimit package coalesces them); pgcoord_ratelimit_take is
 -- this function for one call.
 --
--- How it goes. With one pair and one call, a single UPDATE charges the key if its row is
--- there, its policy enforcing and the call admitted — the common case, one statement. Else
--- the pairs' policies and rows are read, without a lock: if even the cheapest call is
--- refused by that state, every call is, and the refusals are returned having written and
--- locked nothing (no commit flush). Otherwise the rows are locked (or created) in
--- (policy, key) order, judged again by pgcoord_clock() read after the locks, and charged
--- with one write per row.
+-- How it goes. The pairs' policies and rows are read, without a lock: if even the cheapest
+-- call is refused by that state, every call is, and the refusals are returned having
+-- written and locked nothing (no commit flush). Otherwise the rows are locked (or created)
+-- in (policy, key) order, judged again by pgcoord_clock() read after the locks, and charged
+-- with one write per row. (The ratelimit package sends a single call of one pair as one
+-- UPDATE first, and this function only if that UPDATE charged nothing: RatelimitTakeOne in
+-- sql/queries/ratelimits.sql.)
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_ratelimit_take_each(p_policies text[], p_keys text[], p_costs bigint[],
                                             p_at_most boolean DEFAULT false, p_max_wait interval DEFAULT NULL)
 RETURNS TABLE (call_no integer, granted bigint, policy text, retry_after interval, delay interval, slot timestamptz,
                remaining bigint, reset_after interval, rate bigint, period interval, burst bigint,
                tats timestamptz[])
-LANGUAGE plpgsql AS $$
+-- Generic plans: the custom plan of a statement over unnest(p_policies, p_keys) looks far
+-- cheaper than the generic one (1 row against 100), so the plan cache would replan it on
+-- every call (about 90 us of a refusal's 125); the generic plans reach each row by its key.
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_n integer := cardinality(p_policies);
     v_m integer := cardinality(p_costs);
@@ -248,37 +251,16 @@ BEGIN
                                    OR date_part('month', p_max_wait) <> 0 OR date_part('year', p_max_wait) <> 0) THEN
         PERFORM pgcoord_refuse('max wait', '0 to 24 hours, and not with p_at_most', p_max_wait::text);
     END IF;
-    SELECT min(c), max(c), count(c) INTO v_need, v_cost, v_known FROM unnest(p_costs) c;
+    IF v_m = 1 THEN -- (no query for the usual single call)
+        v_need := p_costs[1];
+        v_cost := v_need;
+        v_known := CASE WHEN v_need IS NULL THEN 0 ELSE 1 END;
+    ELSE
+        SELECT min(c), max(c), count(c) INTO v_need, v_cost, v_known FROM unnest(p_costs) c;
+    END IF;
     IF v_known < v_m OR v_need < 1 OR v_cost > 1000000000 THEN
         PERFORM pgcoord_refuse('cost', 'between 1 and 1000000000',
                                (SELECT c::text FROM unnest(p_costs) c WHERE c IS NULL OR c NOT BETWEEN 1 AND 1000000000 LIMIT 1));
-    END IF;
-
-    -- One pair, one call: charge it in one statement if its row is there, its policy
-    -- enforcing and the call admitted. The clock is read as the row is updated (a call that
-    -- waited for the row's lock is judged when it has it); each reading is later than the
-    -- one before, so the key is never charged beyond its tolerance at the charge's instant.
-    IF v_n = 1 AND v_m = 1 AND NOT p_at_most THEN
-        RETURN QUERY
-        UPDATE pgcoord_ratelimit_state s
-           SET tat = greatest(s.tat, pgcoord_clock()) + p_costs[1] * p.interval_us * interval '1 microsecond'
-          FROM pgcoord_ratelimit_policies p
-         WHERE s.policy = p_policies[1] AND s.key = p_keys[1] AND p.name = p_policies[1] AND NOT p.shadow
-           AND p_costs[1] <= p.burst
-           AND greatest(s.tat, pgcoord_clock()) - pgcoord_clock()
-               + (p_costs[1] - p.burst) * p.interval_us * interval '1 microsecond' <= coalesce(p_max_wait, interval '0')
-        RETURNING 1, p_costs[1], p.name,
-                  interval '0',
-                  greatest(s.tat - p.burst * p.interval_us * interval '1 microsecond' - pgcoord_clock(), interval '0'),
-                  s.tat - p.burst * p.interval_us * interval '1 microsecond',
-                  CASE WHEN s.tat - p.burst * p.interval_us * interval '1 microsecond' > pgcoord_clock() THEN 0
-                       ELSE greatest(floor((p.burst * p.interval_us - extract(epoch FROM s.tat - pgcoord_clock()) * 1000000)
-                                           / p.interval_us), 0)::bigint END,
-                  greatest(s.tat - pgcoord_clock(), interval '0'),
-                  p.rate, p.period, p.burst, ARRAY[s.tat];
-        IF FOUND THEN
-            RETURN;
-        END IF;
     END IF;
 
     -- The pairs' policies and rows as they are, in (policy, key) order, without a lock.

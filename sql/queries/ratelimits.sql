@@ -9,6 +9,42 @@ SELECT t.call_no::int AS call_no, t.granted::bigint AS granted, t.policy::text A
 FROM pgcoord_ratelimit_take_each(@policies::text[], @keys::text[], @costs::bigint[], @at_most::boolean,
                                  sqlc.narg('max_wait')::interval) t;
 
+-- name: RatelimitTakeOne :many
+-- One call of one pair (not AllowAtMost), in one statement: the UPDATE charges the key when
+-- its row is there, its policy enforcing and the call admitted — the usual case, with no
+-- PL/pgSQL at all; otherwise (a key at rest, a refusal, a shadow policy, an error to raise)
+-- pgcoord_ratelimit_take_each decides it, which the one-time NOT EXISTS filter runs only
+-- then. The clock is read as the row is updated, so a call that waited for the row's lock
+-- is judged when it has it; each reading is later than the one before, so the key is never
+-- charged beyond its tolerance at the instant of the charge.
+WITH charged AS (
+    UPDATE pgcoord_ratelimit_state s
+       SET tat = greatest(s.tat, pgcoord_clock()) + sqlc.arg('cost')::bigint * p.interval_us * interval '1 microsecond'
+      FROM pgcoord_ratelimit_policies p
+     WHERE s.policy = sqlc.arg('policy')::text AND s.key = sqlc.arg('key')::text AND p.name = sqlc.arg('policy')::text AND NOT p.shadow
+       AND sqlc.arg('cost')::bigint <= p.burst
+       AND greatest(s.tat, pgcoord_clock()) - pgcoord_clock()
+           + (sqlc.arg('cost')::bigint - p.burst) * p.interval_us * interval '1 microsecond'
+           <= coalesce(sqlc.narg('max_wait')::interval, interval '0')
+    RETURNING p.name, p.rate, p.period, p.burst, s.tat,
+              s.tat - p.burst * p.interval_us * interval '1 microsecond' AS slot,
+              p.interval_us, pgcoord_clock() AS now
+)
+SELECT 1::int AS call_no, sqlc.arg('cost')::bigint AS granted, c.name::text AS policy, interval '0' AS retry_after,
+       greatest(c.slot - c.now, interval '0')::interval AS delay, c.slot::timestamptz AS slot,
+       (CASE WHEN c.slot > c.now THEN 0
+             ELSE greatest(floor((c.burst * c.interval_us - extract(epoch FROM c.tat - c.now) * 1000000)
+                                 / c.interval_us), 0) END)::bigint AS remaining,
+       greatest(c.tat - c.now, interval '0')::interval AS reset_after, c.rate::bigint AS rate,
+       c.period::interval AS period, c.burst::bigint AS burst, ARRAY[c.tat]::timestamptz[] AS tats
+  FROM charged c
+UNION ALL
+SELECT t.call_no, t.granted, t.policy, t.retry_after, t.delay, t.slot, t.remaining, t.reset_after, t.rate,
+       t.period, t.burst, t.tats
+  FROM pgcoord_ratelimit_take_each(ARRAY[sqlc.arg('policy')::text], ARRAY[sqlc.arg('key')::text], ARRAY[sqlc.arg('cost')::bigint], false,
+                                   sqlc.narg('max_wait')::interval) t
+ WHERE NOT EXISTS (SELECT FROM charged);
+
 -- name: RatelimitCancel :one
 SELECT pgcoord_ratelimit_cancel(@policies::text[], @keys::text[], @tats::timestamptz[], @cost::bigint)::int AS given_back;
 
