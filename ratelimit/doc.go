@@ -16,8 +16,14 @@
 //	if !d.Allowed { ... 429, Retry-After: d.RetryAfter ... }
 //
 // Allow takes a db that may be the caller's own transaction: the charge then commits or
-// rolls back with the caller's writes. Every call is one round trip to
-// pgcoord_ratelimit_take (docs/sql-api.md), which plain SQL callers can use directly.
+// rolls back with the caller's writes. Every call is one round trip (its SQL is
+// pgcoord_ratelimit_take's, docs/sql-api.md, which plain SQL callers can use directly).
+//
+// With a pool, concurrent calls of this process on the same limits and mode (a hot key)
+// are coalesced: a call that finds no statement of its limits in flight goes out at once;
+// those that arrive meanwhile go out together, in arrival order, as one statement
+// (pgcoord_ratelimit_take_each) with one row lock and one commit. Calls in the caller's
+// own transaction, or on a single connection, are never merged.
 //
 // # Guarantees
 //
@@ -30,7 +36,10 @@
 //     A refused call changes no key; a call whose transaction rolls back (or whose
 //     connection dies before it commits) leaves no charge behind.
 //   - A refusal names the limit that refused (the one whose retry is latest) and when the
-//     same call would be admitted (RetryAfter).
+//     same call would be admitted (RetryAfter). A refusal that the stored state decides
+//     writes and locks nothing.
+//   - Coalesced calls are decided as if each came right after the one before, in arrival
+//     order; each keeps its own context, and one call's bad cost fails only that call.
 //   - A shadow policy never refuses: it counts the calls it would have refused
 //     (Policy.ShadowRefused), and charges only those it would have admitted, so its count
 //     is what enforcing it would have refused.
@@ -41,8 +50,12 @@
 //
 // # Failure modes
 //
-//   - Calls on one key queue on its row lock: one hot key admits one call per round trip
-//     of the database's work on it (see docs/benchmarks.md).
+//   - Calls on one key queue on its row lock: from many processes, or in transactions, one
+//     hot key admits one call per round trip of the database's work on it; calls of one
+//     process through a pool share that round trip (see docs/benchmarks.md).
+//   - A call whose context ends while its statement is in flight returns the context's
+//     error, and may have been charged (its units are then spent, never given twice). A
+//     coalesced call's error then also wraps a note that its outcome is not known.
 //   - Only a primary takes charges: on a standby every call fails with an error wrapping
 //     pgcoord.ErrReadOnly.
 //   - With asynchronous replication, a failover loses the charges of the last moments
