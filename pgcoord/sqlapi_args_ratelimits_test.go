@@ -78,7 +78,8 @@ var sqlRatelimitFuncs = []sqlFunc{
 			bad: bad(`ARRAY[]::text[]`, `ARRAY['api', 'api']`)},
 		{name: "p_keys", valid: `ARRAY['k1']`, what: "p_keys", bad: bad(`ARRAY['k1', 'k2']`)},
 		{name: "p_tats", valid: `ARRAY[now()]`, what: "p_tats", bad: bad(`ARRAY[]::timestamptz[]`)},
-		{name: "p_cost", valid: `1`, what: "cost", bad: bad(`0`, `1000000001`)},
+		{name: "p_bases", valid: `ARRAY[now() - interval '1 second']`, what: "p_bases",
+			bad: bad(`ARRAY[]::timestamptz[]`, `ARRAY[now() + interval '1 second']`)},
 	}},
 	{name: "pgcoord_ratelimit_allow", family: "ratelimits", params: []param{
 		func() param {

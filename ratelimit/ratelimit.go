@@ -107,11 +107,11 @@ func take(ctx context.Context, db pgcoord.DBTX, cost int64, atMost bool, limits 
 		ctx, end = startSpan(ctx, opts.Tracer, policies[0], keys[0], cost)
 		defer func() { end(err) }()
 	}
-	d, _, _, err := call(ctx, request{db: db, policies: policies, keys: keys, cost: cost, atMost: atMost})
+	o, err := call(ctx, request{db: db, policies: policies, keys: keys, cost: cost, atMost: atMost})
 	if err == nil && opts != nil {
-		opts.Metrics.record(d, limits)
+		opts.Metrics.record(o.d, limits)
 	}
-	return d, err
+	return o.d, err
 }
 
 // startSpan starts the span of a call (named by its first limit) and returns its end.
@@ -130,13 +130,14 @@ type request struct {
 	maxWait        pgtype.Interval // a reservation's; NULL for Allow and AllowAtMost
 }
 
-// outcome is a call's decision, its slot and the pairs' new arrival times (nil when
-// refused), or its own error.
+// outcome is a call's decision, its slot and the pairs' arrival times before and after
+// its charge (nil when refused), or its own error.
 type outcome struct {
-	d    Decision
-	sl   slot
-	tats []time.Time
-	err  error
+	d     Decision
+	sl    slot
+	tats  []time.Time
+	bases []time.Time
+	err   error
 }
 
 // slot is when a call may act: delay after the database judged it, at the instant at.
@@ -154,7 +155,7 @@ var batches = coalesce.New(maxBatch, takeEach)
 
 // call decides r: with a pool, together with the concurrent calls of the same pairs and
 // mode; in a transaction or on a connection, alone.
-func call(ctx context.Context, r request) (Decision, slot, []time.Time, error) {
+func call(ctx context.Context, r request) (outcome, error) {
 	var o outcome
 	var err error
 	if pool, ok := r.db.(*pgxpool.Pool); ok {
@@ -168,7 +169,7 @@ func call(ctx context.Context, r request) (Decision, slot, []time.Time, error) {
 	if err == nil {
 		err = o.err
 	}
-	return o.d, o.sl, o.tats, err
+	return o, err
 }
 
 // batchKey names the calls r may be decided with: on pool, of the same pairs and mode.
@@ -239,7 +240,8 @@ func takeEach(ctx context.Context, rs []request) ([]outcome, error) {
 				Quota:      Quota{Rate: row.Rate, Period: dbarg.Duration(row.Period), Burst: row.Burst},
 			},
 			sl:   slot{delay: dbarg.Duration(row.Delay), at: row.Slot},
-			tats: row.Tats,
+			tats:  row.Tats,
+			bases: row.Bases,
 		}
 	}
 	return out, nil

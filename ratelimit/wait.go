@@ -30,9 +30,9 @@ type Reservation struct {
 	// process's clock.
 	At time.Time
 
-	cost   int64
 	limits []Limit
-	tats   []time.Time
+	tats   []time.Time // each limit's arrival time after the charge...
+	bases  []time.Time // ...and before it: what Cancel puts back
 }
 
 // Reserve charges cost units to every limit at its next free slot, all or nothing, if no
@@ -57,14 +57,14 @@ func Reserve(ctx context.Context, db pgcoord.DBTX, cost int64, limits []Limit, m
 		ctx, end = startSpan(ctx, opts.Tracer, policies[0], keys[0], cost)
 		defer func() { end(err) }()
 	}
-	d, sl, tats, err := call(ctx, request{db: db, policies: policies, keys: keys, cost: cost, maxWait: dbarg.Interval(maxWait)})
+	o, err := call(ctx, request{db: db, policies: policies, keys: keys, cost: cost, maxWait: dbarg.Interval(maxWait)})
 	if err != nil {
 		return Reservation{}, err
 	}
 	if opts != nil {
-		opts.Metrics.record(d, limits)
+		opts.Metrics.record(o.d, limits)
 	}
-	return Reservation{Decision: d, Delay: sl.delay, At: sl.at, cost: cost, limits: limits, tats: tats}, nil
+	return Reservation{Decision: o.d, Delay: o.sl.delay, At: o.sl.at, limits: limits, tats: o.tats, bases: o.bases}, nil
 }
 
 // Cancel gives a reservation's units back, on every key where no later call has charged
@@ -84,7 +84,7 @@ func (r Reservation) Cancel(ctx context.Context, db pgcoord.DBTX) error {
 		policies[i], keys[i] = l.Policy, l.Key
 	}
 	_, err := queries.RatelimitCancel(ctx, db, dbsqlc.RatelimitCancelParams{
-		Policies: policies, Keys: keys, Tats: r.tats, Cost: r.cost,
+		Policies: policies, Keys: keys, Tats: r.tats, Bases: r.bases,
 	})
 	return translate(err)
 }

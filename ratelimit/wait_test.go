@@ -52,6 +52,39 @@ func TestReserveSlotsAndCancel(t *testing.T) {
 	}
 }
 
+// A reservation cancelled after its policy's rate changed puts its keys back exactly as
+// they were before it — on a single key (one UPDATE) and on nested keys — neither giving
+// back more than it took (which would admit beyond the limit) nor less.
+func TestCancelAfterARateChangeRestoresTheKeys(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	pgtest.NewClock(t, pool).Freeze(t0)
+	mustSet(t, pool, ratelimit.Policy{Name: "a", Rate: 10, Period: time.Second, Burst: 1})
+	mustSet(t, pool, ratelimit.Policy{Name: "b", Rate: 10, Period: time.Second, Burst: 1})
+	for _, limits := range [][]ratelimit.Limit{{lim("a", "one")}, {lim("a", "k"), lim("b", "k")}} {
+		if _, err := ratelimit.Reserve(ctx, pool, 1, limits, time.Hour, nil); err != nil { // the key's next slot: 100 ms
+			t.Fatal(err)
+		}
+		r, err := ratelimit.Reserve(ctx, pool, 1, limits, time.Hour, nil) // 100 ms more
+		if err != nil || !r.Allowed || r.Delay != 100*time.Millisecond {
+			t.Fatalf("%v: second reservation %+v, %v", limits, r, err)
+		}
+		// The rate drops tenfold: a unit is now a second, not 100 ms.
+		mustSet(t, pool, ratelimit.Policy{Name: "a", Rate: 1, Period: time.Second, Burst: 1})
+		mustSet(t, pool, ratelimit.Policy{Name: "b", Rate: 1, Period: time.Second, Burst: 1})
+		if err := r.Cancel(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range limits {
+			if st, err := ratelimit.State(ctx, pool, l); err != nil || st.ResetAfter != 100*time.Millisecond {
+				t.Errorf("%v after the cancel: resets in %v (%v), want 100ms: the key as before the reservation", l, st.ResetAfter, err)
+			}
+		}
+		mustSet(t, pool, ratelimit.Policy{Name: "a", Rate: 10, Period: time.Second, Burst: 1})
+		mustSet(t, pool, ratelimit.Policy{Name: "b", Rate: 10, Period: time.Second, Burst: 1})
+	}
+}
+
 // Wait sleeps until the slot, never returns before it, refuses a slot past the deadline
 // without charging, and gives the slot back when its context ends first.
 func TestWait(t *testing.T) {

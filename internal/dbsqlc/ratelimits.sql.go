@@ -13,14 +13,14 @@ import (
 )
 
 const ratelimitCancel = `-- name: RatelimitCancel :one
-SELECT pgcoord_ratelimit_cancel($1::text[], $2::text[], $3::timestamptz[], $4::bigint)::int AS given_back
+SELECT pgcoord_ratelimit_cancel($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[])::int AS given_back
 `
 
 type RatelimitCancelParams struct {
 	Policies []string
 	Keys     []string
 	Tats     []time.Time
-	Cost     int64
+	Bases    []time.Time
 }
 
 func (q *Queries) RatelimitCancel(ctx context.Context, db DBTX, arg RatelimitCancelParams) (int32, error) {
@@ -28,7 +28,7 @@ func (q *Queries) RatelimitCancel(ctx context.Context, db DBTX, arg RatelimitCan
 		arg.Policies,
 		arg.Keys,
 		arg.Tats,
-		arg.Cost,
+		arg.Bases,
 	)
 	var given_back int32
 	err := row.Scan(&given_back)
@@ -226,7 +226,8 @@ const ratelimitTakeEach = `-- name: RatelimitTakeEach :many
 SELECT t.call_no::int AS call_no, t.granted::bigint AS granted, t.policy::text AS policy,
        t.retry_after::interval AS retry_after, t.delay::interval AS delay, t.slot::timestamptz AS slot,
        t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after, t.rate::bigint AS rate,
-       t.period::interval AS period, t.burst::bigint AS burst, t.tats::timestamptz[] AS tats
+       t.period::interval AS period, t.burst::bigint AS burst, t.tats::timestamptz[] AS tats,
+       t.bases::timestamptz[] AS bases
 FROM pgcoord_ratelimit_take_each($1::text[], $2::text[], $3::bigint[], $4::boolean,
                                  $5::interval) t
 `
@@ -252,6 +253,7 @@ type RatelimitTakeEachRow struct {
 	Period     pgtype.Interval
 	Burst      int64
 	Tats       []time.Time
+	Bases      []time.Time
 }
 
 // Rate limit operations go through the SQL API functions of 00013_ratelimits.sql.
@@ -284,6 +286,7 @@ func (q *Queries) RatelimitTakeEach(ctx context.Context, db DBTX, arg RatelimitT
 			&i.Period,
 			&i.Burst,
 			&i.Tats,
+			&i.Bases,
 		); err != nil {
 			return nil, err
 		}
@@ -315,11 +318,12 @@ SELECT 1::int AS call_no, $1::bigint AS granted, c.name::text AS policy, interva
              ELSE greatest(floor((c.burst * c.interval_us - extract(epoch FROM c.tat - c.now) * 1000000)
                                  / c.interval_us), 0) END)::bigint AS remaining,
        greatest(c.tat - c.now, interval '0')::interval AS reset_after, c.rate::bigint AS rate,
-       c.period::interval AS period, c.burst::bigint AS burst, ARRAY[c.tat]::timestamptz[] AS tats
+       c.period::interval AS period, c.burst::bigint AS burst, ARRAY[c.tat]::timestamptz[] AS tats,
+       ARRAY[c.tat - $1::bigint * c.interval_us * interval '1 microsecond']::timestamptz[] AS bases
   FROM charged c
 UNION ALL
 SELECT t.call_no, t.granted, t.policy, t.retry_after, t.delay, t.slot, t.remaining, t.reset_after, t.rate,
-       t.period, t.burst, t.tats
+       t.period, t.burst, t.tats, t.bases
   FROM pgcoord_ratelimit_take_each(ARRAY[$2::text], ARRAY[$3::text], ARRAY[$1::bigint], false,
                                    $4::interval) t
  WHERE NOT EXISTS (SELECT FROM charged)
@@ -345,6 +349,7 @@ type RatelimitTakeOneRow struct {
 	Period     pgtype.Interval
 	Burst      int64
 	Tats       []time.Time
+	Bases      []time.Time
 }
 
 // One call of one pair (not AllowAtMost), in one statement: the UPDATE charges the key when
@@ -381,6 +386,7 @@ func (q *Queries) RatelimitTakeOne(ctx context.Context, db DBTX, arg RatelimitTa
 			&i.Period,
 			&i.Burst,
 			&i.Tats,
+			&i.Bases,
 		); err != nil {
 			return nil, err
 		}

@@ -160,8 +160,9 @@ $$;
 --   reset_after  how long until the binding policy's key is at rest (a full burst again)
 --   rate, period, burst   the binding policy's
 --   tats         when charged, each pair's new theoretical arrival time, in the order of
---                p_policies (what pgcoord_ratelimit_cancel takes), the epoch for a shadow
---                pair left uncharged; NULL when refused
+--                p_policies, the epoch for a shadow pair left uncharged; NULL when refused
+--   bases        likewise, each pair's arrival time before the charge (max(tat, now)):
+--                with tats, what pgcoord_ratelimit_cancel takes
 -- With p_max_wait (0 to 24 hours), the call reserves: every enforcing policy charges it
 -- at its next free slot, and it is admitted if no slot is further than p_max_wait away
 -- (calls on a key get slots in the order they lock its row: first come, first served).
@@ -189,7 +190,7 @@ CREATE FUNCTION pgcoord_ratelimit_take_each(p_policies text[], p_keys text[], p_
                                             p_at_most boolean DEFAULT false, p_max_wait interval DEFAULT NULL)
 RETURNS TABLE (call_no integer, granted bigint, policy text, retry_after interval, delay interval, slot timestamptz,
                remaining bigint, reset_after interval, rate bigint, period interval, burst bigint,
-               tats timestamptz[])
+               tats timestamptz[], bases timestamptz[])
 -- Generic plans: the custom plan of a statement over unnest(p_policies, p_keys) looks far
 -- cheaper than the generic one (1 row against 100), so the plan cache would replan it on
 -- every call (about 90 us of a refusal's 125); the generic plans reach each row by its key.
@@ -230,6 +231,7 @@ DECLARE
     v_left bigint;
     v_bind integer;
     v_out timestamptz[];
+    v_bases timestamptz[];
 BEGIN
     IF pg_is_in_recovery() THEN
         PERFORM pgcoord_refuse_on_standby();
@@ -382,10 +384,12 @@ BEGIN
             period := v_period[v_refuser];
             burst := v_burst[v_refuser];
             tats := NULL;
+            bases := NULL;
             RETURN NEXT;
             CONTINUE;
         END IF;
         v_out := array_fill('epoch'::timestamptz, ARRAY[v_n]);
+        v_bases := v_out;
         v_bind := NULL;
         FOR i IN 1 .. v_n LOOP
             v_fit := (v_tau[i] - greatest(v_ahead[i], 0)) / v_us[i];
@@ -393,6 +397,7 @@ BEGIN
                 v_counted[i] := v_counted[i] + 1;
                 v_left := greatest(v_fit, 0);
             ELSE
+                v_bases[v_pos[i]] := v_now + greatest(v_ahead[i], 0) * interval '1 microsecond';
                 v_ahead[i] := greatest(v_ahead[i], 0) + v_grant * v_us[i];
                 v_left := greatest(v_fit - v_grant, 0);
                 v_out[v_pos[i]] := v_now + v_ahead[i] * interval '1 microsecond';
@@ -416,6 +421,7 @@ BEGIN
         period := v_period[v_bind];
         burst := v_burst[v_bind];
         tats := v_out;
+        bases := v_bases;
         RETURN NEXT;
     END LOOP;
 
@@ -440,43 +446,48 @@ CREATE FUNCTION pgcoord_ratelimit_take(p_policies text[], p_keys text[], p_cost 
                                        p_at_most boolean DEFAULT false, p_max_wait interval DEFAULT NULL)
 RETURNS TABLE (granted bigint, policy text, retry_after interval, delay interval, slot timestamptz,
                remaining bigint, reset_after interval, rate bigint, period interval, burst bigint,
-               tats timestamptz[])
+               tats timestamptz[], bases timestamptz[])
 LANGUAGE plpgsql AS $$
 BEGIN
     -- PL/pgSQL, not SQL: a SQL function that is not inlined plans its query on every call.
     RETURN QUERY SELECT t.granted, t.policy, t.retry_after, t.delay, t.slot, t.remaining, t.reset_after, t.rate,
-                        t.period, t.burst, t.tats
+                        t.period, t.burst, t.tats, t.bases
                    FROM pgcoord_ratelimit_take_each(p_policies, p_keys, ARRAY[p_cost], p_at_most, p_max_wait) t;
 END
 $$;
 -- +goose StatementEnd
 
--- pgcoord_ratelimit_cancel gives back the units of a reservation not yet due: for each
--- pair whose tat is still p_tats[i] (no later call charged the key since), tat moves back
--- by p_cost × T, but never before now. Pairs charged since keep their tat: the slot is
--- lost. Returns how many pairs gave their units back.
+-- pgcoord_ratelimit_cancel gives back a reservation not yet due: each pair whose tat is
+-- still p_tats[i] (no later call charged the key since) goes back to p_bases[i], its
+-- arrival time before the reservation, but never before now — as if the reservation had
+-- not been made, whatever the policy's rate since. Pairs charged since keep their tat: the
+-- slot is lost. Returns how many pairs gave their units back.
 -- +goose StatementBegin
-CREATE FUNCTION pgcoord_ratelimit_cancel(p_policies text[], p_keys text[], p_tats timestamptz[], p_cost bigint)
+CREATE FUNCTION pgcoord_ratelimit_cancel(p_policies text[], p_keys text[], p_tats timestamptz[],
+                                         p_bases timestamptz[])
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer;
 BEGIN
     IF coalesce(cardinality(p_policies) NOT BETWEEN 1 AND 16 OR cardinality(p_keys) <> cardinality(p_policies)
-                OR cardinality(p_tats) <> cardinality(p_policies), true) THEN
-        PERFORM pgcoord_refuse('p_policies, p_keys and p_tats', 'arrays of 1 to 16 elements, of one length',
-                               cardinality(p_policies) || ', ' || cardinality(p_keys) || ', ' || cardinality(p_tats));
+                OR cardinality(p_tats) <> cardinality(p_policies)
+                OR cardinality(p_bases) <> cardinality(p_policies), true) THEN
+        PERFORM pgcoord_refuse('p_policies, p_keys, p_tats and p_bases', 'arrays of 1 to 16 elements, of one length',
+                               cardinality(p_policies) || ', ' || cardinality(p_keys) || ', ' || cardinality(p_tats)
+                               || ', ' || cardinality(p_bases));
     END IF;
-    IF p_cost IS NULL OR p_cost NOT BETWEEN 1 AND 1000000000 THEN
-        PERFORM pgcoord_refuse('cost', 'between 1 and 1000000000', p_cost::text);
+    IF EXISTS (SELECT FROM unnest(p_tats, p_bases) u(t, b) WHERE b > t) THEN
+        PERFORM pgcoord_refuse('p_bases', 'each at most its p_tats element (a reservation''s arrival times)',
+                               (SELECT b::text FROM unnest(p_tats, p_bases) u(t, b) WHERE b > t LIMIT 1));
     END IF;
     -- Lock the rows in (policy, key) order first, as every take does: no deadlock with one.
     PERFORM FROM pgcoord_ratelimit_state s JOIN unnest(p_policies, p_keys) AS u(p, k) ON s.policy = u.p AND s.key = u.k
      ORDER BY s.policy, s.key FOR UPDATE OF s;
     WITH back AS (
         UPDATE pgcoord_ratelimit_state s
-           SET tat = greatest(s.tat - make_interval(secs => p_cost * p.interval_us / 1000000.0), pgcoord_clock())
-          FROM unnest(p_policies, p_keys, p_tats) AS u(p, k, t), pgcoord_ratelimit_policies p
-         WHERE s.policy = u.p AND s.key = u.k AND s.tat = u.t AND p.name = u.p AND u.t > pgcoord_clock()
+           SET tat = greatest(u.b, pgcoord_clock())
+          FROM unnest(p_policies, p_keys, p_tats, p_bases) AS u(p, k, t, b)
+         WHERE s.policy = u.p AND s.key = u.k AND s.tat = u.t AND u.t > pgcoord_clock()
         RETURNING 1)
     SELECT count(*) INTO v_n FROM back;
     RETURN v_n;
@@ -726,7 +737,7 @@ DROP FUNCTION pgcoord_gc(interval, integer, boolean);
 DROP FUNCTION pgcoord_gc_ratelimit(integer, boolean);
 ALTER FUNCTION pgcoord_gc_core(interval, integer, boolean) RENAME TO pgcoord_gc;
 DROP FUNCTION pgcoord_ratelimit_allow(text, text, bigint);
-DROP FUNCTION pgcoord_ratelimit_cancel(text[], text[], timestamptz[], bigint);
+DROP FUNCTION pgcoord_ratelimit_cancel(text[], text[], timestamptz[], timestamptz[]);
 DROP FUNCTION pgcoord_ratelimit_take(text[], text[], bigint, boolean, interval);
 DROP FUNCTION pgcoord_ratelimit_take_each(text[], text[], bigint[], boolean, interval);
 DROP FUNCTION pgcoord_ratelimit_reset(text, text);

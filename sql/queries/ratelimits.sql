@@ -5,7 +5,8 @@
 SELECT t.call_no::int AS call_no, t.granted::bigint AS granted, t.policy::text AS policy,
        t.retry_after::interval AS retry_after, t.delay::interval AS delay, t.slot::timestamptz AS slot,
        t.remaining::bigint AS remaining, t.reset_after::interval AS reset_after, t.rate::bigint AS rate,
-       t.period::interval AS period, t.burst::bigint AS burst, t.tats::timestamptz[] AS tats
+       t.period::interval AS period, t.burst::bigint AS burst, t.tats::timestamptz[] AS tats,
+       t.bases::timestamptz[] AS bases
 FROM pgcoord_ratelimit_take_each(@policies::text[], @keys::text[], @costs::bigint[], @at_most::boolean,
                                  sqlc.narg('max_wait')::interval) t;
 
@@ -36,17 +37,18 @@ SELECT 1::int AS call_no, sqlc.arg('cost')::bigint AS granted, c.name::text AS p
              ELSE greatest(floor((c.burst * c.interval_us - extract(epoch FROM c.tat - c.now) * 1000000)
                                  / c.interval_us), 0) END)::bigint AS remaining,
        greatest(c.tat - c.now, interval '0')::interval AS reset_after, c.rate::bigint AS rate,
-       c.period::interval AS period, c.burst::bigint AS burst, ARRAY[c.tat]::timestamptz[] AS tats
+       c.period::interval AS period, c.burst::bigint AS burst, ARRAY[c.tat]::timestamptz[] AS tats,
+       ARRAY[c.tat - sqlc.arg('cost')::bigint * c.interval_us * interval '1 microsecond']::timestamptz[] AS bases
   FROM charged c
 UNION ALL
 SELECT t.call_no, t.granted, t.policy, t.retry_after, t.delay, t.slot, t.remaining, t.reset_after, t.rate,
-       t.period, t.burst, t.tats
+       t.period, t.burst, t.tats, t.bases
   FROM pgcoord_ratelimit_take_each(ARRAY[sqlc.arg('policy')::text], ARRAY[sqlc.arg('key')::text], ARRAY[sqlc.arg('cost')::bigint], false,
                                    sqlc.narg('max_wait')::interval) t
  WHERE NOT EXISTS (SELECT FROM charged);
 
 -- name: RatelimitCancel :one
-SELECT pgcoord_ratelimit_cancel(@policies::text[], @keys::text[], @tats::timestamptz[], @cost::bigint)::int AS given_back;
+SELECT pgcoord_ratelimit_cancel(@policies::text[], @keys::text[], @tats::timestamptz[], @bases::timestamptz[])::int AS given_back;
 
 -- name: RatelimitSet :one
 SELECT p.* FROM pgcoord_ratelimit_set(@name::text, @rate::bigint, @period::interval, @burst::bigint,
