@@ -11,6 +11,7 @@ var sqlRatelimitFuncs = []sqlFunc{
 			ok:  []string{`interval '1 microsecond'`, `interval '366 days'`}},
 		limitParam("p_burst", "burst", `5`, 1, 1000000000),
 		{name: "p_shadow", valid: `false`, what: "shadow", ok: []string{`true`}},
+		{name: "p_unlogged", valid: `false`, what: "unlogged"},
 	}},
 	{name: "pgcoord_ratelimit_delete", family: "ratelimits", params: []param{
 		nameParam("p_name", "rate limit policy name", `'api'`),

@@ -29,6 +29,12 @@ type Policy struct {
 	// Shadow makes the policy count the calls it would refuse (ShadowRefused) and refuse
 	// none: for rolling out a new limit.
 	Shadow bool
+	// Unlogged keeps the policy's keys in an UNLOGGED table: a call that charges only such
+	// keys commits without waiting for a WAL flush, and a crash of the server or a failover
+	// puts every key of the policy at rest (a full burst again). It is set when the policy
+	// is created: Set refuses to change it (delete the policy, which resets its keys, and
+	// create it again).
+	Unlogged bool
 
 	// Set by the database (ignored by Set):
 	Interval      time.Duration // the emission interval: Period / Rate, rounded up to 1 µs
@@ -65,6 +71,7 @@ func Set(ctx context.Context, db pgcoord.DBTX, p Policy) (Policy, error) {
 	}
 	row, err := queries.RatelimitSet(ctx, db, dbsqlc.RatelimitSetParams{
 		Name: p.Name, Rate: p.Rate, Period: dbarg.Interval(p.Period), Burst: p.Burst, Shadow: p.Shadow,
+		Unlogged: p.Unlogged,
 	})
 	if err != nil {
 		return Policy{}, translate(err)
@@ -175,7 +182,7 @@ func State(ctx context.Context, db pgcoord.DBTX, l Limit) (KeyState, error) {
 func policyOf(r dbsqlc.PgcoordRatelimitPolicy) Policy {
 	return Policy{
 		Name: r.Name, Rate: r.Rate, Period: dbarg.Duration(r.Period), Burst: r.Burst, Shadow: r.Shadow,
-		Interval: time.Duration(r.IntervalUs) * time.Microsecond, ShadowRefused: r.ShadowRefused,
+		Unlogged: r.Unlogged, Interval: time.Duration(r.IntervalUs) * time.Microsecond, ShadowRefused: r.ShadowRefused,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
 }

@@ -35,6 +35,9 @@ const (
 // billion.
 var benchPolicies = []string{"bench_key", "bench_tenant", "bench_global"}
 
+// unloggedPolicy is ratelimit.unlogged's: the bench policies' limit, its keys unlogged.
+var unloggedPolicy = ratelimit.Policy{Name: "bench_unlogged", Rate: 1_000_000_000, Period: time.Second, Burst: 1_000_000_000, Unlogged: true}
+
 // refusePolicy is ratelimit.refuse's policy: one unit a day, in bursts of one. A key charged
 // once is refused for a day.
 var refusePolicy = ratelimit.Policy{Name: "bench_refuse", Rate: 1, Period: 24 * time.Hour, Burst: 1}
@@ -53,6 +56,25 @@ func init() {
 		Floor:       FloorGCRANested,
 		Setup:       setupRatelimit,
 		NewWorker:   newAllowWorker(3, false),
+	})
+	Register(Scenario{
+		Name:        "ratelimit.unlogged",
+		Description: "ratelimit.Allow of 1 unit on the worker's own key of an unlogged policy (its keys in an UNLOGGED table; autocommit)",
+		Floor:       FloorGCRA,
+		Setup:       setupRatelimit,
+		NewWorker: func(_ context.Context, w Worker) (Op, error) {
+			limits := []ratelimit.Limit{{Policy: unloggedPolicy.Name, Key: "w" + strconv.Itoa(w.ID)}}
+			return func(ctx context.Context) error {
+				d, err := ratelimit.Allow(ctx, w.Conn, 1, limits, nil)
+				if err != nil {
+					return fmt.Errorf("bench: ratelimit.Allow: %w", err)
+				}
+				if !d.Allowed {
+					return fmt.Errorf("bench: ratelimit.Allow refused by %s: the bench policies admit a billion a second", d.Policy)
+				}
+				return nil
+			}, nil
+		},
 	})
 	Register(Scenario{
 		Name:        "ratelimit.hot_key",
@@ -114,8 +136,10 @@ func setupRatelimit(ctx context.Context, pool *pgxpool.Pool) error {
 			return err
 		}
 	}
-	if _, err := ratelimit.Set(ctx, pool, refusePolicy); err != nil {
-		return err
+	for _, p := range []ratelimit.Policy{refusePolicy, unloggedPolicy} {
+		if _, err := ratelimit.Set(ctx, pool, p); err != nil {
+			return err
+		}
 	}
 	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+floorRatelimitTable+` (LIKE pgcoord_ratelimit_state INCLUDING ALL)`)
 	return err

@@ -32,6 +32,7 @@ type ratelimitPolicyJSON struct {
 	PeriodSeconds float64 `json:"period_seconds"`
 	Burst         int64   `json:"burst"`
 	Shadow        bool    `json:"shadow"`
+	Unlogged      bool    `json:"unlogged"`
 	IntervalUS    int64   `json:"interval_us"`
 	ShadowRefused int64   `json:"shadow_refused"`
 	UpdatedAt     *string `json:"updated_at"`
@@ -39,15 +40,20 @@ type ratelimitPolicyJSON struct {
 
 func toRatelimitJSON(p ratelimit.Policy) ratelimitPolicyJSON {
 	return ratelimitPolicyJSON{Name: p.Name, Rate: p.Rate, PeriodSeconds: p.Period.Seconds(), Burst: p.Burst,
-		Shadow: p.Shadow, IntervalUS: p.Interval.Microseconds(), ShadowRefused: p.ShadowRefused,
+		Shadow: p.Shadow, Unlogged: p.Unlogged, IntervalUS: p.Interval.Microseconds(), ShadowRefused: p.ShadowRefused,
 		UpdatedAt: jsonTime(p.UpdatedAt)}
 }
 
+// ratelimitMode says whether p enforces or shadows, and whether its keys are unlogged.
 func ratelimitMode(p ratelimit.Policy) string {
+	mode := "enforce"
 	if p.Shadow {
-		return "shadow"
+		mode = "shadow"
 	}
-	return "enforce"
+	if p.Unlogged {
+		mode += ", unlogged"
+	}
+	return mode
 }
 
 func (a *app) ratelimitListCommand() *cobra.Command {
@@ -57,7 +63,7 @@ func (a *app) ratelimitListCommand() *cobra.Command {
 		Long: `List every rate limit policy: its rate, burst, mode (enforce or shadow) and, in shadow mode,
 the calls it would have refused since shadow mode was turned on.
 
-With --json: an array of {"name", "rate", "period_seconds", "burst", "shadow", "interval_us",
+With --json: an array of {"name", "rate", "period_seconds", "burst", "shadow", "unlogged", "interval_us",
 "shadow_refused", "updated_at"}.`,
 		Example: `  pgcoord ratelimit list
   pgcoord ratelimit list --json`,
@@ -178,14 +184,18 @@ func (a *app) ratelimitSetCommand() *cobra.Command {
 		rate, burst int64
 		period      time.Duration
 		shadow      bool
+		unlogged    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "set NAME --rate N --period D --burst B [--shadow]",
+		Use:   "set NAME --rate N --period D --burst B [--shadow] [--unlogged]",
 		Short: "Create or change a rate limit policy (applies from the next call)",
 		Long: `Create the policy NAME, or change it: --rate units per --period, in bursts of up to --burst.
 The change applies from every process's next call; keys keep their state. --shadow makes
 the policy count the calls it would refuse and refuse none (for rolling out a new limit);
-set it again without --shadow to enforce it. Audited.
+set it again without --shadow to enforce it. --unlogged, when the policy is created, keeps its
+keys in an UNLOGGED table: faster (no WAL flush per call), but a crash of the server or a
+failover puts every key at rest again (a full burst); it cannot change afterwards (delete
+the policy and create it again). Audited.
 
 With --json: the policy afterwards, as in 'ratelimit list --json'.`,
 		Example: `  pgcoord ratelimit set api --rate 10 --period 1s --burst 20
@@ -206,7 +216,7 @@ With --json: the policy afterwards, as in 'ratelimit list --json'.`,
 			case burst < 1 || burst > ratelimit.MaxBurst:
 				return usagef("--burst %d: want 1 to %d", burst, ratelimit.MaxBurst)
 			}
-			p := ratelimit.Policy{Name: args[0], Rate: rate, Period: period, Burst: burst, Shadow: shadow}
+			p := ratelimit.Policy{Name: args[0], Rate: rate, Period: period, Burst: burst, Shadow: shadow, Unlogged: unlogged}
 			pool, err := a.connect(ctx)
 			if err != nil {
 				return err
@@ -215,7 +225,7 @@ With --json: the policy afterwards, as in 'ratelimit list --json'.`,
 			var got ratelimit.Policy
 			err = a.audited(ctx, pool, "ratelimit.set", p.Name, func(tx pgx.Tx) (map[string]any, error) {
 				got, err = ratelimit.Set(ctx, tx, p)
-				return map[string]any{"rate": rate, "period": period.String(), "burst": burst, "shadow": shadow}, err
+				return map[string]any{"rate": rate, "period": period.String(), "burst": burst, "shadow": shadow, "unlogged": unlogged}, err
 			})
 			if err != nil {
 				return argError(err)
@@ -233,6 +243,7 @@ With --json: the policy afterwards, as in 'ratelimit list --json'.`,
 	f.DurationVar(&period, "period", 0, "the period of --rate (1µs to 366 days, e.g. 1s, 1m, 24h)")
 	f.Int64Var(&burst, "burst", 0, fmt.Sprintf("the most units admitted at once (1 to %d)", ratelimit.MaxBurst))
 	f.BoolVar(&shadow, "shadow", false, "count the calls it would refuse, refuse none")
+	f.BoolVar(&unlogged, "unlogged", false, "keep the keys in an UNLOGGED table (lost at a crash or failover); only when creating")
 	return cmd
 }
 

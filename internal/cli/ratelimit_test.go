@@ -59,6 +59,18 @@ func TestRatelimitCommands(t *testing.T) {
 	if code, _, errOut = d.run(t, "ratelimit", "get", "api"); code != cli.ExitFailure || !strings.Contains(errOut, "no such policy") {
 		t.Fatalf("get of a deleted policy = %d, %q", code, errOut)
 	}
+	// An unlogged policy says so, and its mode cannot change.
+	code, out, _ = d.run(t, "ratelimit", "set", "fast", "--rate", "1", "--period", "1s", "--burst", "1", "--unlogged")
+	if code != cli.ExitOK || !strings.Contains(out, "enforce, unlogged") {
+		t.Fatalf("set --unlogged = %d, %q", code, out)
+	}
+	if code, _, errOut = d.run(t, "ratelimit", "set", "fast", "--rate", "1", "--period", "1s", "--burst", "1"); code == cli.ExitOK || !strings.Contains(errOut, "unlogged") {
+		t.Fatalf("making an unlogged policy durable = %d, %q", code, errOut)
+	}
+	code, out, _ = d.run(t, "ratelimit", "get", "fast", "--json")
+	if code != cli.ExitOK || !strings.Contains(out, `"unlogged": true`) {
+		t.Fatalf("get --json of an unlogged policy = %d, %q", code, out)
+	}
 	var actions []string
 	rows, err := d.pool.Query(t.Context(), `SELECT action FROM pgcoord_audit ORDER BY id`)
 	if err != nil {
@@ -71,7 +83,7 @@ func TestRatelimitCommands(t *testing.T) {
 		}
 		actions = append(actions, a)
 	}
-	if got, want := strings.Join(actions, " "), "ratelimit.set ratelimit.reset ratelimit.set ratelimit.delete"; got != want {
+	if got, want := strings.Join(actions, " "), "ratelimit.set ratelimit.reset ratelimit.set ratelimit.delete ratelimit.set"; got != want {
 		t.Fatalf("audit = %q, want %q", got, want)
 	}
 }

@@ -178,6 +178,7 @@ type PgcoordRatelimitPolicy struct {
 	Period        pgtype.Interval
 	Burst         int64
 	Shadow        bool
+	Unlogged      bool
 	IntervalUs    int64
 	ShadowRefused int64
 	CreatedAt     time.Time
@@ -186,6 +187,14 @@ type PgcoordRatelimitPolicy struct {
 
 // pgcoord: rate limit keys ahead of the clock (theoretical arrival time)
 type PgcoordRatelimitState struct {
+	Policy        string
+	Key           string
+	Tat           time.Time
+	ShadowRefused int64
+}
+
+// pgcoord: rate limit keys of unlogged policies ahead of the clock (lost at a crash or failover)
+type PgcoordRatelimitStateUnlogged struct {
 	Policy        string
 	Key           string
 	Tat           time.Time

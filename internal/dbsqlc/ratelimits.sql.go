@@ -47,14 +47,15 @@ func (q *Queries) RatelimitDelete(ctx context.Context, db DBTX, name string) (bo
 }
 
 const ratelimitKey = `-- name: RatelimitKey :one
-SELECT p.name AS policy, $1::text AS key,
-       greatest(floor((extract(epoch FROM (c.now - greatest(coalesce(s.tat, '-infinity'), c.now))) * 1000000
-                       + p.interval_us * p.burst) / p.interval_us), 0)::bigint AS remaining,
-       (greatest(coalesce(s.tat, '-infinity'), c.now) - c.now)::interval AS reset_after,
-       s.tat
-FROM (SELECT pgcoord_clock() AS now) c
-JOIN pgcoord_ratelimit_policies p ON p.name = $2::text
-LEFT JOIN pgcoord_ratelimit_state s ON s.policy = p.name AND s.key = $1::text
+SELECT k.policy, k.key,
+       greatest(floor((extract(epoch FROM (k.now - greatest(coalesce(k.tat, '-infinity'), k.now))) * 1000000
+                       + k.interval_us * k.burst) / k.interval_us), 0)::bigint AS remaining,
+       (greatest(coalesce(k.tat, '-infinity'), k.now) - k.now)::interval AS reset_after
+FROM (SELECT p.name AS policy, $1::text AS key, p.interval_us, p.burst, c.now,
+             CASE WHEN p.unlogged THEN pgcoord_ratelimit_unlogged_tat(p.name, $1::text) ELSE s.tat END AS tat
+        FROM (SELECT pgcoord_clock() AS now) c
+        JOIN pgcoord_ratelimit_policies p ON p.name = $2::text
+        LEFT JOIN pgcoord_ratelimit_state s ON s.policy = p.name AND s.key = $1::text) k
 `
 
 type RatelimitKeyParams struct {
@@ -67,11 +68,11 @@ type RatelimitKeyRow struct {
 	Key        string
 	Remaining  int64
 	ResetAfter pgtype.Interval
-	Tat        *time.Time
 }
 
 // A key's state, judged at one instant of the clock: the units it admits and how long until
-// it is at rest.
+// it is at rest. (An unlogged policy's key is read through pgcoord_ratelimit_unlogged_tat,
+// NULL on a standby, which has none of those keys.)
 func (q *Queries) RatelimitKey(ctx context.Context, db DBTX, arg RatelimitKeyParams) (RatelimitKeyRow, error) {
 	row := db.QueryRow(ctx, ratelimitKey, arg.Key, arg.Policy)
 	var i RatelimitKeyRow
@@ -80,13 +81,12 @@ func (q *Queries) RatelimitKey(ctx context.Context, db DBTX, arg RatelimitKeyPar
 		&i.Key,
 		&i.Remaining,
 		&i.ResetAfter,
-		&i.Tat,
 	)
 	return i, err
 }
 
 const ratelimitPolicies = `-- name: RatelimitPolicies :many
-SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us,
+SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.unlogged, p.interval_us,
        pgcoord_ratelimit_shadow_refused(p.name)::bigint AS shadow_refused, p.created_at, p.updated_at
 FROM pgcoord_ratelimit_policies p ORDER BY p.name LIMIT $1::int
 `
@@ -97,6 +97,7 @@ type RatelimitPoliciesRow struct {
 	Period        pgtype.Interval
 	Burst         int64
 	Shadow        bool
+	Unlogged      bool
 	IntervalUs    int64
 	ShadowRefused int64
 	CreatedAt     time.Time
@@ -119,6 +120,7 @@ func (q *Queries) RatelimitPolicies(ctx context.Context, db DBTX, maxRows int32)
 			&i.Period,
 			&i.Burst,
 			&i.Shadow,
+			&i.Unlogged,
 			&i.IntervalUs,
 			&i.ShadowRefused,
 			&i.CreatedAt,
@@ -135,7 +137,7 @@ func (q *Queries) RatelimitPolicies(ctx context.Context, db DBTX, maxRows int32)
 }
 
 const ratelimitPolicy = `-- name: RatelimitPolicy :one
-SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us,
+SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.unlogged, p.interval_us,
        pgcoord_ratelimit_shadow_refused(p.name)::bigint AS shadow_refused, p.created_at, p.updated_at
 FROM pgcoord_ratelimit_policies p WHERE p.name = $1::text
 `
@@ -146,6 +148,7 @@ type RatelimitPolicyRow struct {
 	Period        pgtype.Interval
 	Burst         int64
 	Shadow        bool
+	Unlogged      bool
 	IntervalUs    int64
 	ShadowRefused int64
 	CreatedAt     time.Time
@@ -161,6 +164,7 @@ func (q *Queries) RatelimitPolicy(ctx context.Context, db DBTX, name string) (Ra
 		&i.Period,
 		&i.Burst,
 		&i.Shadow,
+		&i.Unlogged,
 		&i.IntervalUs,
 		&i.ShadowRefused,
 		&i.CreatedAt,
@@ -186,16 +190,17 @@ func (q *Queries) RatelimitReset(ctx context.Context, db DBTX, arg RatelimitRese
 }
 
 const ratelimitSet = `-- name: RatelimitSet :one
-SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us, p.shadow_refused, p.created_at, p.updated_at FROM pgcoord_ratelimit_set($1::text, $2::bigint, $3::interval, $4::bigint,
-                                      $5::boolean) p
+SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.unlogged, p.interval_us, p.shadow_refused, p.created_at, p.updated_at FROM pgcoord_ratelimit_set($1::text, $2::bigint, $3::interval, $4::bigint,
+                                      $5::boolean, $6::boolean) p
 `
 
 type RatelimitSetParams struct {
-	Name   string
-	Rate   int64
-	Period pgtype.Interval
-	Burst  int64
-	Shadow bool
+	Name     string
+	Rate     int64
+	Period   pgtype.Interval
+	Burst    int64
+	Shadow   bool
+	Unlogged bool
 }
 
 func (q *Queries) RatelimitSet(ctx context.Context, db DBTX, arg RatelimitSetParams) (PgcoordRatelimitPolicy, error) {
@@ -205,6 +210,7 @@ func (q *Queries) RatelimitSet(ctx context.Context, db DBTX, arg RatelimitSetPar
 		arg.Period,
 		arg.Burst,
 		arg.Shadow,
+		arg.Unlogged,
 	)
 	var i PgcoordRatelimitPolicy
 	err := row.Scan(
@@ -213,6 +219,7 @@ func (q *Queries) RatelimitSet(ctx context.Context, db DBTX, arg RatelimitSetPar
 		&i.Period,
 		&i.Burst,
 		&i.Shadow,
+		&i.Unlogged,
 		&i.IntervalUs,
 		&i.ShadowRefused,
 		&i.CreatedAt,

@@ -11,7 +11,7 @@ import (
 	"github.com/pgcoord/pgcoord/ratelimit"
 )
 
-// TestUIRatelimitsPage: the policies with their mode and shadow count, a key's state on
+// TestUIRatelimitsPage: the policies with their mode (an unlogged one marked) and shadow count, a key's state on
 // request, and the audited reset of a key.
 func TestUIRatelimitsPage(t *testing.T) {
 	t.Parallel()
@@ -20,6 +20,7 @@ func TestUIRatelimitsPage(t *testing.T) {
 	for _, p := range []ratelimit.Policy{
 		{Name: "api", Rate: 10, Period: time.Second, Burst: 20},
 		{Name: "tenant", Rate: 1, Period: time.Hour, Burst: 1, Shadow: true},
+		{Name: "fast", Rate: 1, Period: time.Second, Burst: 1, Unlogged: true},
 	} {
 		if _, err := ratelimit.Set(ctx, d.pool, p); err != nil {
 			t.Fatal(err)
@@ -32,7 +33,8 @@ func TestUIRatelimitsPage(t *testing.T) {
 	}
 	contains(t, "rate limits page", d.page(t, "/ratelimits"),
 		`<tr data-policy="api">`, `<span class="badge ok">enforce</span>`,
-		`<tr data-policy="tenant">`, `<span class="badge shadow">shadow</span>`, `<td class="num">1</td>`)
+		`<tr data-policy="tenant">`, `<span class="badge shadow">shadow</span>`, `<td class="num">1</td>`,
+		`<tr data-policy="fast">`, `>unlogged</span>`)
 	contains(t, "overview", d.page(t, "/"), "Rate limits")
 
 	page := d.page(t, "/ratelimits?policy=tenant&key=t1")

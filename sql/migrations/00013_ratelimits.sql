@@ -31,6 +31,9 @@ CREATE TABLE pgcoord_ratelimit_policies (
     period         interval    NOT NULL CHECK (pgcoord_ratelimit_period_ok(period)),
     burst          bigint      NOT NULL CHECK (burst BETWEEN 1 AND 1000000000),
     shadow         boolean     NOT NULL DEFAULT false,
+    -- unlogged keeps the policy's keys in pgcoord_ratelimit_state_unlogged (see there); it is
+    -- set when the policy is created and cannot change.
+    unlogged       boolean     NOT NULL DEFAULT false,
     -- interval_us is T, the emission interval in microseconds: ceil(period / rate).
     interval_us    bigint      NOT NULL CHECK (interval_us >= 1),
     -- shadow_refused counts the calls this policy would have refused while in shadow mode.
@@ -58,19 +61,61 @@ CREATE TABLE pgcoord_ratelimit_state (
 -- The keys that counted shadow refusals, for the policy's sum (few: a shadow policy's).
 CREATE INDEX pgcoord_ratelimit_state_shadow ON pgcoord_ratelimit_state (policy) WHERE shadow_refused > 0;
 
+-- The keys of unlogged policies: the same rows in an UNLOGGED table. Its writes skip the
+-- WAL, so a transaction that charges only such keys commits without waiting for a WAL
+-- flush; and PostgreSQL empties the table after a crash, and a standby has none of it, so a
+-- crash or a failover puts every key of those policies at rest (a full burst again).
+CREATE UNLOGGED TABLE pgcoord_ratelimit_state_unlogged (
+    policy         text        NOT NULL,
+    key            text        NOT NULL,
+    tat            timestamptz NOT NULL,
+    shadow_refused bigint      NOT NULL DEFAULT 0,
+    PRIMARY KEY (policy, key)
+) WITH (fillfactor = 70);
+
+CREATE INDEX pgcoord_ratelimit_state_unlogged_shadow ON pgcoord_ratelimit_state_unlogged (policy) WHERE shadow_refused > 0;
+
+COMMENT ON TABLE pgcoord_ratelimit_state_unlogged IS 'pgcoord: rate limit keys of unlogged policies ahead of the clock (lost at a crash or failover)';
+
+-- pgcoord_ratelimit_unlogged_tat is a key's arrival time in the unlogged table; NULL on a
+-- standby, which has none of that table (and cannot even plan a query that names it).
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_ratelimit_unlogged_tat(p_policy text, p_key text) RETURNS timestamptz
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF pg_is_in_recovery() THEN
+        RETURN NULL;
+    END IF;
+    RETURN (SELECT s.tat FROM pgcoord_ratelimit_state_unlogged s WHERE s.policy = p_policy AND s.key = p_key);
+END
+$$;
+-- +goose StatementEnd
+
 -- pgcoord_ratelimit_shadow_refused is a policy's count of the calls it would have refused
 -- since shadow mode was turned on: its own (from collected keys) and its keys'.
-CREATE FUNCTION pgcoord_ratelimit_shadow_refused(p_policy text) RETURNS bigint LANGUAGE sql STABLE
-    AS $$ SELECT (SELECT p.shadow_refused FROM pgcoord_ratelimit_policies p WHERE p.name = p_policy)
-               + coalesce((SELECT sum(s.shadow_refused) FROM pgcoord_ratelimit_state s
-                            WHERE s.policy = p_policy AND s.shadow_refused > 0), 0)::bigint $$;
+-- (On a standby, without the unlogged keys' counts: it has none of that table.)
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_ratelimit_shadow_refused(p_policy text) RETURNS bigint LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_n bigint := (SELECT p.shadow_refused FROM pgcoord_ratelimit_policies p WHERE p.name = p_policy)
+                  + coalesce((SELECT sum(s.shadow_refused) FROM pgcoord_ratelimit_state s
+                               WHERE s.policy = p_policy AND s.shadow_refused > 0), 0)::bigint;
+BEGIN
+    IF NOT pg_is_in_recovery() THEN
+        v_n := v_n + coalesce((SELECT sum(s.shadow_refused) FROM pgcoord_ratelimit_state_unlogged s
+                                WHERE s.policy = p_policy AND s.shadow_refused > 0), 0)::bigint;
+    END IF;
+    RETURN v_n;
+END
+$$;
+-- +goose StatementEnd
 
 COMMENT ON TABLE pgcoord_ratelimit_state IS 'pgcoord: rate limit keys ahead of the clock (theoretical arrival time)';
 
 -- pgcoord_ratelimit_set creates or changes a policy; the change applies from the next call.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_ratelimit_set(p_name text, p_rate bigint, p_period interval, p_burst bigint,
-                                      p_shadow boolean DEFAULT false)
+                                      p_shadow boolean DEFAULT false, p_unlogged boolean DEFAULT false)
 RETURNS SETOF pgcoord_ratelimit_policies LANGUAGE plpgsql AS $$
 DECLARE
     v_us numeric;
@@ -91,22 +136,31 @@ BEGIN
     IF p_shadow IS NULL THEN
         PERFORM pgcoord_refuse('shadow', 'true or false', NULL);
     END IF;
+    IF p_unlogged IS NULL THEN
+        PERFORM pgcoord_refuse('unlogged', 'true or false', NULL);
+    END IF;
+    IF EXISTS (SELECT FROM pgcoord_ratelimit_policies p WHERE p.name = p_name AND p.unlogged <> p_unlogged) THEN
+        PERFORM pgcoord_refuse('unlogged', 'what the policy was created with (' || (NOT p_unlogged)::text
+                               || '): delete the policy and create it again to change it', p_unlogged::text);
+    END IF;
     v_us := ceil(extract(epoch FROM p_period) * 1000000 / p_rate);
     IF v_us * p_burst > 366 * 86400 * 1000000::numeric THEN
         PERFORM pgcoord_refuse('burst × period / rate', 'at most 366 days', (v_us * p_burst / 1000000) || ' s');
     END IF;
-    INSERT INTO pgcoord_ratelimit_policies AS p (name, rate, period, burst, shadow, interval_us)
-    VALUES (p_name, p_rate, p_period, p_burst, p_shadow, v_us)
+    INSERT INTO pgcoord_ratelimit_policies AS p (name, rate, period, burst, shadow, unlogged, interval_us)
+    VALUES (p_name, p_rate, p_period, p_burst, p_shadow, p_unlogged, v_us)
     ON CONFLICT (name) DO UPDATE
        SET rate = excluded.rate, period = excluded.period, burst = excluded.burst,
            shadow = excluded.shadow, interval_us = excluded.interval_us,
            shadow_refused = CASE WHEN p.shadow AND excluded.shadow THEN p.shadow_refused ELSE 0 END,
            updated_at = pgcoord_now()
     RETURNING (NOT (p.shadow AND p_shadow)) INTO v_restart;
-    IF v_restart THEN
+    IF v_restart AND p_unlogged THEN
+        UPDATE pgcoord_ratelimit_state_unlogged s SET shadow_refused = 0 WHERE s.policy = p_name AND s.shadow_refused > 0;
+    ELSIF v_restart THEN
         UPDATE pgcoord_ratelimit_state s SET shadow_refused = 0 WHERE s.policy = p_name AND s.shadow_refused > 0;
     END IF;
-    RETURN QUERY SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us,
+    RETURN QUERY SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.unlogged, p.interval_us,
                         pgcoord_ratelimit_shadow_refused(p.name), p.created_at, p.updated_at
                    FROM pgcoord_ratelimit_policies p WHERE p.name = p_name;
 END
@@ -122,6 +176,8 @@ BEGIN
     END IF;
     PERFORM FROM pgcoord_ratelimit_state s WHERE s.policy = p_name ORDER BY s.key FOR UPDATE;
     DELETE FROM pgcoord_ratelimit_state s WHERE s.policy = p_name;
+    PERFORM FROM pgcoord_ratelimit_state_unlogged s WHERE s.policy = p_name ORDER BY s.key FOR UPDATE;
+    DELETE FROM pgcoord_ratelimit_state_unlogged s WHERE s.policy = p_name;
     DELETE FROM pgcoord_ratelimit_policies p WHERE p.name = p_name;
     RETURN FOUND;
 END
@@ -139,7 +195,11 @@ BEGIN
     IF NOT pgcoord_name_ok(p_key) THEN
         PERFORM pgcoord_refuse_name('rate limit key', p_key);
     END IF;
-    DELETE FROM pgcoord_ratelimit_state s WHERE s.policy = p_policy AND s.key = p_key;
+    IF (SELECT p.unlogged FROM pgcoord_ratelimit_policies p WHERE p.name = p_policy) THEN
+        DELETE FROM pgcoord_ratelimit_state_unlogged s WHERE s.policy = p_policy AND s.key = p_key;
+    ELSE
+        DELETE FROM pgcoord_ratelimit_state s WHERE s.policy = p_policy AND s.key = p_key;
+    END IF;
     RETURN FOUND;
 END
 $$;
@@ -209,6 +269,7 @@ DECLARE
     v_period interval[];
     v_burst bigint[];
     v_shadow boolean[];
+    v_unlogged boolean[];      -- the key's row is in pgcoord_ratelimit_state_unlogged
     v_tat timestamptz[];       -- as read or locked; NULL: no row (at rest)
     v_t timestamptz;
     v_ahead bigint[];          -- µs the pair's tat is ahead of v_now (<= 0: at rest)
@@ -268,15 +329,17 @@ BEGIN
     -- The pairs' policies and rows as they are, in (policy, key) order, without a lock.
     SELECT array_agg(x.i), array_agg(x.p), array_agg(x.k), array_agg(x.interval_us),
            array_agg(x.interval_us * x.burst), array_agg(x.rate), array_agg(x.period), array_agg(x.burst),
-           array_agg(x.shadow), array_agg(x.tat),
+           array_agg(x.shadow), array_agg(x.unlogged), array_agg(x.tat),
            count(x.name), bool_and(x.names_ok), count(DISTINCT (x.p, x.k))
-      INTO v_pos, v_names, v_keys, v_us, v_tau, v_rate, v_period, v_burst, v_shadow, v_tat,
+      INTO v_pos, v_names, v_keys, v_us, v_tau, v_rate, v_period, v_burst, v_shadow, v_unlogged, v_tat,
            v_known, v_names_ok, v_distinct
-      FROM (SELECT u.i::integer AS i, u.p, u.k, p.name, p.interval_us, p.burst, p.rate, p.period, p.shadow, s.tat,
+      FROM (SELECT u.i::integer AS i, u.p, u.k, p.name, p.interval_us, p.burst, p.rate, p.period, p.shadow,
+                   p.unlogged, coalesce(s.tat, su.tat) AS tat,
                    coalesce(pgcoord_name_ok(u.p) AND pgcoord_name_ok(u.k), false) AS names_ok
               FROM unnest(p_policies, p_keys) WITH ORDINALITY AS u(p, k, i)
               LEFT JOIN pgcoord_ratelimit_policies p ON p.name = u.p
-              LEFT JOIN pgcoord_ratelimit_state s ON s.policy = u.p AND s.key = u.k
+              LEFT JOIN pgcoord_ratelimit_state s ON s.policy = u.p AND s.key = u.k AND NOT p.unlogged
+              LEFT JOIN pgcoord_ratelimit_state_unlogged su ON su.policy = u.p AND su.key = u.k AND p.unlogged
              ORDER BY u.p, u.k) x;
     IF NOT v_names_ok THEN
         FOR i IN 1 .. v_n LOOP
@@ -326,15 +389,26 @@ BEGIN
     END LOOP;
     IF NOT v_refused THEN
         FOR i IN 1 .. v_n LOOP
-            SELECT s.tat INTO v_t FROM pgcoord_ratelimit_state s
-             WHERE s.policy = v_names[i] AND s.key = v_keys[i] FOR UPDATE;
-            IF NOT FOUND THEN
-                -- A key at rest: create its row; a concurrent creator makes this wait for it,
-                -- and then lock its row.
-                INSERT INTO pgcoord_ratelimit_state AS s (policy, key, tat)
-                VALUES (v_names[i], v_keys[i], pgcoord_clock())
-                ON CONFLICT ON CONSTRAINT pgcoord_ratelimit_state_pkey DO UPDATE SET tat = s.tat
-                RETURNING s.tat INTO v_t;
+            -- A key at rest has no row: create it; a concurrent creator makes this wait for
+            -- it, and then lock its row.
+            IF v_unlogged[i] THEN
+                SELECT s.tat INTO v_t FROM pgcoord_ratelimit_state_unlogged s
+                 WHERE s.policy = v_names[i] AND s.key = v_keys[i] FOR UPDATE;
+                IF NOT FOUND THEN
+                    INSERT INTO pgcoord_ratelimit_state_unlogged AS s (policy, key, tat)
+                    VALUES (v_names[i], v_keys[i], pgcoord_clock())
+                    ON CONFLICT ON CONSTRAINT pgcoord_ratelimit_state_unlogged_pkey DO UPDATE SET tat = s.tat
+                    RETURNING s.tat INTO v_t;
+                END IF;
+            ELSE
+                SELECT s.tat INTO v_t FROM pgcoord_ratelimit_state s
+                 WHERE s.policy = v_names[i] AND s.key = v_keys[i] FOR UPDATE;
+                IF NOT FOUND THEN
+                    INSERT INTO pgcoord_ratelimit_state AS s (policy, key, tat)
+                    VALUES (v_names[i], v_keys[i], pgcoord_clock())
+                    ON CONFLICT ON CONSTRAINT pgcoord_ratelimit_state_pkey DO UPDATE SET tat = s.tat
+                    RETURNING s.tat INTO v_t;
+                END IF;
             END IF;
             v_tat[i] := v_t;
         END LOOP;
@@ -428,7 +502,13 @@ BEGIN
     -- One write per row that changed.
     IF NOT v_refused THEN
         FOR i IN 1 .. v_n LOOP
-            IF v_counted[i] > 0 OR v_now + v_ahead[i] * interval '1 microsecond' <> v_tat[i] THEN
+            CONTINUE WHEN v_counted[i] = 0 AND v_now + v_ahead[i] * interval '1 microsecond' = v_tat[i];
+            IF v_unlogged[i] THEN
+                UPDATE pgcoord_ratelimit_state_unlogged s
+                   SET tat = greatest(v_tat[i], v_now + v_ahead[i] * interval '1 microsecond'),
+                       shadow_refused = s.shadow_refused + v_counted[i]
+                 WHERE s.policy = v_names[i] AND s.key = v_keys[i];
+            ELSE
                 UPDATE pgcoord_ratelimit_state s
                    SET tat = greatest(v_tat[i], v_now + v_ahead[i] * interval '1 microsecond'),
                        shadow_refused = s.shadow_refused + v_counted[i]
@@ -468,6 +548,7 @@ CREATE FUNCTION pgcoord_ratelimit_cancel(p_policies text[], p_keys text[], p_tat
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer;
+    v_pair record;
 BEGIN
     IF coalesce(cardinality(p_policies) NOT BETWEEN 1 AND 16 OR cardinality(p_keys) <> cardinality(p_policies)
                 OR cardinality(p_tats) <> cardinality(p_policies)
@@ -480,16 +561,26 @@ BEGIN
         PERFORM pgcoord_refuse('p_bases', 'each at most its p_tats element (a reservation''s arrival times)',
                                (SELECT b::text FROM unnest(p_tats, p_bases) u(t, b) WHERE b > t LIMIT 1));
     END IF;
-    -- Lock the rows in (policy, key) order first, as every take does: no deadlock with one.
-    PERFORM FROM pgcoord_ratelimit_state s JOIN unnest(p_policies, p_keys) AS u(p, k) ON s.policy = u.p AND s.key = u.k
-     ORDER BY s.policy, s.key FOR UPDATE OF s;
-    WITH back AS (
-        UPDATE pgcoord_ratelimit_state s
-           SET tat = greatest(u.b, pgcoord_clock())
+    -- Pair by pair in (policy, key) order, as every take locks them: no deadlock with one.
+    v_n := 0;
+    FOR v_pair IN
+        SELECT u.p, u.k, u.t, u.b, p.unlogged
           FROM unnest(p_policies, p_keys, p_tats, p_bases) AS u(p, k, t, b)
-         WHERE s.policy = u.p AND s.key = u.k AND s.tat = u.t AND u.t > pgcoord_clock()
-        RETURNING 1)
-    SELECT count(*) INTO v_n FROM back;
+          JOIN pgcoord_ratelimit_policies p ON p.name = u.p
+         WHERE u.t > pgcoord_clock()
+         ORDER BY u.p, u.k
+    LOOP
+        IF v_pair.unlogged THEN
+            UPDATE pgcoord_ratelimit_state_unlogged s SET tat = greatest(v_pair.b, pgcoord_clock())
+             WHERE s.policy = v_pair.p AND s.key = v_pair.k AND s.tat = v_pair.t;
+        ELSE
+            UPDATE pgcoord_ratelimit_state s SET tat = greatest(v_pair.b, pgcoord_clock())
+             WHERE s.policy = v_pair.p AND s.key = v_pair.k AND s.tat = v_pair.t;
+        END IF;
+        IF FOUND THEN
+            v_n := v_n + 1;
+        END IF;
+    END LOOP;
     RETURN v_n;
 END
 $$;
@@ -515,9 +606,11 @@ CREATE FUNCTION pgcoord_gc_ratelimit(p_batch integer, p_dry_run boolean) RETURNS
 DECLARE
     v_now timestamptz := pgcoord_clock();
     v_n bigint;
+    v_u bigint;
 BEGIN
     IF p_dry_run THEN
-        SELECT count(*) INTO v_n FROM pgcoord_ratelimit_state s WHERE s.tat <= v_now;
+        SELECT (SELECT count(*) FROM pgcoord_ratelimit_state s WHERE s.tat <= v_now)
+             + (SELECT count(*) FROM pgcoord_ratelimit_state_unlogged s WHERE s.tat <= v_now) INTO v_n;
         RETURN v_n;
     END IF;
     -- A deleted key's shadow count goes to its policy's.
@@ -535,7 +628,23 @@ BEGIN
           FROM (SELECT policy, sum(shadow_refused) AS n FROM gone WHERE shadow_refused > 0 GROUP BY policy) g
          WHERE p.name = g.policy)
     SELECT count(*) INTO v_n FROM gone;
-    RETURN v_n;
+    IF v_n >= p_batch THEN
+        RETURN v_n;
+    END IF;
+    -- The rest of the batch from the unlogged policies' keys, alike.
+    WITH gone AS (
+        DELETE FROM pgcoord_ratelimit_state_unlogged s
+         WHERE s.ctid = ANY (ARRAY(
+                SELECT c.ctid FROM pgcoord_ratelimit_state_unlogged c WHERE c.tat <= v_now
+                 LIMIT p_batch - v_n FOR UPDATE SKIP LOCKED))
+           AND s.tat <= v_now
+        RETURNING s.policy, s.shadow_refused),
+    folded AS (
+        UPDATE pgcoord_ratelimit_policies p SET shadow_refused = p.shadow_refused + g.n
+          FROM (SELECT policy, sum(shadow_refused) AS n FROM gone WHERE shadow_refused > 0 GROUP BY policy) g
+         WHERE p.name = g.policy)
+    SELECT count(*) INTO v_u FROM gone;
+    RETURN v_n + v_u;
 END
 $$;
 -- +goose StatementEnd
@@ -623,7 +732,10 @@ BEGIN
         EXIT WHEN NOT FOUND;
         IF p_rate_policy IS NULL THEN
             SELECT * INTO r FROM pgcoord_semaphore_admit(v_key, p_holder, p_ttl, true);
-        ELSIF EXISTS (SELECT FROM pgcoord_ratelimit_state s JOIN pgcoord_ratelimit_policies p ON p.name = s.policy
+        ELSIF EXISTS (SELECT FROM (SELECT s.policy, s.key, s.tat FROM pgcoord_ratelimit_state s
+                                   UNION ALL
+                                   SELECT s.policy, s.key, s.tat FROM pgcoord_ratelimit_state_unlogged s) s
+                        JOIN pgcoord_ratelimit_policies p ON p.name = s.policy
                        WHERE s.policy = p_rate_policy AND s.key = v_key AND NOT p.shadow
                          AND s.tat - pgcoord_clock() > make_interval(secs => (p.burst - 1) * p.interval_us / 1000000.0)) THEN
             -- Over its rate now (read without a lock): passed over without trying.
@@ -742,10 +854,12 @@ DROP FUNCTION pgcoord_ratelimit_take(text[], text[], bigint, boolean, interval);
 DROP FUNCTION pgcoord_ratelimit_take_each(text[], text[], bigint[], boolean, interval);
 DROP FUNCTION pgcoord_ratelimit_reset(text, text);
 DROP FUNCTION pgcoord_ratelimit_delete(text);
-DROP FUNCTION pgcoord_ratelimit_set(text, bigint, interval, bigint, boolean);
+DROP FUNCTION pgcoord_ratelimit_set(text, bigint, interval, bigint, boolean, boolean);
+DROP TABLE pgcoord_ratelimit_state_unlogged;
 DROP TABLE pgcoord_ratelimit_state;
 DROP TABLE pgcoord_ratelimit_policies;
 DROP FUNCTION pgcoord_ratelimit_shadow_refused(text);
+DROP FUNCTION pgcoord_ratelimit_unlogged_tat(text, text);
 DROP FUNCTION pgcoord_ratelimit_period_ok(interval);
 -- +goose StatementBegin
 DO $body$

@@ -52,7 +52,7 @@ SELECT pgcoord_ratelimit_cancel(@policies::text[], @keys::text[], @tats::timesta
 
 -- name: RatelimitSet :one
 SELECT p.* FROM pgcoord_ratelimit_set(@name::text, @rate::bigint, @period::interval, @burst::bigint,
-                                      @shadow::boolean) p;
+                                      @shadow::boolean, @unlogged::boolean) p;
 
 -- name: RatelimitDelete :one
 SELECT pgcoord_ratelimit_delete(@name::text)::boolean AS deleted;
@@ -62,23 +62,25 @@ SELECT pgcoord_ratelimit_reset(@policy::text, @key::text)::boolean AS reset;
 
 -- name: RatelimitPolicies :many
 -- (shadow_refused: the policy's count and its keys', pgcoord_ratelimit_shadow_refused)
-SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us,
+SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.unlogged, p.interval_us,
        pgcoord_ratelimit_shadow_refused(p.name)::bigint AS shadow_refused, p.created_at, p.updated_at
 FROM pgcoord_ratelimit_policies p ORDER BY p.name LIMIT @max_rows::int;
 
 -- name: RatelimitPolicy :one
-SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.interval_us,
+SELECT p.name, p.rate, p.period, p.burst, p.shadow, p.unlogged, p.interval_us,
        pgcoord_ratelimit_shadow_refused(p.name)::bigint AS shadow_refused, p.created_at, p.updated_at
 FROM pgcoord_ratelimit_policies p WHERE p.name = @name::text;
 
 -- name: RatelimitKey :one
 -- A key's state, judged at one instant of the clock: the units it admits and how long until
--- it is at rest.
-SELECT p.name AS policy, @key::text AS key,
-       greatest(floor((extract(epoch FROM (c.now - greatest(coalesce(s.tat, '-infinity'), c.now))) * 1000000
-                       + p.interval_us * p.burst) / p.interval_us), 0)::bigint AS remaining,
-       (greatest(coalesce(s.tat, '-infinity'), c.now) - c.now)::interval AS reset_after,
-       s.tat
-FROM (SELECT pgcoord_clock() AS now) c
-JOIN pgcoord_ratelimit_policies p ON p.name = @policy::text
-LEFT JOIN pgcoord_ratelimit_state s ON s.policy = p.name AND s.key = @key::text;
+-- it is at rest. (An unlogged policy's key is read through pgcoord_ratelimit_unlogged_tat,
+-- NULL on a standby, which has none of those keys.)
+SELECT k.policy, k.key,
+       greatest(floor((extract(epoch FROM (k.now - greatest(coalesce(k.tat, '-infinity'), k.now))) * 1000000
+                       + k.interval_us * k.burst) / k.interval_us), 0)::bigint AS remaining,
+       (greatest(coalesce(k.tat, '-infinity'), k.now) - k.now)::interval AS reset_after
+FROM (SELECT p.name AS policy, @key::text AS key, p.interval_us, p.burst, c.now,
+             CASE WHEN p.unlogged THEN pgcoord_ratelimit_unlogged_tat(p.name, @key::text) ELSE s.tat END AS tat
+        FROM (SELECT pgcoord_clock() AS now) c
+        JOIN pgcoord_ratelimit_policies p ON p.name = @policy::text
+        LEFT JOIN pgcoord_ratelimit_state s ON s.policy = p.name AND s.key = @key::text) k;
