@@ -58,6 +58,8 @@
 //     coalesced call's error then also wraps a note that its outcome is not known.
 //   - Only a primary takes charges: on a standby every call fails with an error wrapping
 //     pgcoord.ErrReadOnly.
+//   - An unlogged policy (Policy.Unlogged) keeps its keys in an UNLOGGED table: a crash of
+//     the server or a failover puts every one of them at rest (a full burst again).
 //   - With asynchronous replication, a failover loses the charges of the last moments
 //     before it: the new primary can admit up to that window's calls again.
 //   - A call inside a long transaction holds its keys' row locks until that transaction
