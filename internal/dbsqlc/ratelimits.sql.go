@@ -306,11 +306,11 @@ func (q *Queries) RatelimitTakeEach(ctx context.Context, db DBTX, arg RatelimitT
 }
 
 const ratelimitTakeOne = `-- name: RatelimitTakeOne :many
-WITH charged AS (
+WITH charged_logged AS (
     UPDATE pgcoord_ratelimit_state s
        SET tat = greatest(s.tat, pgcoord_clock()) + $1::bigint * p.interval_us * interval '1 microsecond'
       FROM pgcoord_ratelimit_policies p
-     WHERE s.policy = $2::text AND s.key = $3::text AND p.name = $2::text AND NOT p.shadow
+     WHERE s.policy = $2::text AND s.key = $3::text AND p.name = $2::text AND NOT p.shadow AND NOT p.unlogged
        AND $1::bigint <= p.burst
        AND greatest(s.tat, pgcoord_clock()) - pgcoord_clock()
            + ($1::bigint - p.burst) * p.interval_us * interval '1 microsecond'
@@ -318,6 +318,20 @@ WITH charged AS (
     RETURNING p.name, p.rate, p.period, p.burst, s.tat,
               s.tat - p.burst * p.interval_us * interval '1 microsecond' AS slot,
               p.interval_us, pgcoord_clock() AS now
+), charged_unlogged AS (
+    UPDATE pgcoord_ratelimit_state_unlogged s
+       SET tat = greatest(s.tat, pgcoord_clock()) + $1::bigint * p.interval_us * interval '1 microsecond'
+      FROM pgcoord_ratelimit_policies p
+     WHERE s.policy = $2::text AND s.key = $3::text AND p.name = $2::text AND NOT p.shadow AND p.unlogged
+       AND $1::bigint <= p.burst
+       AND greatest(s.tat, pgcoord_clock()) - pgcoord_clock()
+           + ($1::bigint - p.burst) * p.interval_us * interval '1 microsecond'
+           <= coalesce($4::interval, interval '0')
+    RETURNING p.name, p.rate, p.period, p.burst, s.tat,
+              s.tat - p.burst * p.interval_us * interval '1 microsecond' AS slot,
+              p.interval_us, pgcoord_clock() AS now
+), charged AS (
+    SELECT name, rate, period, burst, tat, slot, interval_us, now FROM charged_logged UNION ALL SELECT name, rate, period, burst, tat, slot, interval_us, now FROM charged_unlogged
 )
 SELECT 1::int AS call_no, $1::bigint AS granted, c.name::text AS policy, interval '0' AS retry_after,
        greatest(c.slot - c.now, interval '0')::interval AS delay, c.slot::timestamptz AS slot,
@@ -359,9 +373,10 @@ type RatelimitTakeOneRow struct {
 	Bases      []time.Time
 }
 
-// One call of one pair (not AllowAtMost), in one statement: the UPDATE charges the key when
+// One call of one pair (not AllowAtMost), in one statement: an UPDATE charges the key when
 // its row is there, its policy enforcing and the call admitted — the usual case, with no
-// PL/pgSQL at all; otherwise (a key at rest, a refusal, a shadow policy, an error to raise)
+// PL/pgSQL at all (one UPDATE for each table of keys: the policy's mode picks the one that
+// can match); otherwise (a key at rest, a refusal, a shadow policy, an error to raise)
 // pgcoord_ratelimit_take_each decides it, which the one-time NOT EXISTS filter runs only
 // then. The clock is read as the row is updated, so a call that waited for the row's lock
 // is judged when it has it; each reading is later than the one before, so the key is never

@@ -11,18 +11,19 @@ FROM pgcoord_ratelimit_take_each(@policies::text[], @keys::text[], @costs::bigin
                                  sqlc.narg('max_wait')::interval) t;
 
 -- name: RatelimitTakeOne :many
--- One call of one pair (not AllowAtMost), in one statement: the UPDATE charges the key when
+-- One call of one pair (not AllowAtMost), in one statement: an UPDATE charges the key when
 -- its row is there, its policy enforcing and the call admitted — the usual case, with no
--- PL/pgSQL at all; otherwise (a key at rest, a refusal, a shadow policy, an error to raise)
+-- PL/pgSQL at all (one UPDATE for each table of keys: the policy's mode picks the one that
+-- can match); otherwise (a key at rest, a refusal, a shadow policy, an error to raise)
 -- pgcoord_ratelimit_take_each decides it, which the one-time NOT EXISTS filter runs only
 -- then. The clock is read as the row is updated, so a call that waited for the row's lock
 -- is judged when it has it; each reading is later than the one before, so the key is never
 -- charged beyond its tolerance at the instant of the charge.
-WITH charged AS (
+WITH charged_logged AS (
     UPDATE pgcoord_ratelimit_state s
        SET tat = greatest(s.tat, pgcoord_clock()) + sqlc.arg('cost')::bigint * p.interval_us * interval '1 microsecond'
       FROM pgcoord_ratelimit_policies p
-     WHERE s.policy = sqlc.arg('policy')::text AND s.key = sqlc.arg('key')::text AND p.name = sqlc.arg('policy')::text AND NOT p.shadow
+     WHERE s.policy = sqlc.arg('policy')::text AND s.key = sqlc.arg('key')::text AND p.name = sqlc.arg('policy')::text AND NOT p.shadow AND NOT p.unlogged
        AND sqlc.arg('cost')::bigint <= p.burst
        AND greatest(s.tat, pgcoord_clock()) - pgcoord_clock()
            + (sqlc.arg('cost')::bigint - p.burst) * p.interval_us * interval '1 microsecond'
@@ -30,6 +31,20 @@ WITH charged AS (
     RETURNING p.name, p.rate, p.period, p.burst, s.tat,
               s.tat - p.burst * p.interval_us * interval '1 microsecond' AS slot,
               p.interval_us, pgcoord_clock() AS now
+), charged_unlogged AS (
+    UPDATE pgcoord_ratelimit_state_unlogged s
+       SET tat = greatest(s.tat, pgcoord_clock()) + sqlc.arg('cost')::bigint * p.interval_us * interval '1 microsecond'
+      FROM pgcoord_ratelimit_policies p
+     WHERE s.policy = sqlc.arg('policy')::text AND s.key = sqlc.arg('key')::text AND p.name = sqlc.arg('policy')::text AND NOT p.shadow AND p.unlogged
+       AND sqlc.arg('cost')::bigint <= p.burst
+       AND greatest(s.tat, pgcoord_clock()) - pgcoord_clock()
+           + (sqlc.arg('cost')::bigint - p.burst) * p.interval_us * interval '1 microsecond'
+           <= coalesce(sqlc.narg('max_wait')::interval, interval '0')
+    RETURNING p.name, p.rate, p.period, p.burst, s.tat,
+              s.tat - p.burst * p.interval_us * interval '1 microsecond' AS slot,
+              p.interval_us, pgcoord_clock() AS now
+), charged AS (
+    SELECT * FROM charged_logged UNION ALL SELECT * FROM charged_unlogged
 )
 SELECT 1::int AS call_no, sqlc.arg('cost')::bigint AS granted, c.name::text AS policy, interval '0' AS retry_after,
        greatest(c.slot - c.now, interval '0')::interval AS delay, c.slot::timestamptz AS slot,
