@@ -239,7 +239,7 @@ func takeEach(ctx context.Context, rs []request) ([]outcome, error) {
 				ResetAfter: dbarg.Duration(row.ResetAfter),
 				Quota:      Quota{Rate: row.Rate, Period: dbarg.Duration(row.Period), Burst: row.Burst},
 			},
-			sl:   slot{delay: dbarg.Duration(row.Delay), at: row.Slot},
+			sl:    slot{delay: dbarg.Duration(row.Delay), at: row.Slot},
 			tats:  row.Tats,
 			bases: row.Bases,
 		}
