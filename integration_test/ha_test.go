@@ -512,6 +512,7 @@ func (c *haCluster) waitNodeUp(container string) {
 			return
 		}
 		if time.Now().After(deadline) {
+			c.logNodes() // the nodes' logs say why
 			c.t.Fatalf("%s: PostgreSQL not running %v after the node started: %v", container, haWaitLimit, err)
 		}
 		time.Sleep(500 * time.Millisecond)
