@@ -48,33 +48,21 @@ func init() {
 		Description: "ratelimit.Allow of 1 unit on the worker's own key (autocommit)",
 		Floor:       FloorGCRA,
 		Setup:       setupRatelimit,
-		NewWorker:   newAllowWorker(1, false),
+		NewWorker:   newAllowWorker(benchPolicies[0], 1, false),
 	})
 	Register(Scenario{
 		Name:        "ratelimit.nested",
 		Description: "ratelimit.Allow of 1 unit on three limits at once: the worker's key, its tenant (one per 4 workers), and a global key",
 		Floor:       FloorGCRANested,
 		Setup:       setupRatelimit,
-		NewWorker:   newAllowWorker(3, false),
+		NewWorker:   newAllowWorker(benchPolicies[0], 3, false),
 	})
 	Register(Scenario{
 		Name:        "ratelimit.unlogged",
 		Description: "ratelimit.Allow of 1 unit on the worker's own key of an unlogged policy (its keys in an UNLOGGED table; autocommit)",
 		Floor:       FloorGCRA,
 		Setup:       setupRatelimit,
-		NewWorker: func(_ context.Context, w Worker) (Op, error) {
-			limits := []ratelimit.Limit{{Policy: unloggedPolicy.Name, Key: "w" + strconv.Itoa(w.ID)}}
-			return func(ctx context.Context) error {
-				d, err := ratelimit.Allow(ctx, w.Conn, 1, limits, nil)
-				if err != nil {
-					return fmt.Errorf("bench: ratelimit.Allow: %w", err)
-				}
-				if !d.Allowed {
-					return fmt.Errorf("bench: ratelimit.Allow refused by %s: the bench policies admit a billion a second", d.Policy)
-				}
-				return nil
-			}, nil
-		},
+		NewWorker:   newAllowWorker(unloggedPolicy.Name, 1, false),
 	})
 	Register(Scenario{
 		Name:        "ratelimit.hot_key",
@@ -86,7 +74,7 @@ func init() {
 			}
 			return setupSharedPool(ctx, pool)
 		},
-		NewWorker: newAllowWorker(1, true),
+		NewWorker: newAllowWorker(benchPolicies[0], 1, true),
 	})
 	Register(Scenario{
 		Name: "ratelimit.refuse",
@@ -145,14 +133,15 @@ func setupRatelimit(ctx context.Context, pool *pgxpool.Pool) error {
 	return err
 }
 
-// benchLimits are the (policy, key) pairs a worker charges: its own key; with three, also
-// its tenant's (workers 0-3, 4-7, ...) and the global key; with hot, one key for all.
-func benchLimits(w Worker, n int, hot bool) []ratelimit.Limit {
+// benchLimits are the (policy, key) pairs a worker charges: its own key under policy; with
+// three, also its tenant's (workers 0-3, 4-7, ...) and the global key; with hot, one key
+// for all.
+func benchLimits(w Worker, policy string, n int, hot bool) []ratelimit.Limit {
 	key := "w" + strconv.Itoa(w.ID)
 	if hot {
 		key = "hot"
 	}
-	ls := []ratelimit.Limit{{Policy: benchPolicies[0], Key: key}}
+	ls := []ratelimit.Limit{{Policy: policy, Key: key}}
 	if n == 3 {
 		ls = append(ls, ratelimit.Limit{Policy: benchPolicies[1], Key: "t" + strconv.Itoa(w.ID/4)},
 			ratelimit.Limit{Policy: benchPolicies[2], Key: "all"})
@@ -160,9 +149,9 @@ func benchLimits(w Worker, n int, hot bool) []ratelimit.Limit {
 	return ls
 }
 
-func newAllowWorker(n int, hot bool) func(context.Context, Worker) (Op, error) {
+func newAllowWorker(policy string, n int, hot bool) func(context.Context, Worker) (Op, error) {
 	return func(_ context.Context, w Worker) (Op, error) {
-		limits := benchLimits(w, n, hot)
+		limits := benchLimits(w, policy, n, hot)
 		var db pgcoord.DBTX = w.Conn
 		if hot {
 			sp, err := sharedPool(w)
@@ -196,7 +185,7 @@ const floorGCRA = `INSERT INTO ` + floorRatelimitTable + ` AS s (policy, key, ta
 
 func newFloorGCRAWorker(n int, hot bool) func(context.Context, Worker) (Op, error) {
 	return func(_ context.Context, w Worker) (Op, error) {
-		limits := benchLimits(w, n, hot)
+		limits := benchLimits(w, benchPolicies[0], n, hot)
 		charge := func(ctx context.Context, db interface {
 			QueryRow(context.Context, string, ...any) pgx.Row
 		}) error {

@@ -18,6 +18,8 @@ func TestRatelimitScenarios(t *testing.T) {
 		"ratelimit.hot_key": bench.FloorGCRAHot,
 		// Its ops fail the run if a call is admitted.
 		"ratelimit.refuse": bench.FloorGCRARefuse,
+		// Against the durable floor: what the unlogged table saves.
+		"ratelimit.unlogged": bench.FloorGCRA,
 	}
 	var scenarios []bench.Scenario
 	for name, floor := range pairs {
@@ -27,7 +29,7 @@ func TestRatelimitScenarios(t *testing.T) {
 		}
 		scenarios = append(scenarios, s)
 	}
-	var keys, tenants, hot, floorKeys, refused, floorRefused, charged int64
+	var keys, tenants, hot, floorKeys, refused, floorRefused, charged, unlogged, unloggedLogged int64
 	results, err := bench.Run(t.Context(), poolConfig(t), scenarios, &bench.Options{
 		Concurrency: []int{1, 5},
 		Duration:    200 * time.Millisecond,
@@ -41,14 +43,17 @@ func TestRatelimitScenarios(t *testing.T) {
 				(SELECT count(*) FROM bench_floor_ratelimit WHERE policy = 'bench_refuse'),
 				-- A key charged more than its one unit a day would be more than a day ahead.
 				(SELECT count(*) FROM pgcoord_ratelimit_state WHERE policy = 'bench_refuse'
-				    AND tat > clock_timestamp() + interval '1 day')`).Scan(&keys, &tenants, &hot, &floorKeys, &refused, &floorRefused, &charged)
+				    AND tat > clock_timestamp() + interval '1 day'),
+				(SELECT count(*) FROM pgcoord_ratelimit_state_unlogged WHERE policy = 'bench_unlogged'),
+				(SELECT count(*) FROM pgcoord_ratelimit_state WHERE policy = 'bench_unlogged')`).Scan(
+				&keys, &tenants, &hot, &floorKeys, &refused, &floorRefused, &charged, &unlogged, &unloggedLogged)
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 8 {
-		t.Fatalf("got %d results, want 4 scenarios at 2 concurrencies", len(results))
+	if len(results) != 10 {
+		t.Fatalf("got %d results, want 5 scenarios at 2 concurrencies", len(results))
 	}
 	for _, r := range results {
 		if r.Ops <= 0 || r.OpsPerSec <= 0 || r.FloorOpsPerSec <= 0 || r.Ratio <= 0 || r.P50 <= 0 {
@@ -63,5 +68,8 @@ func TestRatelimitScenarios(t *testing.T) {
 	}
 	if refused != 5 || floorRefused != 5 || charged != 0 {
 		t.Errorf("ratelimit.refuse: %d keys, %d floor keys, %d charged more than once; want 5, 5, 0", refused, floorRefused, charged)
+	}
+	if unlogged != 5 || unloggedLogged != 0 {
+		t.Errorf("ratelimit.unlogged: %d keys in the unlogged table, %d in the durable one; want 5 and 0", unlogged, unloggedLogged)
 	}
 }
