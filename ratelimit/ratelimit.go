@@ -189,10 +189,6 @@ func (r request) batchKey(pool *pgxpool.Pool) string {
 // that only that call fails.
 func takeEach(ctx context.Context, rs []request) ([]outcome, error) {
 	r := rs[0]
-	costs := make([]int64, len(rs))
-	for i, c := range rs {
-		costs[i] = c.cost
-	}
 	var rows []dbsqlc.RatelimitTakeEachRow
 	var err error
 	if len(rs) == 1 && len(r.policies) == 1 && !r.atMost {
@@ -204,6 +200,10 @@ func takeEach(ctx context.Context, rs []request) ([]outcome, error) {
 			rows = append(rows, dbsqlc.RatelimitTakeEachRow(o))
 		}
 	} else {
+		costs := make([]int64, len(rs))
+		for i, c := range rs {
+			costs[i] = c.cost
+		}
 		rows, err = queries.RatelimitTakeEach(ctx, r.db, dbsqlc.RatelimitTakeEachParams{
 			Policies: r.policies, Keys: r.keys, Costs: costs, AtMost: r.atMost, MaxWait: r.maxWait,
 		})

@@ -283,25 +283,28 @@ func TestConcurrentCallsNeverExceed(t *testing.T) {
 }
 
 // Each call is one round trip, whatever the number of limits: Allow, AllowAtMost and
-// Reserve each send one statement; a refusal too.
+// Reserve each send one statement; a refusal too; and one limit's call whether its key is
+// at rest, charged, or refused.
 func TestOneRoundTripPerCall(t *testing.T) {
 	t.Parallel()
-	other := pgtest.Pool(t)
-	cfg := other.Config()
 	rt := &pgtest.RoundTrips{}
-	cfg.ConnConfig.Tracer = rt
-	cfg.MaxConns = 1 // one connection, set up before the count (its setup is not a call's)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, other := tracedPool(t, 1, rt) // one connection, set up before the count (its setup is not a call's)
 	if err := pool.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
 	mustSet(t, other, ratelimit.Policy{Name: "a", Rate: 1, Period: time.Hour, Burst: 2})
 	mustSet(t, other, ratelimit.Policy{Name: "b", Rate: 1, Period: time.Hour, Burst: 2})
 	three := []ratelimit.Limit{lim("a", "k"), lim("b", "k"), lim("b", "t")}
+	one := []ratelimit.Limit{lim("a", "one")}
+	for _, name := range []string{"one at rest", "one charged", "one refused"} {
+		before := rt.N()
+		if _, err := ratelimit.Allow(ctx, pool, 1, one, nil); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if n := rt.N() - before; n != 1 {
+			t.Errorf("%s sent %d statements, want 1", name, n)
+		}
+	}
 	for name, call := range map[string]func() error{
 		"Allow":       func() error { _, err := ratelimit.Allow(ctx, pool, 1, three, nil); return err },
 		"AllowAtMost": func() error { _, err := ratelimit.AllowAtMost(ctx, pool, 5, three, nil); return err },
