@@ -18,8 +18,8 @@ import (
 // standby has replayed it all. The standby
 // reads the unlogged key as at rest (it has none of that table) while it is a standby.
 // After the primary crashes and restarts, the durable key is still spent and the unlogged
-// one is at rest: it admits a full burst again. The unlogged key spent again, the primary
-// crashes for good: on the promoted standby the same holds, and the unlogged policy itself (a logged
+// one is at rest: it admits a full burst again. The unlogged key spent again, a clean
+// shutdown and restart keeps it spent. Then the primary crashes for good: on the promoted standby the same holds, and the unlogged policy itself (a logged
 // row) is still there.
 func TestFailoverRatelimitUnloggedKeysReset(t *testing.T) {
 	t.Parallel()
@@ -76,6 +76,16 @@ func TestFailoverRatelimitUnloggedKeysReset(t *testing.T) {
 	after(restarted, "a crash and restart")
 	pair.waitStreaming(true)
 	spend(restarted, "after the restart", unlogged)
+	restarted.Close()
+
+	// A clean shutdown keeps the unlogged keys.
+	pair.primary.stop("fast")
+	pair.primary.start()
+	restarted = pair.primary.pool("pgcoord-failover-ratelimit-clean-restart")
+	if st, err := ratelimit.State(ctx, restarted, unlogged); err != nil || st.Remaining != 0 {
+		t.Fatalf("after a clean restart the unlogged key admits %d (%v), want 0: still spent", st.Remaining, err)
+	}
+	pair.waitStreaming(true)
 	standby = pair.standby.pool("pgcoord-failover-ratelimit-standby")
 	pair.waitReplayed(pair.primary.monitor(), standby)
 	standby.Close()
