@@ -207,3 +207,50 @@ func TestCoalescedCallsSurviveKilledBackends(t *testing.T) {
 		t.Error("no call failed although backends were killed")
 	}
 }
+
+// Calls in the caller's own transactions are never merged: each is sent on its
+// transaction, so 8 goroutines each making 20 calls on one hot key, one transaction per
+// call, send exactly BEGIN, the call and COMMIT for every call.
+func TestCallsInTransactionsAreNeverMerged(t *testing.T) {
+	t.Parallel()
+	rt := &pgtest.RoundTrips{}
+	pool, _ := tracedPool(t, 8, rt)
+	mustSet(t, pool, ratelimit.Policy{Name: "hot", Rate: 1_000_000, Period: time.Second, Burst: 1_000_000})
+	const workers, each = 8, 20
+	// Every connection set up before the count (its setup is not a call's).
+	var conns []*pgxpool.Conn
+	for range workers {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	before := rt.N()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d, err := ratelimit.Allow(ctx, tx, 1, []ratelimit.Limit{lim("hot", "k")}, nil); err != nil || !d.Allowed {
+					t.Errorf("Allow in a transaction: %+v, %v", d, err)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n, want := rt.N()-before, int64(workers*each*3); n != want {
+		t.Errorf("%d statements for %d calls in their own transactions, want %d (BEGIN, the call, COMMIT each)", n, workers*each, want)
+	}
+}
