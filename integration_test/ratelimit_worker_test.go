@@ -154,8 +154,9 @@ func rlLine(ctx context.Context, w *workerproc.Worker, name string) error {
 				errs <- err
 				return
 			}
-			_, err = w.Pool.Exec(ctx, `INSERT INTO rl_line_calls (waiter, arrived_at, slot_at, woke_at) VALUES ($1, $2, $3, clock_timestamp())`,
-				fmt.Sprintf("%s/%d", name, i), arrived, r.At)
+			// The database judged the call Delay before its slot.
+			_, err = w.Pool.Exec(ctx, `INSERT INTO rl_line_calls (waiter, arrived_at, judged_at, slot_at, woke_at) VALUES ($1, $2, $3, $4, clock_timestamp())`,
+				fmt.Sprintf("%s/%d", name, i), arrived, r.At.Add(-r.Delay), r.At)
 			errs <- err
 		}()
 	}
