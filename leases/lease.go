@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
@@ -203,13 +201,11 @@ func tryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Dura
 	meta := encodeMetadata(o.Metadata)
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
-		row, err := queries.AcquireLease(ctx, db, dbsqlc.AcquireLeaseParams{
-			Name: name, Holder: o.Holder, Ttl: dbarg.Interval(ttl), Metadata: meta.json, SyncCommit: o.SyncCommit,
-		})
-		switch {
+		r := acquire(ctx, acquireCall{db: db, name: name, holder: o.Holder, ttl: dbarg.Interval(ttl), meta: meta.json, syncCommit: o.SyncCommit})
+		switch err := r.err; {
+		case r.ok:
+			return leaseFrom(r.row, meta.values, start, o.SafetyMargin), nil
 		case err == nil:
-			return leaseFrom(row, meta.values, start, o.SafetyMargin), nil
-		case errors.Is(err, pgx.ErrNoRows):
 			return Lease{}, fmt.Errorf("%w: %q", ErrHeld, name)
 		case attempt == 0 && listen.Ambiguous(ctx, err):
 			continue // the grant may have committed: ask again as the same holder
@@ -266,17 +262,14 @@ func Renew(ctx context.Context, db pgcoord.DBTX, l Lease, ttl time.Duration, opt
 		defer func() { span.End(err) }()
 	}
 	start := time.Now()
-	row, err := queries.RenewLease(ctx, db, dbsqlc.RenewLeaseParams{
-		Name: l.Name, Holder: l.Holder, FenceToken: l.Token, Ttl: dbarg.Interval(ttl),
-		Durable: !o.AsyncCommit,
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
+	r := renew(ctx, renewCall{db: db, name: l.Name, holder: l.Holder, token: l.Token, ttl: dbarg.Interval(ttl), durable: !o.AsyncCommit})
+	if r.err != nil {
+		return Lease{}, fmt.Errorf("leases: renew %q: %w", l.Name, base.TranslateError(r.err))
+	}
+	if !r.ok {
 		return Lease{}, fmt.Errorf("%w: %q token %d", ErrLost, l.Name, l.Token)
 	}
-	if err != nil {
-		return Lease{}, fmt.Errorf("leases: renew %q: %w", l.Name, base.TranslateError(err))
-	}
-	return leaseFrom(dbsqlc.AcquireLeaseRow(row), l.Metadata, start, o.SafetyMargin), nil
+	return leaseFrom(r.row, l.Metadata, start, o.SafetyMargin), nil
 }
 
 // ReleaseOpts are the options of Release. It has none yet: pass nil.
@@ -294,11 +287,11 @@ func Release(ctx context.Context, db pgcoord.DBTX, l Lease, opts *ReleaseOpts) e
 	if err := check.DB(db); err != nil {
 		return err
 	}
-	n, err := queries.ReleaseLease(ctx, db, dbsqlc.ReleaseLeaseParams{Name: l.Name, Holder: l.Holder, FenceToken: l.Token})
-	if err != nil {
-		return fmt.Errorf("leases: release %q: %w", l.Name, base.TranslateError(err))
+	r := release(ctx, releaseCall{db: db, name: l.Name, holder: l.Holder, token: l.Token})
+	if r.err != nil {
+		return fmt.Errorf("leases: release %q: %w", l.Name, base.TranslateError(r.err))
 	}
-	if n == 0 {
+	if !r.ok {
 		return fmt.Errorf("%w: %q token %d was not current at release", ErrLost, l.Name, l.Token)
 	}
 	return nil

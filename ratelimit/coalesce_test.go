@@ -15,23 +15,6 @@ import (
 	"github.com/pgcoord/pgcoord/ratelimit"
 )
 
-// tracedPool returns a pool of n connections whose statements rt counts, and a plain pool,
-// both on one new schema.
-func tracedPool(t *testing.T, n int32, rt *pgtest.RoundTrips) (traced, plain *pgxpool.Pool) {
-	t.Helper()
-	plain = pgtest.PoolMax(t, n+2)
-	cfg := plain.Config()
-	cfg.ConnConfig.Tracer = rt
-	cfg.ConnConfig.RuntimeParams["application_name"] = "traced " + t.Name() // for pg_stat_activity
-	cfg.MaxConns = n
-	traced, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(traced.Close)
-	return traced, plain
-}
-
 // charged returns the units charged to policy's key since t0 on a frozen clock whose
 // emission interval is a second: the arrival time's distance from t0, in seconds.
 func charged(t *testing.T, pool *pgxpool.Pool, policy, key string) int64 {
@@ -91,7 +74,7 @@ func TestRefusalWritesNothing(t *testing.T) {
 func TestHotKeyCallsAreCoalescedAndExact(t *testing.T) {
 	t.Parallel()
 	rt := &pgtest.RoundTrips{}
-	pool, _ := tracedPool(t, 4, rt)
+	pool, _ := pgtest.TracedPool(t, 4, rt)
 	pgtest.NewClock(t, pool).Freeze(t0)
 	mustSet(t, pool, ratelimit.Policy{Name: "hot", Rate: 1, Period: time.Second, Burst: 500})
 	const workers, each = 32, 2000 / 32
@@ -135,7 +118,7 @@ func TestCoalescedCallsSurviveKilledBackends(t *testing.T) {
 	pgtest.NeedsSession(t, "it kills the pool's backends (behind a pooler they are PgBouncer's)")
 	t.Parallel()
 	rt := &pgtest.RoundTrips{}
-	pool, other := tracedPool(t, 4, rt)
+	pool, other := pgtest.TracedPool(t, 4, rt)
 	pgtest.NewClock(t, other).Freeze(t0)
 	const burst = 5000
 	mustSet(t, other, ratelimit.Policy{Name: "hot", Rate: 1, Period: time.Second, Burst: burst})
@@ -214,7 +197,7 @@ func TestCoalescedCallsSurviveKilledBackends(t *testing.T) {
 func TestCallsInTransactionsAreNeverMerged(t *testing.T) {
 	t.Parallel()
 	rt := &pgtest.RoundTrips{}
-	pool, _ := tracedPool(t, 8, rt)
+	pool, _ := pgtest.TracedPool(t, 8, rt)
 	mustSet(t, pool, ratelimit.Policy{Name: "hot", Rate: 1_000_000, Period: time.Second, Burst: 1_000_000})
 	const workers, each = 8, 20
 	// Every connection set up before the count (its setup is not a call's).

@@ -288,7 +288,7 @@ func TestConcurrentCallsNeverExceed(t *testing.T) {
 func TestOneRoundTripPerCall(t *testing.T) {
 	t.Parallel()
 	rt := &pgtest.RoundTrips{}
-	pool, other := tracedPool(t, 1, rt) // one connection, set up before the count (its setup is not a call's)
+	pool, other := pgtest.TracedPool(t, 1, rt) // one connection, set up before the count (its setup is not a call's)
 	if err := pool.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,16 @@ func (b *Batcher[T, R]) Do(ctx context.Context, key string, item T) (R, error) {
 	return zero, fmt.Errorf("%w: %w", ErrUnknown, ctx.Err())
 }
 
+// Waiting returns how many calls of key wait behind its batch in flight.
+func (b *Batcher[T, R]) Waiting(key string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if q, ok := b.queues[key]; ok {
+		return len(q.waiting)
+	}
+	return 0
+}
+
 // next sends the calls waiting behind key's batch that just returned, as the next batch, or
 // marks key idle if none wait.
 func (b *Batcher[T, R]) next(key string) {

@@ -61,6 +61,78 @@ func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg AcquireLeasePar
 	return i, err
 }
 
+const acquireLeases = `-- name: AcquireLeases :many
+
+SELECT a.i::int AS i, l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, pgcoord_now()::timestamptz AS db_now
+FROM generate_series(1, cardinality($1::text[]) + 0 * length(set_config('lock_timeout', $2::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_lease_acquire(($1::text[])[a.i], ($3::text[])[a.i], ($4::interval[])[a.i],
+                                         ($5::jsonb[])[a.i], nullif($6::text, '')) l
+`
+
+type AcquireLeasesParams struct {
+	Names       []string
+	LockTimeout string
+	Holders     []string
+	Ttls        []pgtype.Interval
+	Metadata    []json.RawMessage
+	SyncCommit  string
+}
+
+type AcquireLeasesRow struct {
+	I          int32
+	Name       string
+	FenceToken int64
+	Holder     *string
+	AcquiredAt time.Time
+	ExpiresAt  *time.Time
+	DbNow      time.Time
+}
+
+// The coalesced forms of the three above (leases/coalesce.go): the concurrent calls of one
+// process on one pool, as arrays in the order to run them (by name, so that two batches lock
+// rows in one order), in one statement and one commit. i is the call's position (from 1);
+// a call that is refused or finds its grant gone returns no row. A batch holds the rows it
+// has written while it runs the next calls, so it must never wait long for a row another
+// transaction holds — that transaction might be waiting for one of the batch's rows, and
+// one of the two would die in a deadlock. So a batch sets lock_timeout for its transaction
+// before any call runs (in the bound of the series of positions, computed before the series
+// yields its first row to the calls): a batch that would wait longer fails (55P03), rolls
+// back having done nothing, and its calls are sent one by one.
+func (q *Queries) AcquireLeases(ctx context.Context, db DBTX, arg AcquireLeasesParams) ([]AcquireLeasesRow, error) {
+	rows, err := db.Query(ctx, acquireLeases,
+		arg.Names,
+		arg.LockTimeout,
+		arg.Holders,
+		arg.Ttls,
+		arg.Metadata,
+		arg.SyncCommit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AcquireLeasesRow{}
+	for rows.Next() {
+		var i AcquireLeasesRow
+		if err := rows.Scan(
+			&i.I,
+			&i.Name,
+			&i.FenceToken,
+			&i.Holder,
+			&i.AcquiredAt,
+			&i.ExpiresAt,
+			&i.DbNow,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const checkLease = `-- name: CheckLease :one
 SELECT l.name, l.fence_token, l.holder, l.metadata, l.acquired_at, l.renewed_at, l.expires_at, l.released_at, l.expired_by, l.wanted_until, l.near_misses, l.last_near_miss_at, l.forced_expiries FROM pgcoord_lease_check($1::text, $2::text, $3::bigint) l
 `
@@ -295,6 +367,44 @@ func (q *Queries) ReleaseLease(ctx context.Context, db DBTX, arg ReleaseLeasePar
 	return result.RowsAffected(), nil
 }
 
+const releaseLeases = `-- name: ReleaseLeases :many
+SELECT a.i::int AS i
+FROM generate_series(1, cardinality($1::text[]) + 0 * length(set_config('lock_timeout', $2::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_lease_release(($1::text[])[a.i], ($3::text[])[a.i], ($4::bigint[])[a.i]) l
+`
+
+type ReleaseLeasesParams struct {
+	Names       []string
+	LockTimeout string
+	Holders     []string
+	FenceTokens []int64
+}
+
+func (q *Queries) ReleaseLeases(ctx context.Context, db DBTX, arg ReleaseLeasesParams) ([]int32, error) {
+	rows, err := db.Query(ctx, releaseLeases,
+		arg.Names,
+		arg.LockTimeout,
+		arg.Holders,
+		arg.FenceTokens,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int32{}
+	for rows.Next() {
+		var i int32
+		if err := rows.Scan(&i); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const renewLease = `-- name: RenewLease :one
 SELECT l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_lease_renew($1::text, $2::text, $3::bigint, $4::interval, $5::boolean) l
@@ -335,6 +445,67 @@ func (q *Queries) RenewLease(ctx context.Context, db DBTX, arg RenewLeaseParams)
 		&i.DbNow,
 	)
 	return i, err
+}
+
+const renewLeases = `-- name: RenewLeases :many
+SELECT a.i::int AS i, l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, pgcoord_now()::timestamptz AS db_now
+FROM generate_series(1, cardinality($1::text[]) + 0 * length(set_config('lock_timeout', $2::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_lease_renew(($1::text[])[a.i], ($3::text[])[a.i], ($4::bigint[])[a.i],
+                                       ($5::interval[])[a.i], $6::boolean) l
+`
+
+type RenewLeasesParams struct {
+	Names       []string
+	LockTimeout string
+	Holders     []string
+	FenceTokens []int64
+	Ttls        []pgtype.Interval
+	Durable     bool
+}
+
+type RenewLeasesRow struct {
+	I          int32
+	Name       string
+	FenceToken int64
+	Holder     *string
+	AcquiredAt time.Time
+	ExpiresAt  *time.Time
+	DbNow      time.Time
+}
+
+func (q *Queries) RenewLeases(ctx context.Context, db DBTX, arg RenewLeasesParams) ([]RenewLeasesRow, error) {
+	rows, err := db.Query(ctx, renewLeases,
+		arg.Names,
+		arg.LockTimeout,
+		arg.Holders,
+		arg.FenceTokens,
+		arg.Ttls,
+		arg.Durable,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RenewLeasesRow{}
+	for rows.Next() {
+		var i RenewLeasesRow
+		if err := rows.Scan(
+			&i.I,
+			&i.Name,
+			&i.FenceToken,
+			&i.Holder,
+			&i.AcquiredAt,
+			&i.ExpiresAt,
+			&i.DbNow,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const waitLease = `-- name: WaitLease :one

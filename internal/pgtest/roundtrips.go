@@ -3,9 +3,29 @@ package pgtest
 import (
 	"context"
 	"sync/atomic"
+	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// TracedPool returns a pool of n connections whose statements rt counts, on a migrated
+// schema of its own, and a plain pool (of n+2) on the same schema for the test's own
+// queries. The traced pool's sessions are named "traced " + t.Name() in pg_stat_activity.
+func TracedPool(t *testing.T, n int32, rt *RoundTrips) (traced, plain *pgxpool.Pool) {
+	t.Helper()
+	plain = PoolMax(t, n+2)
+	cfg := plain.Config()
+	cfg.ConnConfig.Tracer = rt
+	cfg.ConnConfig.RuntimeParams["application_name"] = "traced " + t.Name()
+	cfg.MaxConns = n
+	traced, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(traced.Close)
+	return traced, plain
+}
 
 // RoundTrips is a pgx.QueryTracer that counts the statements and batches its connections
 // send: each is one round trip once its prepared statements are cached (a pipelined batch

@@ -20,6 +20,34 @@ FROM pgcoord_lease_renew(@name::text, @holder::text, @fence_token::bigint, @ttl:
 -- name: ReleaseLease :execrows
 SELECT 1 FROM pgcoord_lease_release(@name::text, @holder::text, @fence_token::bigint);
 
+-- The coalesced forms of the three above (leases/coalesce.go): the concurrent calls of one
+-- process on one pool, as arrays in the order to run them (by name, so that two batches lock
+-- rows in one order), in one statement and one commit. i is the call's position (from 1);
+-- a call that is refused or finds its grant gone returns no row. A batch holds the rows it
+-- has written while it runs the next calls, so it must never wait long for a row another
+-- transaction holds — that transaction might be waiting for one of the batch's rows, and
+-- one of the two would die in a deadlock. So a batch sets lock_timeout for its transaction
+-- before any call runs (in the bound of the series of positions, computed before the series
+-- yields its first row to the calls): a batch that would wait longer fails (55P03), rolls
+-- back having done nothing, and its calls are sent one by one.
+
+-- name: AcquireLeases :many
+SELECT a.i::int AS i, l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, pgcoord_now()::timestamptz AS db_now
+FROM generate_series(1, cardinality(@names::text[]) + 0 * length(set_config('lock_timeout', @lock_timeout::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_lease_acquire((@names::text[])[a.i], (@holders::text[])[a.i], (@ttls::interval[])[a.i],
+                                         (@metadata::jsonb[])[a.i], nullif(@sync_commit::text, '')) l;
+
+-- name: RenewLeases :many
+SELECT a.i::int AS i, l.name, l.fence_token, l.holder, l.acquired_at, l.expires_at, pgcoord_now()::timestamptz AS db_now
+FROM generate_series(1, cardinality(@names::text[]) + 0 * length(set_config('lock_timeout', @lock_timeout::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_lease_renew((@names::text[])[a.i], (@holders::text[])[a.i], (@fence_tokens::bigint[])[a.i],
+                                       (@ttls::interval[])[a.i], @durable::boolean) l;
+
+-- name: ReleaseLeases :many
+SELECT a.i::int AS i
+FROM generate_series(1, cardinality(@names::text[]) + 0 * length(set_config('lock_timeout', @lock_timeout::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_lease_release((@names::text[])[a.i], (@holders::text[])[a.i], (@fence_tokens::bigint[])[a.i]) l;
+
 -- name: ExpireLease :one
 SELECT l.*, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_lease_expire(@name::text, @expired_by::text) l;
