@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/coalesce"
@@ -156,27 +155,18 @@ var batches = coalesce.New(maxBatch, takeEach)
 // call decides r: with a pool, together with the concurrent calls of the same pairs and
 // mode; in a transaction or on a connection, alone.
 func call(ctx context.Context, r request) (outcome, error) {
-	var o outcome
-	var err error
-	if pool, ok := r.db.(*pgxpool.Pool); ok {
-		o, err = batches.Do(ctx, r.batchKey(pool), r)
-	} else {
-		var os []outcome
-		if os, err = takeEach(ctx, []request{r}); err == nil {
-			o = os[0]
-		}
-	}
+	o, err := batches.Call(ctx, r.db, r.mode(), r)
 	if err == nil {
 		err = o.err
 	}
 	return o, err
 }
 
-// batchKey names the calls r may be decided with: on pool, of the same pairs and mode.
-// Names hold no control characters, so NUL separates them.
-func (r request) batchKey(pool *pgxpool.Pool) string {
+// mode names the calls r may be decided with (on its pool): those of the same pairs and
+// mode. Names hold no control characters, so NUL separates them.
+func (r request) mode() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%p\x00%t\x00%d\x00%t", pool, r.atMost, r.maxWait.Microseconds, r.maxWait.Valid)
+	fmt.Fprintf(&b, "%t\x00%d\x00%t", r.atMost, r.maxWait.Microseconds, r.maxWait.Valid)
 	for i := range r.policies {
 		b.WriteString("\x00" + r.policies[i] + "\x00" + r.keys[i])
 	}

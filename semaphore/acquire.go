@@ -2,11 +2,9 @@ package semaphore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/base"
@@ -74,12 +72,11 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		sent := time.Now()
-		row, rerr := queries.SemaphoreAcquire(rctx, pool, dbsqlc.SemaphoreAcquireParams{
-			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl), SyncCommit: o.SyncCommit,
-		})
-		if rerr == nil {
+		r := admit(rctx, acquireCall{db: pool, key: key, holder: o.Holder, limit: int32(limit), ttl: dbarg.Interval(ttl),
+			syncCommit: o.SyncCommit})
+		if r.ok {
 			o.Metrics.admitted(key, time.Since(start))
-			p = permitFrom(row, sent, o.SafetyMargin)
+			p = permitFrom(r.row, sent, o.SafetyMargin)
 			if span.On() {
 				span.Set(tracing.Int(tracing.AttrToken, p.Token))
 			}
@@ -114,15 +111,13 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		tried = true
 		*attempts++
 		sent := time.Now()
-		row, err := queries.SemaphoreAcquire(ctx, pool, dbsqlc.SemaphoreAcquireParams{
-			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl), Wait: want,
-			SyncCommit: o.SyncCommit,
-		})
-		if err == nil {
-			return permitFrom(row, sent, o.SafetyMargin), true, nil
+		r := admit(ctx, acquireCall{db: pool, key: key, holder: o.Holder, limit: int32(limit), ttl: dbarg.Interval(ttl),
+			wait: want, syncCommit: o.SyncCommit})
+		if r.ok {
+			return permitFrom(r.row, sent, o.SafetyMargin), true, nil
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return Permit{}, true, err
+		if r.err != nil {
+			return Permit{}, true, r.err
 		}
 		o.Metrics.refused(key)
 		if span.On() {

@@ -225,15 +225,13 @@ func tryAcquire(ctx context.Context, db pgcoord.DBTX, key string, limit int, ttl
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		sent := time.Now()
-		row, err := queries.SemaphoreAcquire(ctx, db, dbsqlc.SemaphoreAcquireParams{
-			Key: key, Holder: o.Holder, PermitLimit: int32(limit), Ttl: dbarg.Interval(ttl),
-			SyncCommit: o.SyncCommit,
-		})
-		switch {
-		case err == nil:
+		r := admit(ctx, acquireCall{db: db, key: key, holder: o.Holder, limit: int32(limit), ttl: dbarg.Interval(ttl),
+			syncCommit: o.SyncCommit})
+		switch err := r.err; {
+		case r.ok:
 			o.Metrics.admitted(key, time.Since(start))
-			return permitFrom(row, sent, o.SafetyMargin), nil
-		case errors.Is(err, pgx.ErrNoRows):
+			return permitFrom(r.row, sent, o.SafetyMargin), nil
+		case err == nil:
 			o.Metrics.refused(key)
 			return Permit{}, fmt.Errorf("%w: %q", ErrFull, key)
 		case attempt == 0 && listen.Ambiguous(ctx, err):
@@ -280,17 +278,14 @@ func Renew(ctx context.Context, db pgcoord.DBTX, p Permit, ttl time.Duration, op
 		return Permit{}, err
 	}
 	sent := time.Now()
-	row, err := queries.SemaphoreRenew(ctx, db, dbsqlc.SemaphoreRenewParams{
-		Key: p.Key, Holder: p.Holder, FenceToken: p.Token, Ttl: dbarg.Interval(ttl),
-		Durable: !o.AsyncCommit,
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
+	r := renew(ctx, renewCall{db: db, key: p.Key, holder: p.Holder, token: p.Token, ttl: dbarg.Interval(ttl), durable: !o.AsyncCommit})
+	if r.err != nil {
+		return Permit{}, fmt.Errorf("semaphore: renew %q: %w", p.Key, base.TranslateError(r.err))
+	}
+	if !r.ok {
 		return Permit{}, fmt.Errorf("%w: %q token %d", ErrLost, p.Key, p.Token)
 	}
-	if err != nil {
-		return Permit{}, fmt.Errorf("semaphore: renew %q: %w", p.Key, base.TranslateError(err))
-	}
-	return permitFrom(dbsqlc.SemaphoreAcquireRow(row), sent, margin), nil
+	return permitFrom(r.row, sent, margin), nil
 }
 
 // Release frees the permit p in one round trip, waking the first Acquire waiting for its
@@ -306,13 +301,11 @@ func Release(ctx context.Context, db pgcoord.DBTX, p Permit) error {
 	if err := check.DB(db); err != nil {
 		return err
 	}
-	n, err := queries.SemaphoreRelease(ctx, db, dbsqlc.SemaphoreReleaseParams{
-		Key: p.Key, Holder: p.Holder, FenceToken: p.Token,
-	})
-	if err != nil {
-		return fmt.Errorf("semaphore: release %q: %w", p.Key, base.TranslateError(err))
+	r := release(ctx, releaseCall{db: db, key: p.Key, holder: p.Holder, token: p.Token})
+	if r.err != nil {
+		return fmt.Errorf("semaphore: release %q: %w", p.Key, base.TranslateError(r.err))
 	}
-	if n == 0 {
+	if !r.ok {
 		return fmt.Errorf("%w: %q token %d was not held at release", ErrLost, p.Key, p.Token)
 	}
 	return nil

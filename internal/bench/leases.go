@@ -34,16 +34,19 @@ const (
 
 func init() {
 	Register(Scenario{
-		Name:        "leases.acquire_release",
-		Description: "leases.TryAcquire then leases.Release of a key per worker, each one autocommit round trip",
-		Floor:       "floor.lease",
-		NewWorker:   newAcquireReleaseWorker,
+		Name: "leases.acquire_release",
+		Description: "leases.TryAcquire then leases.Release of a key per worker, through one pool the workers share " +
+			"(which coalesces their concurrent calls: alone, each is one autocommit round trip)",
+		Floor:     "floor.lease",
+		Setup:     setupSharedPool,
+		NewWorker: newAcquireReleaseWorker,
 	})
 	Register(Scenario{
 		Name: "leases.contended",
-		Description: "all workers on one key: an op is one success — TryAcquire retried at once on ErrHeld " +
-			"until granted, then Release — so ops/s is successes/s and failed attempts only add latency",
+		Description: "all workers on one key, through one pool they share: an op is one success — TryAcquire " +
+			"retried at once on ErrHeld until granted, then Release — so ops/s is successes/s and failed attempts only add latency",
 		Floor:     FloorLeaseContended,
+		Setup:     setupSharedPool,
 		NewWorker: newContendedWorker,
 	})
 	Register(Scenario{
@@ -106,14 +109,18 @@ func uniqueLeaseName(scenario string, w Worker) (string, error) {
 // leases.acquire_release
 
 func newAcquireReleaseWorker(_ context.Context, w Worker) (Op, error) {
+	pool, err := sharedPool(w)
+	if err != nil {
+		return nil, err
+	}
 	name := fmt.Sprintf("leases.acquire_release/%d", w.ID)
 	opts := &leases.AcquireOpts{Holder: benchHolder("leases.acquire_release", w)}
 	return func(ctx context.Context) error {
-		l, err := leases.TryAcquire(ctx, w.Conn, name, benchTTL, opts)
+		l, err := leases.TryAcquire(ctx, pool, name, benchTTL, opts)
 		if err != nil {
 			return fmt.Errorf("bench: leases.acquire_release: acquire of %q (only this worker uses it): %w", name, err)
 		}
-		if err := leases.Release(ctx, w.Conn, l, nil); err != nil {
+		if err := leases.Release(ctx, pool, l, nil); err != nil {
 			return fmt.Errorf("bench: leases.acquire_release: %w", err)
 		}
 		return nil
@@ -130,11 +137,15 @@ const ContendedKey = "leases.contended"
 const contendedPatience = benchTTL
 
 func newContendedWorker(_ context.Context, w Worker) (Op, error) {
+	pool, err := sharedPool(w)
+	if err != nil {
+		return nil, err
+	}
 	opts := &leases.AcquireOpts{Holder: benchHolder("leases.contended", w)}
 	return func(ctx context.Context) error {
 		deadline := time.Now().Add(contendedPatience)
 		for {
-			l, err := leases.TryAcquire(ctx, w.Conn, ContendedKey, benchTTL, opts)
+			l, err := leases.TryAcquire(ctx, pool, ContendedKey, benchTTL, opts)
 			if errors.Is(err, leases.ErrHeld) {
 				if time.Now().After(deadline) {
 					return fmt.Errorf("bench: leases.contended: refused for %v", contendedPatience)
@@ -144,7 +155,7 @@ func newContendedWorker(_ context.Context, w Worker) (Op, error) {
 			if err != nil {
 				return fmt.Errorf("bench: leases.contended: %w", err)
 			}
-			if err := leases.Release(ctx, w.Conn, l, nil); err != nil {
+			if err := leases.Release(ctx, pool, l, nil); err != nil {
 				return fmt.Errorf("bench: leases.contended: %w", err)
 			}
 			return nil

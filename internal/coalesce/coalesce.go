@@ -17,8 +17,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ErrUnknown is wrapped by the error of a call whose context ended while its batch was in
@@ -95,6 +99,21 @@ func (b *Batcher[T, R]) Do(ctx context.Context, key string, item T) (R, error) {
 	default:
 	}
 	return zero, fmt.Errorf("%w: %w", ErrUnknown, ctx.Err())
+}
+
+// Call sends item: if db is a *pgxpool.Pool, with the concurrent calls of the same mode
+// on that pool (Do); otherwise (a transaction or a connection, which the caller's own
+// statements share) alone, at once, as a batch of one.
+func (b *Batcher[T, R]) Call(ctx context.Context, db any, mode string, item T) (R, error) {
+	if pool, ok := db.(*pgxpool.Pool); ok {
+		return b.Do(ctx, fmt.Sprintf("%p\x00%s", pool, mode), item)
+	}
+	var zero R
+	rs, err := b.send(ctx, []T{item})
+	if err != nil {
+		return zero, err
+	}
+	return rs[0], nil
 }
 
 // Waiting returns how many calls of key wait behind its batch in flight.
@@ -177,4 +196,73 @@ func batchContext[T, R any](batch []*call[T, R]) (context.Context, func()) {
 		}
 		cancel()
 	}
+}
+
+// LockTimeout is the lock_timeout of a batch whose calls take row locks (see Each): it
+// holds the rows its first calls wrote while the next ones run, so it must not wait long
+// for a row that a transaction waiting for one of its own might hold. It is far longer
+// than another grant's commit and far shorter than deadlock_timeout (1 s by default), so
+// that a batch in a cycle of lock waits gives up, and is sent again call by call, before
+// the other party is chosen to die.
+const LockTimeout = "100ms"
+
+// Each runs the calls of one batch for a run function whose calls take row locks: one
+// alone; several together, in the order of their keys (arrival order among equal keys), so
+// that two batches take rows in one order. together gets the calls in that order and
+// returns one result per call, in that order. If the batch fails in the database (a
+// *pgconn.PgError: its statement, and with it its transaction, rolled back), each call is
+// sent alone and gets its own outcome; if it fails otherwise (its connection), whether it
+// committed is not known, and every call gets the error. Calls sent again alone must be
+// idempotent: a backend killed as its batch committed reports an error too.
+func Each[T, R any](ctx context.Context, calls []T, key func(T) string,
+	alone func(context.Context, T) R, together func(context.Context, []T) ([]R, error),
+) ([]R, error) {
+	out := make([]R, len(calls))
+	if len(calls) == 1 {
+		out[0] = alone(ctx, calls[0])
+		return out, nil
+	}
+	order := make([]int, len(calls))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(key(calls[a]), key(calls[b])) })
+	sorted := make([]T, len(calls))
+	for pos, i := range order {
+		sorted[pos] = calls[i]
+	}
+	rs, err := together(ctx, sorted)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil && len(rs) == len(calls):
+		for pos, i := range order {
+			out[i] = rs[pos]
+		}
+	case err == nil:
+		return nil, fmt.Errorf("coalesce: a batch of %d calls returned %d results", len(calls), len(rs))
+	case errors.As(err, &pgErr) && ctx.Err() == nil:
+		for i, c := range calls {
+			out[i] = alone(ctx, c)
+		}
+	default:
+		return nil, err
+	}
+	return out, nil
+}
+
+// Positions places the rows of a batch of n calls, each naming its call's position (from
+// 1), as the calls' results: a call with no row gets the zero R.
+func Positions[Row, R any](n int, rows []Row, err error, result func(Row) (int32, R)) ([]R, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]R, n)
+	for _, row := range rows {
+		i, r := result(row)
+		if i < 1 || int(i) > n {
+			return nil, fmt.Errorf("coalesce: a batch of %d calls answered for position %d", n, i)
+		}
+		out[i-1] = r
+	}
+	return out, nil
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // gate is a run function that records each batch and holds it until released.
@@ -271,5 +273,117 @@ func TestABatchMustAnswerEachItem(t *testing.T) {
 	b := New(10, func(context.Context, []int) ([]string, error) { return nil, nil })
 	if _, err := b.Do(context.Background(), "k", 1); err == nil {
 		t.Fatal("a batch that returned no result for its item was taken as an answer")
+	}
+}
+
+// Each sends one call alone; several together in the order of their keys, arrival order
+// among equal keys, and gives each result back to its own call.
+func TestEachRunsABatchInKeyOrder(t *testing.T) {
+	key := func(s string) string { return s[:1] }
+	alone := func(_ context.Context, s string) string { return "alone " + s }
+	var sent []string
+	together := func(_ context.Context, cs []string) ([]string, error) {
+		sent = slices.Clone(cs)
+		out := make([]string, len(cs))
+		for i, c := range cs {
+			out[i] = "together " + c
+		}
+		return out, nil
+	}
+	rs, err := Each(t.Context(), []string{"b1"}, key, alone, together)
+	if err != nil || !slices.Equal(rs, []string{"alone b1"}) || sent != nil {
+		t.Fatalf("one call: %q, %v (batch sent: %q)", rs, err, sent)
+	}
+	rs, err = Each(t.Context(), []string{"c1", "a1", "c2", "b1", "a2"}, key, alone, together)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a1", "a2", "b1", "c1", "c2"}; !slices.Equal(sent, want) {
+		t.Errorf("sent %q, want %q", sent, want)
+	}
+	if want := []string{"together c1", "together a1", "together c2", "together b1", "together a2"}; !slices.Equal(rs, want) {
+		t.Errorf("results %q, want %q", rs, want)
+	}
+}
+
+// A batch the database refused (it rolled back) is sent again call by call, each getting
+// its own outcome; one whose connection failed gives every call the error, sending
+// nothing again (it may have committed).
+func TestEachSendsAFailedBatchAgainOnlyIfItRolledBack(t *testing.T) {
+	key := func(s string) string { return s }
+	var alones []string
+	alone := func(_ context.Context, s string) string { alones = append(alones, s); return "alone " + s }
+	for _, tc := range []struct {
+		err       error
+		wantAlone []string
+	}{
+		{&pgconn.PgError{Code: "55P03"}, []string{"x", "y"}},
+		{fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "40P01"}), []string{"x", "y"}},
+		{errors.New("connection reset"), nil},
+	} {
+		alones = nil
+		rs, err := Each(t.Context(), []string{"x", "y"}, key, alone,
+			func(context.Context, []string) ([]string, error) { return nil, tc.err })
+		if !slices.Equal(alones, tc.wantAlone) {
+			t.Errorf("%v: sent alone %q, want %q", tc.err, alones, tc.wantAlone)
+		}
+		if tc.wantAlone != nil && (err != nil || !slices.Equal(rs, []string{"alone x", "alone y"})) {
+			t.Errorf("%v: %q, %v; want each call's own outcome", tc.err, rs, err)
+		}
+		if tc.wantAlone == nil && !errors.Is(err, tc.err) {
+			t.Errorf("%v: got %v, want the batch's error", tc.err, err)
+		}
+	}
+	// Once the batch's context has ended, nothing is sent again.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	alones = nil
+	if _, err := Each(ctx, []string{"x", "y"}, key, alone,
+		func(context.Context, []string) ([]string, error) { return nil, &pgconn.PgError{Code: "57014"} }); err == nil || alones != nil {
+		t.Errorf("cancelled batch: %v, sent alone %q", err, alones)
+	}
+}
+
+// Positions places rows by their calls' positions, leaves the zero value for calls with
+// no row, and refuses a position outside the batch.
+func TestPositions(t *testing.T) {
+	id := func(i int32) (int32, int32) { return i, i * 10 }
+	rs, err := Positions(4, []int32{3, 1}, nil, id)
+	if err != nil || !slices.Equal(rs, []int32{10, 0, 30, 0}) {
+		t.Errorf("got %v, %v", rs, err)
+	}
+	for _, bad := range []int32{0, 5} {
+		if _, err := Positions(4, []int32{bad}, nil, id); err == nil {
+			t.Errorf("position %d of 4 accepted", bad)
+		}
+	}
+	boom := errors.New("boom")
+	if _, err := Positions(4, nil, boom, id); !errors.Is(err, boom) {
+		t.Errorf("the query's error: got %v", err)
+	}
+}
+
+// Call with anything but a pool (a transaction, a connection) sends the item alone, at
+// once, never behind another call.
+func TestCallOffAPoolGoesAlone(t *testing.T) {
+	g := newGate()
+	b := New(10, g.run)
+	done := make(chan string)
+	go func() {
+		r, _ := b.Call(t.Context(), "a transaction", "", 1)
+		done <- r
+	}()
+	<-g.arrived
+	go func() {
+		r, _ := b.Call(t.Context(), "a transaction", "", 2)
+		done <- r
+	}()
+	<-g.arrived // the second went out while the first was in flight
+	g.release <- nil
+	g.release <- nil
+	got := []string{<-done, <-done}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"r1", "r2"}) || len(g.batches) != 2 {
+		t.Errorf("results %q in batches %v: want two batches of one", got, g.batches)
 	}
 }

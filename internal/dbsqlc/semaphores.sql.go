@@ -220,6 +220,73 @@ func (q *Queries) SemaphoreAcquire(ctx context.Context, db DBTX, arg SemaphoreAc
 	return i, err
 }
 
+const semaphoreAcquireMany = `-- name: SemaphoreAcquireMany :many
+
+SELECT a.i::int AS i, p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
+       pgcoord_now()::timestamptz AS db_now
+FROM generate_series(1, cardinality($1::text[]) + 0 * length(set_config('lock_timeout', $2::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_semaphore_acquire(($1::text[])[a.i], ($3::text[])[a.i], ($4::int[])[a.i],
+                                             ($5::interval[])[a.i], ($6::interval[])[a.i], nullif($7::text, '')) p
+`
+
+type SemaphoreAcquireManyParams struct {
+	Keys         []string
+	LockTimeout  string
+	Holders      []string
+	PermitLimits []int32
+	Ttls         []pgtype.Interval
+	Waits        []pgtype.Interval
+	SyncCommit   string
+}
+
+type SemaphoreAcquireManyRow struct {
+	I          int32
+	Key        string
+	Holder     string
+	FenceToken int64
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
+	DbNow      time.Time
+}
+
+// The coalesced forms of the four above (semaphore/coalesce.go), as the lease queries' (see
+// sql/queries/leases.sql): calls in key order, under lock_timeout, i the call's position.
+func (q *Queries) SemaphoreAcquireMany(ctx context.Context, db DBTX, arg SemaphoreAcquireManyParams) ([]SemaphoreAcquireManyRow, error) {
+	rows, err := db.Query(ctx, semaphoreAcquireMany,
+		arg.Keys,
+		arg.LockTimeout,
+		arg.Holders,
+		arg.PermitLimits,
+		arg.Ttls,
+		arg.Waits,
+		arg.SyncCommit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SemaphoreAcquireManyRow{}
+	for rows.Next() {
+		var i SemaphoreAcquireManyRow
+		if err := rows.Scan(
+			&i.I,
+			&i.Key,
+			&i.Holder,
+			&i.FenceToken,
+			&i.AcquiredAt,
+			&i.ExpiresAt,
+			&i.DbNow,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const semaphoreAddDemand = `-- name: SemaphoreAddDemand :one
 SELECT s.key, s.permit_limit, s.weight, s.configured, s.fence_token, s.demand, s.vtime, s.served_at, s.admitted, s.refused, s.wait_window, s.waits, s.waits_prev, s.created_at, s.updated_at FROM pgcoord_semaphore_add_demand($1::text, $2::bigint, $3::int) s
 `
@@ -451,6 +518,44 @@ func (q *Queries) SemaphoreReleaseHolder(ctx context.Context, db DBTX, arg Semap
 	return result.RowsAffected(), nil
 }
 
+const semaphoreReleaseMany = `-- name: SemaphoreReleaseMany :many
+SELECT a.i::int AS i
+FROM generate_series(1, cardinality($1::text[]) + 0 * length(set_config('lock_timeout', $2::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_semaphore_release(($1::text[])[a.i], ($3::text[])[a.i], ($4::bigint[])[a.i]) p
+`
+
+type SemaphoreReleaseManyParams struct {
+	Keys        []string
+	LockTimeout string
+	Holders     []string
+	FenceTokens []int64
+}
+
+func (q *Queries) SemaphoreReleaseMany(ctx context.Context, db DBTX, arg SemaphoreReleaseManyParams) ([]int32, error) {
+	rows, err := db.Query(ctx, semaphoreReleaseMany,
+		arg.Keys,
+		arg.LockTimeout,
+		arg.Holders,
+		arg.FenceTokens,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int32{}
+	for rows.Next() {
+		var i int32
+		if err := rows.Scan(&i); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const semaphoreRenew = `-- name: SemaphoreRenew :one
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
        pgcoord_now()::timestamptz AS db_now
@@ -493,6 +598,68 @@ func (q *Queries) SemaphoreRenew(ctx context.Context, db DBTX, arg SemaphoreRene
 		&i.DbNow,
 	)
 	return i, err
+}
+
+const semaphoreRenewMany = `-- name: SemaphoreRenewMany :many
+SELECT a.i::int AS i, p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
+       pgcoord_now()::timestamptz AS db_now
+FROM generate_series(1, cardinality($1::text[]) + 0 * length(set_config('lock_timeout', $2::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_semaphore_renew(($1::text[])[a.i], ($3::text[])[a.i], ($4::interval[])[a.i],
+                                           ($5::bigint[])[a.i], $6::boolean) p
+`
+
+type SemaphoreRenewManyParams struct {
+	Keys        []string
+	LockTimeout string
+	Holders     []string
+	Ttls        []pgtype.Interval
+	FenceTokens []int64
+	Durable     bool
+}
+
+type SemaphoreRenewManyRow struct {
+	I          int32
+	Key        string
+	Holder     string
+	FenceToken int64
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
+	DbNow      time.Time
+}
+
+func (q *Queries) SemaphoreRenewMany(ctx context.Context, db DBTX, arg SemaphoreRenewManyParams) ([]SemaphoreRenewManyRow, error) {
+	rows, err := db.Query(ctx, semaphoreRenewMany,
+		arg.Keys,
+		arg.LockTimeout,
+		arg.Holders,
+		arg.Ttls,
+		arg.FenceTokens,
+		arg.Durable,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SemaphoreRenewManyRow{}
+	for rows.Next() {
+		var i SemaphoreRenewManyRow
+		if err := rows.Scan(
+			&i.I,
+			&i.Key,
+			&i.Holder,
+			&i.FenceToken,
+			&i.AcquiredAt,
+			&i.ExpiresAt,
+			&i.DbNow,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const semaphoreSetLimit = `-- name: SemaphoreSetLimit :one

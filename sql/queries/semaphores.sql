@@ -19,6 +19,28 @@ SELECT 1 FROM pgcoord_semaphore_release(@key::text, @holder::text, @fence_token:
 -- name: SemaphoreDone :execrows
 SELECT 1 FROM pgcoord_semaphore_done(@key::text, @holder::text, @fence_token::bigint);
 
+-- The coalesced forms of the four above (semaphore/coalesce.go), as the lease queries' (see
+-- sql/queries/leases.sql): calls in key order, under lock_timeout, i the call's position.
+
+-- name: SemaphoreAcquireMany :many
+SELECT a.i::int AS i, p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
+       pgcoord_now()::timestamptz AS db_now
+FROM generate_series(1, cardinality(@keys::text[]) + 0 * length(set_config('lock_timeout', @lock_timeout::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_semaphore_acquire((@keys::text[])[a.i], (@holders::text[])[a.i], (@permit_limits::int[])[a.i],
+                                             (@ttls::interval[])[a.i], (@waits::interval[])[a.i], nullif(@sync_commit::text, '')) p;
+
+-- name: SemaphoreRenewMany :many
+SELECT a.i::int AS i, p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
+       pgcoord_now()::timestamptz AS db_now
+FROM generate_series(1, cardinality(@keys::text[]) + 0 * length(set_config('lock_timeout', @lock_timeout::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_semaphore_renew((@keys::text[])[a.i], (@holders::text[])[a.i], (@ttls::interval[])[a.i],
+                                           (@fence_tokens::bigint[])[a.i], @durable::boolean) p;
+
+-- name: SemaphoreReleaseMany :many
+SELECT a.i::int AS i
+FROM generate_series(1, cardinality(@keys::text[]) + 0 * length(set_config('lock_timeout', @lock_timeout::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_semaphore_release((@keys::text[])[a.i], (@holders::text[])[a.i], (@fence_tokens::bigint[])[a.i]) p;
+
 -- name: SemaphoreNext :one
 SELECT p.key, p.holder, p.fence_token, p.acquired_at, p.expires_at,
        pgcoord_now()::timestamptz AS db_now

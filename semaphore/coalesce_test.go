@@ -1,0 +1,214 @@
+package semaphore_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/pgcoord"
+	"github.com/pgcoord/pgcoord/semaphore"
+)
+
+// within counts the live reported permits of each key and fails the test when one goes
+// over limit. A permit is live from its TryAcquire's return until its Release is called
+// (the release may commit, and admit the next, before its reply comes back).
+type within struct {
+	t     *testing.T
+	limit int
+	mu    sync.Mutex
+	live  map[string]int
+}
+
+func (w *within) admitted(p semaphore.Permit) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.live[p.Key]++
+	if w.live[p.Key] > w.limit {
+		w.t.Errorf("%q: %d live permits, over its limit %d", p.Key, w.live[p.Key], w.limit)
+	}
+}
+
+func (w *within) released(p semaphore.Permit) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.live[p.Key]--
+}
+
+// admitRenewRelease runs workers goroutines, each with its own holder, taking a permit of
+// one of keys at random, renewing and releasing it, until stop is closed; a Release that
+// fails is retried until it returns nil or ErrLost (it may not have happened). It returns
+// the calls made and failed.
+func admitRenewRelease(t *testing.T, pool *pgxpool.Pool, keys []string, workers int, ttl time.Duration, stop <-chan struct{}, w *within) (calls, failed *atomic.Int64, wait func()) {
+	calls, failed = new(atomic.Int64), new(atomic.Int64)
+	var wg sync.WaitGroup
+	for i := range workers {
+		opts := &semaphore.AcquireOpts{Holder: fmt.Sprintf("worker-%d", i)}
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				calls.Add(1)
+				p, err := semaphore.TryAcquire(ctx, pool, keys[rand.IntN(len(keys))], w.limit, ttl, opts)
+				switch {
+				case errors.Is(err, semaphore.ErrFull):
+					continue
+				case errors.Is(err, pgcoord.ErrInvalidArgument) || errors.Is(err, pgcoord.ErrInvalidName):
+					t.Error(err)
+					return
+				case err != nil:
+					failed.Add(1)
+					continue
+				}
+				w.admitted(p)
+				calls.Add(1)
+				if r, err := semaphore.Renew(ctx, pool, p, ttl, nil); err == nil {
+					p = r
+				} else if !errors.Is(err, semaphore.ErrLost) {
+					failed.Add(1)
+				}
+				w.released(p)
+				for {
+					calls.Add(1)
+					err := semaphore.Release(ctx, pool, p)
+					if err == nil || errors.Is(err, semaphore.ErrLost) {
+						break
+					}
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	return calls, failed, wg.Wait
+}
+
+// Concurrent TryAcquire, Renew and Release calls through one pool share statements
+// (coalesced), and a key never has more live permits than its limit: 32 holders on 4
+// keys of limit 3, through a pool of 4 connections.
+func TestCoalescedCallsShareStatementsAndKeepTheLimit(t *testing.T) {
+	t.Parallel()
+	rt := &pgtest.RoundTrips{}
+	pool, _ := pgtest.TracedPool(t, 4, rt)
+	w := &within{t: t, limit: 3, live: map[string]int{}}
+	keys := []string{"a", "b", "c", "d"}
+	before := rt.N()
+	stop := make(chan struct{})
+	calls, failed, wait := admitRenewRelease(t, pool, keys, 32, time.Minute, stop, w)
+	for calls.Load() < 4000 && !t.Failed() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	wait()
+	statements := rt.N() - before
+	t.Logf("%d calls in %d statements", calls.Load(), statements)
+	if failed.Load() > 0 {
+		t.Errorf("%d calls failed", failed.Load())
+	}
+	if statements >= calls.Load() {
+		t.Errorf("%d calls sent %d statements: none were coalesced", calls.Load(), statements)
+	}
+	for _, k := range keys {
+		s, err := semaphore.Get(ctx, pool, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Held != 0 {
+			t.Errorf("%q: %d permits held after every permit was released", k, s.Held)
+		}
+	}
+}
+
+// Backends killed while coalesced batches are in flight (40 kills of an active backend):
+// every call returns, and no key ever has more live permits than its limit.
+func TestCoalescedSemaphoreCallsSurviveKilledBackends(t *testing.T) {
+	pgtest.NeedsSession(t, "it kills the pool's backends (behind a pooler they are PgBouncer's)")
+	t.Parallel()
+	rt := &pgtest.RoundTrips{}
+	pool, other := pgtest.TracedPool(t, 4, rt)
+	w := &within{t: t, limit: 2, live: map[string]int{}}
+	stop := make(chan struct{})
+	// A permit whose TryAcquire failed (it committed, the reply was lost twice) stays held
+	// until it expires: 5 s keeps the keys in use.
+	calls, failed, wait := admitRenewRelease(t, pool, []string{"a", "b", "c", "d"}, 32, 5*time.Second, stop, w)
+	kills := 0
+	for kills < 40 && !t.Failed() {
+		var killed bool
+		if err := other.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM (
+			SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'
+			 ORDER BY random() LIMIT 1) s`, "traced "+t.Name()).Scan(&killed); err != nil {
+			t.Fatal(err)
+		}
+		if killed {
+			kills++
+		}
+		time.Sleep(time.Duration(10+rand.IntN(30)) * time.Millisecond) // reconnecting takes a while
+	}
+	close(stop)
+	done := make(chan struct{})
+	go func() { wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(pgtest.WaitLimit):
+		t.Fatal("calls did not return after the run")
+	}
+	t.Logf("%d calls, %d failed; %d backends killed", calls.Load(), failed.Load(), kills)
+}
+
+// Calls in the caller's own transactions are never merged: 8 goroutines, each making 20
+// TryAcquire and Release calls in transactions of their own, send exactly BEGIN, the two
+// calls and COMMIT for each.
+func TestSemaphoreCallsInTransactionsAreNeverMerged(t *testing.T) {
+	t.Parallel()
+	rt := &pgtest.RoundTrips{}
+	pool, _ := pgtest.TracedPool(t, 8, rt)
+	const workers, each = 8, 20
+	var conns []*pgxpool.Conn // every connection set up before the count
+	for range workers {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	before := rt.N()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			key := fmt.Sprintf("tx-%d", w)
+			for range each {
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				p, err := semaphore.TryAcquire(ctx, tx, key, 1, time.Minute, nil)
+				if err == nil {
+					err = semaphore.Release(ctx, tx, p)
+				}
+				if err != nil {
+					t.Error(err)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n, want := rt.N()-before, int64(workers*each*4); n != want {
+		t.Errorf("%d statements for %d acquire+release pairs in their own transactions, want %d (BEGIN, two calls, COMMIT each)", n, workers*each, want)
+	}
+}
