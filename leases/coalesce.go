@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -38,6 +39,7 @@ type outcome struct {
 type acquireCall struct {
 	db           pgcoord.DBTX
 	name, holder string
+	generated    bool // holder is this call's own (no AcquireOpts.Holder): nobody else can ask for its grant
 	ttl          pgtype.Interval
 	meta         []byte
 	syncCommit   string
@@ -60,7 +62,7 @@ type releaseCall struct {
 var (
 	acquires = coalesce.New(maxBatch, func(ctx context.Context, cs []acquireCall) ([]outcome, error) {
 		return coalesce.Each(ctx, cs, func(c acquireCall) string { return c.name }, acquireAlone, acquireTogether)
-	})
+	}).Orphans(letGo)
 	renewals = coalesce.New(maxBatch, func(ctx context.Context, cs []renewCall) ([]outcome, error) {
 		return coalesce.Each(ctx, cs, func(c renewCall) string { return c.name }, renewAlone, renewTogether)
 	})
@@ -81,6 +83,18 @@ func renew(ctx context.Context, c renewCall) outcome {
 
 func release(ctx context.Context, c releaseCall) outcome {
 	return answer(releases.Call(ctx, c.db, "", c))
+}
+
+// letGo releases a grant whose caller gave up while its batch was in flight, when the
+// holder was the call's own: nobody else can ask for it, so it would only block the name
+// until it expired. A caller-chosen holder keeps it: it gets it back by asking again.
+func letGo(c acquireCall, o outcome) {
+	if !o.ok || !c.generated {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	releaseAlone(ctx, releaseCall{db: c.db, name: c.name, holder: c.holder, token: o.row.FenceToken})
 }
 
 // answer is a call's outcome, the batch's error included.

@@ -1,6 +1,7 @@
 package leases_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/internal/coalesce"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -190,22 +192,8 @@ func TestBatchGivesWayToATransactionWaitingForItsRows(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lockRow := func(name string) func() {
-		tx, err := plain.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_leases WHERE name = $1 FOR UPDATE`, name); err != nil {
-			t.Fatal(err)
-		}
-		return func() {
-			if err := tx.Commit(ctx); err != nil {
-				t.Error(err)
-			}
-		}
-	}
 	// A lone call in flight, blocked, so that the next two are merged behind it.
-	unblock := lockRow("first")
+	unblock := lockRow(t, plain, "first")
 	type result struct {
 		l   leases.Lease
 		err error
@@ -247,6 +235,95 @@ func TestBatchGivesWayToATransactionWaitingForItsRows(t *testing.T) {
 		if r := <-results; r.err != nil {
 			t.Errorf("a call of the batch: %v", r.err)
 		}
+	}
+}
+
+// lockRow locks name's lease row in a transaction of its own until the returned function
+// commits it.
+func lockRow(t *testing.T, pool *pgxpool.Pool, name string) func() {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_leases WHERE name = $1 FOR UPDATE`, name); err != nil {
+		t.Fatal(err)
+	}
+	unlock := sync.OnceFunc(func() {
+		if err := tx.Commit(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Cleanup(unlock) // before the pool closes: its calls wait for the row
+	return unlock
+}
+
+// A caller that gives up while its batch is in flight gets an error saying its outcome is
+// unknown; if the batch then grants it the lease, the grant is released at once when its
+// holder was the call's own (nobody else can ask for it), and kept when the caller chose
+// the holder (it gets it back by asking again).
+func TestAGrantNobodyWaitsForIsReleased(t *testing.T) {
+	t.Parallel()
+	for _, own := range []bool{true, false} {
+		t.Run(fmt.Sprintf("generated holder %t", own), func(t *testing.T) {
+			plain := pgtest.Pool(t)
+			cfg := plain.Config()
+			app := fmt.Sprintf("lease orphans %t", own) // within application_name's 63 bytes
+			cfg.ConnConfig.RuntimeParams["application_name"] = app
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			for _, name := range []string{"first", "x"} { // rows to lock
+				l, err := leases.TryAcquire(ctx, plain, name, time.Minute, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := leases.Release(ctx, plain, l, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var opts *leases.AcquireOpts
+			if !own {
+				opts = &leases.AcquireOpts{Holder: "chosen"}
+			}
+			unblockFirst, unblockX := lockRow(t, plain, "first"), lockRow(t, plain, "x")
+			errs := make(chan error, 3)
+			go func() { _, err := leases.TryAcquire(ctx, pool, "first", time.Minute, nil); errs <- err }()
+			waitFor(t, "the lone call to wait for its row", func() bool { return blocked(t, plain, app) == 1 })
+			gone, giveUp := context.WithCancel(ctx)
+			defer giveUp()
+			go func() { _, err := leases.TryAcquire(gone, pool, "x", time.Minute, opts); errs <- err }()
+			waitFor(t, "x to wait behind it", func() bool { return leases.AcquiresWaiting(pool) == 1 })
+			go func() { _, err := leases.TryAcquire(ctx, pool, "y", time.Minute, nil); errs <- err }()
+			waitFor(t, "y to wait behind it", func() bool { return leases.AcquiresWaiting(pool) == 2 })
+			unblockFirst()
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the batch of x and y to wait for x's row", func() bool { return blocked(t, plain, app) == 1 })
+			giveUp()
+			if err := <-errs; !errors.Is(err, coalesce.ErrUnknown) {
+				t.Fatalf("x's caller, gone while its batch was in flight: %v, want an unknown outcome", err)
+			}
+			unblockX()
+			if err := <-errs; err != nil {
+				t.Fatalf("y: %v", err)
+			}
+			held := func() bool {
+				info, err := leases.Get(ctx, plain, "x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return info.Held()
+			}
+			if own {
+				waitFor(t, "x's grant to be released", func() bool { return !held() })
+			} else if !held() {
+				t.Error("the grant of a holder the caller chose was released")
+			}
+		})
 	}
 }
 

@@ -180,16 +180,17 @@ func TryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Dura
 	if err := check.DB(db); err != nil {
 		return Lease{}, err
 	}
+	generated := opts == nil || opts.Holder == ""
 	o, err := opts.withDefaults(ttl)
 	if err != nil {
 		return Lease{}, err
 	}
 	if o.Tracer == nil {
-		return tryAcquire(ctx, db, name, ttl, o)
+		return tryAcquire(ctx, db, name, ttl, o, generated)
 	}
 	ctx, span := tracing.Start(ctx, o.Tracer, tracing.LeaseTryAcquire,
 		tracing.Str(tracing.AttrLease, name), tracing.Str(tracing.AttrHolder, o.Holder))
-	l, err := tryAcquire(ctx, db, name, ttl, o)
+	l, err := tryAcquire(ctx, db, name, ttl, o, generated)
 	if err == nil {
 		span.Set(tracing.Int(tracing.AttrToken, l.Token))
 	}
@@ -197,11 +198,12 @@ func TryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Dura
 	return l, err
 }
 
-func tryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Duration, o AcquireOpts) (Lease, error) {
+func tryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Duration, o AcquireOpts, generated bool) (Lease, error) {
 	meta := encodeMetadata(o.Metadata)
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
-		r := acquire(ctx, acquireCall{db: db, name: name, holder: o.Holder, ttl: dbarg.Interval(ttl), meta: meta.json, syncCommit: o.SyncCommit})
+		r := acquire(ctx, acquireCall{db: db, name: name, holder: o.Holder, generated: generated, ttl: dbarg.Interval(ttl),
+			meta: meta.json, syncCommit: o.SyncCommit})
 		switch err := r.err; {
 		case r.ok:
 			return leaseFrom(r.row, meta.values, start, o.SafetyMargin), nil

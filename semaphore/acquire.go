@@ -59,7 +59,7 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		}()
 	}
 	start := time.Now()
-	p, tried, err := acquire(ctx, pool, key, limit, ttl, o, span, &attempts)
+	p, tried, err := acquire(ctx, pool, key, limit, ttl, o, generated, span, &attempts)
 	switch {
 	case err == nil:
 		o.Metrics.admitted(key, time.Since(start))
@@ -72,7 +72,7 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		sent := time.Now()
-		r := admit(rctx, acquireCall{db: pool, key: key, holder: o.Holder, limit: int32(limit), ttl: dbarg.Interval(ttl),
+		r := admit(rctx, acquireCall{db: pool, key: key, holder: o.Holder, generated: generated, limit: int32(limit), ttl: dbarg.Interval(ttl),
 			syncCommit: o.SyncCommit})
 		if r.ok {
 			o.Metrics.admitted(key, time.Since(start))
@@ -95,7 +95,7 @@ const lineSlack = time.Second
 // acquire is Acquire's waiting loop. tried reports whether an attempt was sent (so there
 // may be a place in line or a permit to clean up). It counts its attempts in *attempts
 // and records each wait on span.
-func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl time.Duration, o AcquireOpts, span tracing.Span, attempts *int64) (p Permit, tried bool, err error) {
+func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl time.Duration, o AcquireOpts, generated bool, span tracing.Span, attempts *int64) (p Permit, tried bool, err error) {
 	// The waiter exists before the first attempt, so a release between a refusal and the
 	// wait is not missed.
 	w, err := newWaiter(ctx, pool, key, o.NoListen)
@@ -111,7 +111,7 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		tried = true
 		*attempts++
 		sent := time.Now()
-		r := admit(ctx, acquireCall{db: pool, key: key, holder: o.Holder, limit: int32(limit), ttl: dbarg.Interval(ttl),
+		r := admit(ctx, acquireCall{db: pool, key: key, holder: o.Holder, generated: generated, limit: int32(limit), ttl: dbarg.Interval(ttl),
 			wait: want, syncCommit: o.SyncCommit})
 		if r.ok {
 			return permitFrom(r.row, sent, o.SafetyMargin), true, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -36,6 +37,7 @@ type outcome struct {
 type acquireCall struct {
 	db          pgcoord.DBTX
 	key, holder string
+	generated   bool // holder is this call's own (no AcquireOpts.Holder): nobody else can ask for its permit
 	limit       int32
 	ttl, wait   pgtype.Interval // wait: the place in line of an Acquire's attempt (NULL: none)
 	syncCommit  string
@@ -58,7 +60,7 @@ type releaseCall struct {
 var (
 	admissions = coalesce.New(maxBatch, func(ctx context.Context, cs []acquireCall) ([]outcome, error) {
 		return coalesce.Each(ctx, cs, func(c acquireCall) string { return c.key }, acquireAlone, acquireTogether)
-	})
+	}).Orphans(letGo)
 	renewals = coalesce.New(maxBatch, func(ctx context.Context, cs []renewCall) ([]outcome, error) {
 		return coalesce.Each(ctx, cs, func(c renewCall) string { return c.key }, renewAlone, renewTogether)
 	})
@@ -79,6 +81,18 @@ func renew(ctx context.Context, c renewCall) outcome {
 
 func release(ctx context.Context, c releaseCall) outcome {
 	return answer(releases.Call(ctx, c.db, "", c))
+}
+
+// letGo releases a permit whose caller gave up while its batch was in flight, when the
+// holder was the call's own: nobody else can ask for it, so it would only take a slot until
+// it expired. A caller-chosen holder keeps it: it gets it back by asking again.
+func letGo(c acquireCall, o outcome) {
+	if !o.ok || !c.generated {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	releaseAlone(ctx, releaseCall{db: c.db, key: c.key, holder: c.holder, token: o.row.FenceToken})
 }
 
 // answer is a call's outcome, the batch's error included.

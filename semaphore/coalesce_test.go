@@ -1,6 +1,7 @@
 package semaphore_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgcoord/pgcoord/internal/coalesce"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
@@ -210,5 +212,108 @@ func TestSemaphoreCallsInTransactionsAreNeverMerged(t *testing.T) {
 	wg.Wait()
 	if n, want := rt.N()-before, int64(workers*each*4); n != want {
 		t.Errorf("%d statements for %d acquire+release pairs in their own transactions, want %d (BEGIN, two calls, COMMIT each)", n, workers*each, want)
+	}
+}
+
+// A caller that gives up while its batch is in flight gets an error saying its outcome is
+// unknown; if the batch then admits it, the permit is released at once when its holder was
+// the call's own (nobody else can ask for it), and kept when the caller chose the holder.
+func TestAPermitNobodyWaitsForIsReleased(t *testing.T) {
+	t.Parallel()
+	for _, own := range []bool{true, false} {
+		t.Run(fmt.Sprintf("generated holder %t", own), func(t *testing.T) {
+			plain := pgtest.Pool(t)
+			cfg := plain.Config()
+			app := fmt.Sprintf("semaphore orphans %t", own) // within application_name's 63 bytes
+			cfg.ConnConfig.RuntimeParams["application_name"] = app
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			for _, key := range []string{"first", "x"} { // rows to lock
+				p, err := semaphore.TryAcquire(ctx, plain, key, 1, time.Minute, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := semaphore.Release(ctx, plain, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lockKey := func(key string) func() {
+				tx, err := plain.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_semaphores WHERE key = $1 FOR UPDATE`, key); err != nil {
+					t.Fatal(err)
+				}
+				unlock := sync.OnceFunc(func() {
+					if err := tx.Commit(ctx); err != nil {
+						t.Error(err)
+					}
+				})
+				t.Cleanup(unlock) // before the pool closes: its calls wait for the row
+				return unlock
+			}
+			blocked := func() bool {
+				var n int
+				if err := plain.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+					app).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n == 1
+			}
+			var opts *semaphore.AcquireOpts
+			if !own {
+				opts = &semaphore.AcquireOpts{Holder: "chosen"}
+			}
+			unblockFirst, unblockX := lockKey("first"), lockKey("x")
+			errs := make(chan error, 3)
+			go func() { _, err := semaphore.TryAcquire(ctx, pool, "first", 1, time.Minute, nil); errs <- err }()
+			waitUntil(t, "the lone call to wait for its row", blocked)
+			gone, giveUp := context.WithCancel(ctx)
+			defer giveUp()
+			go func() { _, err := semaphore.TryAcquire(gone, pool, "x", 1, time.Minute, opts); errs <- err }()
+			waitUntil(t, "x to wait behind it", func() bool { return semaphore.AdmissionsWaiting(pool) == 1 })
+			go func() { _, err := semaphore.TryAcquire(ctx, pool, "y", 1, time.Minute, nil); errs <- err }()
+			waitUntil(t, "y to wait behind it", func() bool { return semaphore.AdmissionsWaiting(pool) == 2 })
+			unblockFirst()
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, "the batch of x and y to wait for x's row", blocked)
+			giveUp()
+			if err := <-errs; !errors.Is(err, coalesce.ErrUnknown) {
+				t.Fatalf("x's caller, gone while its batch was in flight: %v, want an unknown outcome", err)
+			}
+			unblockX()
+			if err := <-errs; err != nil {
+				t.Fatalf("y: %v", err)
+			}
+			held := func() bool {
+				s, err := semaphore.Get(ctx, plain, "x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s.Held > 0
+			}
+			if own {
+				waitUntil(t, "x's permit to be released", func() bool { return !held() })
+			} else if !held() {
+				t.Error("the permit of a holder the caller chose was released")
+			}
+		})
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(pgtest.WaitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", pgtest.WaitLimit, what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

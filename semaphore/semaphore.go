@@ -198,15 +198,16 @@ func TryAcquire(ctx context.Context, db pgcoord.DBTX, key string, limit int, ttl
 	if err := check.DB(db); err != nil {
 		return Permit{}, err
 	}
+	generated := opts == nil || opts.Holder == ""
 	o, err := opts.withDefaults(ttl)
 	if err != nil {
 		return Permit{}, err
 	}
 	if o.Tracer == nil {
-		return tryAcquire(ctx, db, key, limit, ttl, o)
+		return tryAcquire(ctx, db, key, limit, ttl, o, generated)
 	}
 	ctx, span := tracing.Start(ctx, o.Tracer, tracing.SemTryAcquire, keyAttrs(key, limit, o.Holder)...)
-	p, err := tryAcquire(ctx, db, key, limit, ttl, o)
+	p, err := tryAcquire(ctx, db, key, limit, ttl, o, generated)
 	if err == nil {
 		span.Set(tracing.Int(tracing.AttrToken, p.Token))
 	}
@@ -221,11 +222,11 @@ func keyAttrs(key string, limit int, holder string) []pgcoord.Attr {
 }
 
 // tryAcquire is TryAcquire with checked input and options.
-func tryAcquire(ctx context.Context, db pgcoord.DBTX, key string, limit int, ttl time.Duration, o AcquireOpts) (Permit, error) {
+func tryAcquire(ctx context.Context, db pgcoord.DBTX, key string, limit int, ttl time.Duration, o AcquireOpts, generated bool) (Permit, error) {
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		sent := time.Now()
-		r := admit(ctx, acquireCall{db: db, key: key, holder: o.Holder, limit: int32(limit), ttl: dbarg.Interval(ttl),
+		r := admit(ctx, acquireCall{db: db, key: key, holder: o.Holder, generated: generated, limit: int32(limit), ttl: dbarg.Interval(ttl),
 			syncCommit: o.SyncCommit})
 		switch err := r.err; {
 		case r.ok:

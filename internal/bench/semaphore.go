@@ -38,9 +38,10 @@ const SemaphoreContendedKey = "semaphore.contended"
 func init() {
 	Register(Scenario{
 		Name: "semaphore.acquire_release",
-		Description: "semaphore.TryAcquire then semaphore.Release of a permit of a key per worker (limit 4), " +
-			"each one autocommit round trip",
+		Description: "semaphore.TryAcquire then semaphore.Release of a permit of a key per worker (limit 4), through one " +
+			"pool the workers share (which coalesces their concurrent calls: alone, each is one autocommit round trip)",
 		Floor:     FloorSemaphoreAdmission,
+		Setup:     setupSharedPool,
 		NewWorker: newSemAcquireReleaseWorker,
 	})
 	Register(Scenario{
@@ -138,14 +139,18 @@ func semWorkerTracker(scenario string, w Worker) *semHeld {
 // semaphore.acquire_release
 
 func newSemAcquireReleaseWorker(_ context.Context, w Worker) (Op, error) {
+	pool, err := sharedPool(w)
+	if err != nil {
+		return nil, err
+	}
 	key := fmt.Sprintf("semaphore.acquire_release/%d", w.ID)
 	opts := &semaphore.AcquireOpts{Holder: benchHolder("semaphore.acquire_release", w)}
 	return func(ctx context.Context) error {
-		p, err := semaphore.TryAcquire(ctx, w.Conn, key, SemaphoreLimit, semTTL, opts)
+		p, err := semaphore.TryAcquire(ctx, pool, key, SemaphoreLimit, semTTL, opts)
 		if err != nil {
 			return fmt.Errorf("bench: semaphore.acquire_release: acquire of %q (only this worker uses it): %w", key, err)
 		}
-		if err := semaphore.Release(ctx, w.Conn, p); err != nil {
+		if err := semaphore.Release(ctx, pool, p); err != nil {
 			return fmt.Errorf("bench: semaphore.acquire_release: %w", err)
 		}
 		return nil

@@ -7,9 +7,11 @@
 // Each call keeps its own context. A call whose context ends before its batch is sent is
 // dropped from the queue and gets the context's error; one whose context ends while its
 // batch is in flight returns at once with an error wrapping both ErrUnknown and the
-// context's error: the batch may commit without it knowing. A batch runs until every one
-// of its callers has gone, then it is cancelled. A batch that fails gives every caller in
-// it the same error; a call's own outcome (a refusal, say) is part of its result.
+// context's error: the batch may commit without it knowing. If the batch then answers it,
+// the answer goes to the Batcher's orphan function (see Orphans), which can undo what the
+// caller no longer wants (release a grant nobody will use). A batch runs until every one of
+// its callers has gone, then it is cancelled. A batch that fails gives every caller in it
+// the same error; a call's own outcome (a refusal, say) is part of its result.
 package coalesce
 
 import (
@@ -33,8 +35,9 @@ var ErrUnknown = errors.New("the call was sent; whether it took effect is not kn
 // items, each through run, which returns one result per item, in order. Its zero value is
 // not usable: see New.
 type Batcher[T, R any] struct {
-	run func(ctx context.Context, items []T) ([]R, error)
-	max int
+	run    func(ctx context.Context, items []T) ([]R, error)
+	max    int
+	orphan func(T, R)
 
 	mu     sync.Mutex
 	queues map[string]*queue[T, R] // keys with a batch in flight, and the calls waiting behind it
@@ -48,6 +51,8 @@ type call[T, R any] struct {
 	ctx  context.Context
 	item T
 	sent bool          // taken into a batch (under Batcher.mu)
+	gone bool          // returned ErrUnknown before its batch answered (under Batcher.mu)
+	told bool          // answered (under Batcher.mu)
 	done chan struct{} // closed when res and err are set
 	res  R
 	err  error
@@ -83,22 +88,32 @@ func (b *Batcher[T, R]) Do(ctx context.Context, key string, item T) (R, error) {
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
-	sent := c.sent
-	if !sent {
+	sent, told := c.sent, c.told
+	switch {
+	case !sent:
 		q.waiting = slices.DeleteFunc(q.waiting, func(w *call[T, R]) bool { return w == c })
+	case !told:
+		c.gone = true
 	}
 	b.mu.Unlock()
 	if !sent {
 		return zero, ctx.Err()
 	}
-	select {
-	case <-c.done:
-		if c.err == nil { // it returned meanwhile: its outcome is known
+	if told {
+		<-c.done
+		if c.err == nil { // it was answered meanwhile: its outcome is known
 			return c.res, nil
 		}
-	default:
 	}
 	return zero, fmt.Errorf("%w: %w", ErrUnknown, ctx.Err())
+}
+
+// Orphans sets f to receive the results of calls whose callers had gone (ErrUnknown)
+// before their batch answered them, on a goroutine of its own: to undo, with a context of
+// its own, what nobody will use. It returns b.
+func (b *Batcher[T, R]) Orphans(f func(T, R)) *Batcher[T, R] {
+	b.orphan = f
+	return b
 }
 
 // Call sends item: if db is a *pgxpool.Pool, with the concurrent calls of the same mode
@@ -156,12 +171,19 @@ func (b *Batcher[T, R]) sendCalls(key string, batch []*call[T, R]) {
 	rs, err := b.send(ctx, items)
 	stop()
 	for i, c := range batch {
+		b.mu.Lock()
 		if err != nil {
 			c.err = err
 		} else {
 			c.res = rs[i]
 		}
+		c.told = true
+		gone := c.gone
+		b.mu.Unlock()
 		close(c.done)
+		if gone && err == nil && b.orphan != nil {
+			go b.orphan(c.item, c.res)
+		}
 	}
 	b.next(key)
 }

@@ -387,3 +387,60 @@ func TestCallOffAPoolGoesAlone(t *testing.T) {
 		t.Errorf("results %q in batches %v: want two batches of one", got, g.batches)
 	}
 }
+
+// A caller gone before its batch answered it: the answer goes to the orphan function (to
+// undo what nobody will use); an answered caller's result does not, nor does a failed
+// batch's.
+func TestAnAnswerNobodyWaitsForGoesToTheOrphanFunction(t *testing.T) {
+	g := newGate()
+	orphans := make(chan string, 10)
+	b := New(10, g.run).Orphans(func(item int, r string) { orphans <- fmt.Sprint(item, " ", r) })
+	out := make(chan result, 10)
+	start(b, context.Background(), "k", 0, out)
+	<-g.arrived
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	start(b, ctx1, "k", 1, out)
+	until(t, "call queued", func() bool { return waitingBehind(b, "k") == 1 })
+	start(b, context.Background(), "k", 2, out)
+	until(t, "call queued", func() bool { return waitingBehind(b, "k") == 2 })
+	g.release <- nil
+	<-out       // call 0
+	<-g.arrived // calls 1 and 2, in flight
+	cancel1()
+	if r := <-out; r.item != 1 || !errors.Is(r.err, ErrUnknown) {
+		t.Fatalf("call gone in flight: %+v", r)
+	}
+	g.release <- nil // the batch answers both
+	if r := <-out; r.item != 2 || r.err != nil {
+		t.Fatalf("call 2: %+v", r)
+	}
+	select {
+	case o := <-orphans:
+		if o != "1 r1" {
+			t.Errorf("orphan %q, want call 1's answer", o)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gone call's answer did not reach the orphan function")
+	}
+	// A failed batch has nothing to undo.
+	start(b, context.Background(), "k", 3, out)
+	<-g.arrived
+	ctx4, cancel4 := context.WithCancel(context.Background())
+	start(b, ctx4, "k", 4, out)
+	until(t, "call queued", func() bool { return waitingBehind(b, "k") == 1 })
+	start(b, context.Background(), "k", 5, out)
+	until(t, "call queued", func() bool { return waitingBehind(b, "k") == 2 })
+	g.release <- nil
+	<-out
+	<-g.arrived
+	cancel4()
+	<-out
+	g.release <- errors.New("boom")
+	<-out
+	until(t, "key idle", func() bool { return waitingBehind(b, "k") == -1 })
+	select {
+	case o := <-orphans:
+		t.Errorf("orphan %q from a failed batch", o)
+	default:
+	}
+}
