@@ -26,6 +26,12 @@ import (
 // maxBatch bounds the calls of one statement.
 const maxBatch = 128
 
+// lanes is how many batches of one kind may be in flight on a pool at once: an admission
+// costs the server several times a lease grant (it counts the key's permits and line), so
+// one statement at a time leaves the server's other cores idle. With one lane, 32 workers
+// here (2 cores) reached 0.70 of the floor; with 4, 0.82-0.88; with 8, no more.
+const lanes = 4
+
 // outcome is one call's answer: the permit's row, whether it was admitted (or was held,
 // for Renew and Release), or its own error.
 type outcome struct {
@@ -60,13 +66,13 @@ type releaseCall struct {
 var (
 	admissions = coalesce.New(maxBatch, func(ctx context.Context, cs []acquireCall) ([]outcome, error) {
 		return coalesce.Each(ctx, cs, func(c acquireCall) string { return c.key }, acquireAlone, acquireTogether)
-	}).Orphans(letGo)
+	}).Orphans(letGo).Lanes(lanes)
 	renewals = coalesce.New(maxBatch, func(ctx context.Context, cs []renewCall) ([]outcome, error) {
 		return coalesce.Each(ctx, cs, func(c renewCall) string { return c.key }, renewAlone, renewTogether)
-	})
+	}).Lanes(lanes)
 	releases = coalesce.New(maxBatch, func(ctx context.Context, cs []releaseCall) ([]outcome, error) {
 		return coalesce.Each(ctx, cs, func(c releaseCall) string { return c.key }, releaseAlone, releaseTogether)
-	})
+	}).Lanes(lanes)
 )
 
 // admit, renew and release send one call: with a pool, with the concurrent calls of the

@@ -232,7 +232,7 @@ func TestAPermitNobodyWaitsForIsReleased(t *testing.T) {
 			}
 			t.Cleanup(pool.Close)
 			for _, key := range []string{"first", "x"} { // rows to lock
-				p, err := semaphore.TryAcquire(ctx, plain, key, 1, time.Minute, nil)
+				p, err := semaphore.TryAcquire(ctx, plain, key, semaphore.Lanes, time.Minute, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -256,22 +256,26 @@ func TestAPermitNobodyWaitsForIsReleased(t *testing.T) {
 				t.Cleanup(unlock) // before the pool closes: its calls wait for the row
 				return unlock
 			}
-			blocked := func() bool {
-				var n int
-				if err := plain.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-					app).Scan(&n); err != nil {
-					t.Fatal(err)
+			blocked := func(want int) func() bool {
+				return func() bool {
+					var n int
+					if err := plain.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+						app).Scan(&n); err != nil {
+						t.Fatal(err)
+					}
+					return n == want
 				}
-				return n == 1
 			}
 			var opts *semaphore.AcquireOpts
 			if !own {
 				opts = &semaphore.AcquireOpts{Holder: "chosen"}
 			}
 			unblockFirst, unblockX := lockKey("first"), lockKey("x")
-			errs := make(chan error, 3)
-			go func() { _, err := semaphore.TryAcquire(ctx, pool, "first", 1, time.Minute, nil); errs <- err }()
-			waitUntil(t, "the lone call to wait for its row", blocked)
+			errs := make(chan error, semaphore.Lanes+2)
+			for range semaphore.Lanes { // every lane busy, so that the next two are merged
+				go func() { _, err := semaphore.TryAcquire(ctx, pool, "first", semaphore.Lanes, time.Minute, nil); errs <- err }()
+			}
+			waitUntil(t, "a call in each lane to wait for its row", blocked(semaphore.Lanes))
 			gone, giveUp := context.WithCancel(ctx)
 			defer giveUp()
 			go func() { _, err := semaphore.TryAcquire(gone, pool, "x", 1, time.Minute, opts); errs <- err }()
@@ -279,10 +283,12 @@ func TestAPermitNobodyWaitsForIsReleased(t *testing.T) {
 			go func() { _, err := semaphore.TryAcquire(ctx, pool, "y", 1, time.Minute, nil); errs <- err }()
 			waitUntil(t, "y to wait behind it", func() bool { return semaphore.AdmissionsWaiting(pool) == 2 })
 			unblockFirst()
-			if err := <-errs; err != nil {
-				t.Fatal(err)
+			for range semaphore.Lanes {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
 			}
-			waitUntil(t, "the batch of x and y to wait for x's row", blocked)
+			waitUntil(t, "the batch of x and y to wait for x's row", blocked(1))
 			giveUp()
 			if err := <-errs; !errors.Is(err, coalesce.ErrUnknown) {
 				t.Fatalf("x's caller, gone while its batch was in flight: %v, want an unknown outcome", err)

@@ -11,3 +11,6 @@ import (
 func AdmissionsWaiting(pool *pgxpool.Pool) int {
 	return admissions.Waiting(fmt.Sprintf("%p\x00", pool))
 }
+
+// Lanes is how many batches of admissions may be in flight on a pool at once.
+const Lanes = lanes

@@ -1,8 +1,10 @@
 // Package coalesce merges the concurrent calls of one process into one round trip: group
 // commit for pgcoord's primitives. Calls with the same key that arrive while a batch of that
-// key is in flight wait, and go out together, in arrival order, as soon as it returns; a
-// call that finds nothing in flight goes out at once, alone, on its own goroutine and
-// context, so a lone caller pays nothing for the mechanism.
+// key is in flight (in each of its lanes: one by default, see Lanes) wait, and go out
+// together, in arrival order, as soon as one returns; a call that finds a lane free goes
+// out at once, alone, on its own goroutine and context, so a lone caller pays nothing for
+// the mechanism. Call picks the key from the caller's pool: calls on a transaction or a
+// connection are never merged. Each runs a batch whose calls take row locks.
 //
 // Each call keeps its own context. A call whose context ends before its batch is sent is
 // dropped from the queue and gets the context's error; one whose context ends while its
@@ -37,6 +39,7 @@ var ErrUnknown = errors.New("the call was sent; whether it took effect is not kn
 type Batcher[T, R any] struct {
 	run    func(ctx context.Context, items []T) ([]R, error)
 	max    int
+	lanes  int // batches of one key in flight at once
 	orphan func(T, R)
 
 	mu     sync.Mutex
@@ -44,7 +47,8 @@ type Batcher[T, R any] struct {
 }
 
 type queue[T, R any] struct {
-	waiting []*call[T, R]
+	inflight int // batches in flight
+	waiting  []*call[T, R]
 }
 
 type call[T, R any] struct {
@@ -60,17 +64,30 @@ type call[T, R any] struct {
 
 // New returns a Batcher that sends batches of at most size (at least 1) items through run.
 func New[T, R any](size int, run func(ctx context.Context, items []T) ([]R, error)) *Batcher[T, R] {
-	return &Batcher[T, R]{run: run, max: max(size, 1), queues: map[string]*queue[T, R]{}}
+	return &Batcher[T, R]{run: run, max: max(size, 1), lanes: 1, queues: map[string]*queue[T, R]{}}
+}
+
+// Lanes lets up to n (at least 1) batches of one key be in flight at once: a call goes out
+// at once while fewer are, and waits for the first to return otherwise. One lane suits
+// calls that queue on one row anyway (a hot rate limit key); more let calls on many rows
+// use more than one server process. It returns b.
+func (b *Batcher[T, R]) Lanes(n int) *Batcher[T, R] {
+	b.lanes = max(n, 1)
+	return b
 }
 
 // Do sends item with the other calls of key that are waiting, and returns its result.
 func (b *Batcher[T, R]) Do(ctx context.Context, key string, item T) (R, error) {
 	var zero R
 	b.mu.Lock()
-	q, busy := b.queues[key]
-	if !busy {
-		// Nothing in flight: go out at once, alone, as a plain call would.
-		b.queues[key] = &queue[T, R]{}
+	q, ok := b.queues[key]
+	if !ok {
+		q = &queue[T, R]{}
+		b.queues[key] = q
+	}
+	if q.inflight < b.lanes && len(q.waiting) == 0 {
+		// A lane is free: go out at once, alone, as a plain call would.
+		q.inflight++
 		b.mu.Unlock()
 		rs, err := b.send(ctx, []T{item})
 		b.next(key)
@@ -142,15 +159,19 @@ func (b *Batcher[T, R]) Waiting(key string) int {
 }
 
 // next sends the calls waiting behind key's batch that just returned, as the next batch, or
-// marks key idle if none wait.
+// frees its lane if none wait.
 func (b *Batcher[T, R]) next(key string) {
 	b.mu.Lock()
 	q := b.queues[key]
+	q.inflight--
 	if len(q.waiting) == 0 {
-		delete(b.queues, key)
+		if q.inflight == 0 {
+			delete(b.queues, key)
+		}
 		b.mu.Unlock()
 		return
 	}
+	q.inflight++
 	n := min(len(q.waiting), b.max)
 	batch := slices.Clone(q.waiting[:n])
 	q.waiting = slices.Delete(q.waiting, 0, n)

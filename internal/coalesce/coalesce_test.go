@@ -444,3 +444,35 @@ func TestAnAnswerNobodyWaitsForGoesToTheOrphanFunction(t *testing.T) {
 	default:
 	}
 }
+
+// With two lanes, two calls of a key go out at once, each alone; the calls that come while
+// both are in flight wait, and go out together when the first returns.
+func TestLanesLetSeveralBatchesOfAKeyFly(t *testing.T) {
+	g := newGate()
+	b := New(10, g.run).Lanes(2)
+	out := make(chan result, 10)
+	start(b, context.Background(), "k", 0, out)
+	<-g.arrived
+	start(b, context.Background(), "k", 1, out)
+	<-g.arrived // the second lane
+	start(b, context.Background(), "k", 2, out)
+	until(t, "call queued", func() bool { return waitingBehind(b, "k") == 1 })
+	start(b, context.Background(), "k", 3, out)
+	until(t, "call queued", func() bool { return waitingBehind(b, "k") == 2 })
+	g.release <- nil
+	<-out
+	<-g.arrived // 2 and 3, together
+	g.release <- nil
+	g.release <- nil
+	for range 3 {
+		if r := <-out; r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	until(t, "key idle", func() bool { return waitingBehind(b, "k") == -1 })
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if want := [][]int{{0}, {1}, {2, 3}}; fmt.Sprint(g.batches) != fmt.Sprint(want) {
+		t.Errorf("batches %v, want %v", g.batches, want)
+	}
+}
