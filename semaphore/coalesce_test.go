@@ -273,7 +273,10 @@ func TestAPermitNobodyWaitsForIsReleased(t *testing.T) {
 			unblockFirst, unblockX := lockKey("first"), lockKey("x")
 			errs := make(chan error, semaphore.Lanes+2)
 			for range semaphore.Lanes { // every lane busy, so that the next two are merged
-				go func() { _, err := semaphore.TryAcquire(ctx, pool, "first", semaphore.Lanes, time.Minute, nil); errs <- err }()
+				go func() {
+					_, err := semaphore.TryAcquire(ctx, pool, "first", semaphore.Lanes, time.Minute, nil)
+					errs <- err
+				}()
 			}
 			waitUntil(t, "a call in each lane to wait for its row", blocked(semaphore.Lanes))
 			gone, giveUp := context.WithCancel(ctx)
