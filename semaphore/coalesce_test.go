@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/coalesce"
@@ -215,6 +216,95 @@ func TestSemaphoreCallsInTransactionsAreNeverMerged(t *testing.T) {
 	}
 }
 
+// rig is a pool whose sessions are named app, for watching them wait for locks, and a
+// plain pool on the same schema.
+type rig struct {
+	t           *testing.T
+	app         string
+	pool, plain *pgxpool.Pool
+}
+
+// newRig returns a rig whose keys exist, with limit semaphore.Lanes, and hold nothing.
+// app must fit application_name's 63 bytes.
+func newRig(t *testing.T, app string, pool *pgxpool.Config, keys ...string) *rig {
+	t.Helper()
+	plain := pgtest.Pool(t)
+	cfg := plain.Config()
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	if pool != nil {
+		for k, v := range pool.ConnConfig.RuntimeParams {
+			cfg.ConnConfig.RuntimeParams[k] = v
+		}
+	}
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	for _, key := range keys {
+		pm, err := semaphore.TryAcquire(ctx, plain, key, semaphore.Lanes, time.Minute, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := semaphore.Release(ctx, plain, pm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &rig{t: t, app: app, pool: p, plain: plain}
+}
+
+// lockKey locks key's row in a transaction of its own until the returned function commits.
+func (r *rig) lockKey(key string) func() {
+	tx, err := r.plain.Begin(ctx)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_semaphores WHERE key = $1 FOR UPDATE`, key); err != nil {
+		r.t.Fatal(err)
+	}
+	unlock := sync.OnceFunc(func() {
+		if err := tx.Commit(ctx); err != nil {
+			r.t.Error(err)
+		}
+	})
+	r.t.Cleanup(unlock) // before the pool closes: its calls wait for the row
+	return unlock
+}
+
+// blocked returns whether want of the rig's sessions wait for a lock.
+func (r *rig) blocked(want int) func() bool {
+	return func() bool {
+		var n int
+		if err := r.plain.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+			r.app).Scan(&n); err != nil {
+			r.t.Fatal(err)
+		}
+		return n == want
+	}
+}
+
+// fillLanes sends an admission to "first" in every lane, each waiting for first's row
+// until the returned function unlocks it and they return: calls made meanwhile are merged.
+func (r *rig) fillLanes() func() {
+	unlock := r.lockKey("first")
+	errs := make(chan error, semaphore.Lanes)
+	for range semaphore.Lanes {
+		go func() {
+			_, err := semaphore.TryAcquire(ctx, r.pool, "first", semaphore.Lanes, time.Minute, nil)
+			errs <- err
+		}()
+	}
+	waitUntil(r.t, "a call in each lane to wait for its row", r.blocked(semaphore.Lanes))
+	return func() {
+		unlock()
+		for range semaphore.Lanes {
+			if err := <-errs; err != nil {
+				r.t.Fatal(err)
+			}
+		}
+	}
+}
+
 // A caller that gives up while its batch is in flight gets an error saying its outcome is
 // unknown; if the batch then admits it, the permit is released at once when its holder was
 // the call's own (nobody else can ask for it), and kept when the caller chose the holder.
@@ -222,76 +312,22 @@ func TestAPermitNobodyWaitsForIsReleased(t *testing.T) {
 	t.Parallel()
 	for _, own := range []bool{true, false} {
 		t.Run(fmt.Sprintf("generated holder %t", own), func(t *testing.T) {
-			plain := pgtest.Pool(t)
-			cfg := plain.Config()
-			app := fmt.Sprintf("semaphore orphans %t", own) // within application_name's 63 bytes
-			cfg.ConnConfig.RuntimeParams["application_name"] = app
-			pool, err := pgxpool.NewWithConfig(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			for _, key := range []string{"first", "x"} { // rows to lock
-				p, err := semaphore.TryAcquire(ctx, plain, key, semaphore.Lanes, time.Minute, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := semaphore.Release(ctx, plain, p); err != nil {
-					t.Fatal(err)
-				}
-			}
-			lockKey := func(key string) func() {
-				tx, err := plain.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_semaphores WHERE key = $1 FOR UPDATE`, key); err != nil {
-					t.Fatal(err)
-				}
-				unlock := sync.OnceFunc(func() {
-					if err := tx.Commit(ctx); err != nil {
-						t.Error(err)
-					}
-				})
-				t.Cleanup(unlock) // before the pool closes: its calls wait for the row
-				return unlock
-			}
-			blocked := func(want int) func() bool {
-				return func() bool {
-					var n int
-					if err := plain.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-						app).Scan(&n); err != nil {
-						t.Fatal(err)
-					}
-					return n == want
-				}
-			}
+			r := newRig(t, fmt.Sprintf("semaphore orphans %t", own), nil, "first", "x")
 			var opts *semaphore.AcquireOpts
 			if !own {
 				opts = &semaphore.AcquireOpts{Holder: "chosen"}
 			}
-			unblockFirst, unblockX := lockKey("first"), lockKey("x")
-			errs := make(chan error, semaphore.Lanes+2)
-			for range semaphore.Lanes { // every lane busy, so that the next two are merged
-				go func() {
-					_, err := semaphore.TryAcquire(ctx, pool, "first", semaphore.Lanes, time.Minute, nil)
-					errs <- err
-				}()
-			}
-			waitUntil(t, "a call in each lane to wait for its row", blocked(semaphore.Lanes))
+			unblockX := r.lockKey("x")
+			unblockFirst := r.fillLanes()
+			errs := make(chan error, 2)
 			gone, giveUp := context.WithCancel(ctx)
 			defer giveUp()
-			go func() { _, err := semaphore.TryAcquire(gone, pool, "x", 1, time.Minute, opts); errs <- err }()
-			waitUntil(t, "x to wait behind it", func() bool { return semaphore.AdmissionsWaiting(pool) == 1 })
-			go func() { _, err := semaphore.TryAcquire(ctx, pool, "y", 1, time.Minute, nil); errs <- err }()
-			waitUntil(t, "y to wait behind it", func() bool { return semaphore.AdmissionsWaiting(pool) == 2 })
+			go func() { _, err := semaphore.TryAcquire(gone, r.pool, "x", 1, time.Minute, opts); errs <- err }()
+			waitUntil(t, "x to wait behind them", func() bool { return semaphore.AdmissionsWaiting(r.pool) == 1 })
+			go func() { _, err := semaphore.TryAcquire(ctx, r.pool, "y", 1, time.Minute, nil); errs <- err }()
+			waitUntil(t, "y to wait behind them", func() bool { return semaphore.AdmissionsWaiting(r.pool) == 2 })
 			unblockFirst()
-			for range semaphore.Lanes {
-				if err := <-errs; err != nil {
-					t.Fatal(err)
-				}
-			}
-			waitUntil(t, "the batch of x and y to wait for x's row", blocked(1))
+			waitUntil(t, "the batch of x and y to wait for x's row", r.blocked(1))
 			giveUp()
 			if err := <-errs; !errors.Is(err, coalesce.ErrUnknown) {
 				t.Fatalf("x's caller, gone while its batch was in flight: %v, want an unknown outcome", err)
@@ -301,7 +337,7 @@ func TestAPermitNobodyWaitsForIsReleased(t *testing.T) {
 				t.Fatalf("y: %v", err)
 			}
 			held := func() bool {
-				s, err := semaphore.Get(ctx, plain, "x")
+				s, err := semaphore.Get(ctx, r.plain, "x")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -313,6 +349,51 @@ func TestAPermitNobodyWaitsForIsReleased(t *testing.T) {
 				t.Error("the permit of a holder the caller chose was released")
 			}
 		})
+	}
+}
+
+// A batch never waits long for a key's row that another transaction holds: that
+// transaction may be waiting for a row the batch has written. Here a transaction holds
+// key "b"'s row and then asks for "a"'s, while a batch of admissions to "a" and "b" has
+// admitted to "a" and waits for "b". The batch's sessions detect deadlocks only after
+// 10 s, the transaction's after the default second: a batch that waited would make the
+// transaction the deadlock's victim. It gives up within its lock timeout instead; the
+// transaction goes on, and both calls, sent alone, are admitted once it commits.
+func TestSemaphoreBatchGivesWayToATransactionWaitingForItsRows(t *testing.T) {
+	pgtest.NeedsSession(t, "it sets deadlock_timeout on the pool's sessions")
+	t.Parallel()
+	slow := &pgxpool.Config{ConnConfig: &pgx.ConnConfig{}}
+	slow.ConnConfig.RuntimeParams = map[string]string{"deadlock_timeout": "10s"}
+	r := newRig(t, "semaphore deadlock", slow, "first", "a", "b")
+	unblockFirst := r.fillLanes()
+	errs := make(chan error, 2)
+	for _, key := range []string{"a", "b"} {
+		go func() {
+			_, err := semaphore.TryAcquire(ctx, r.pool, key, semaphore.Lanes, time.Minute, nil)
+			errs <- err
+		}()
+	}
+	waitUntil(t, "a and b to wait behind them", func() bool { return semaphore.AdmissionsWaiting(r.pool) == 2 })
+	tx, err := r.plain.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_semaphores WHERE key = 'b' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	unblockFirst()
+	waitUntil(t, "the batch to wait for b", r.blocked(1))
+	if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_semaphores WHERE key = 'a' FOR UPDATE`); err != nil {
+		t.Fatalf("the transaction waiting for a row of the batch: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("a call of the batch: %v", err)
+		}
 	}
 }
 

@@ -17,6 +17,12 @@
 // state. Each call is one round trip to a SQL function (docs/sql-api.md). Fair admission,
 // the worker loop, and these lists in full: docs/semaphores.md.
 //
+// With a pool, concurrent admissions (TryAcquire, Acquire's attempts), renewals and
+// releases of this process are coalesced as the lease calls are (see package leases): up
+// to four statements of each kind in flight on a pool, and the calls that arrive while all
+// four are out go together, as one statement and one commit, when one returns. Calls in
+// the caller's own transaction, or on a single connection, are never merged.
+//
 // # Guarantees
 //
 //   - The limit is exact: at no instant of the database clock are more permits of a key
@@ -42,6 +48,11 @@
 //     pgcoord_semaphore_turn, which a login without a grant on it cannot take (there is no
 //     advisory lock in this package; integration_test TestSquattingLoginStallsNoPrimitive).
 //   - A Metrics' memory is bounded whatever the number of keys (about 5 MiB by default).
+//   - Coalescing changes no answer, and a transaction of yours waiting for a key's row
+//     that a batch holds is never chosen to die in a deadlock, as for leases. A coalesced
+//     TryAcquire or Acquire whose context ends while its batch is in flight returns the
+//     context's error at once; a permit the batch then grants it is released, unless the
+//     caller chose the holder.
 //
 // # Failure modes
 //
