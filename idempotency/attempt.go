@@ -225,8 +225,12 @@ func (a *Attempt) finish(ctx context.Context, committed bool) {
 	}
 	release := a.held && !committed
 	a.held = false
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
+	slot := a.slot
+	a.slot = nil
+	if slot == nil {
+		slot = func() {}
+	}
+	ctx = context.WithoutCancel(ctx)
 	if a.conn != nil {
 		conn := a.conn
 		a.conn = nil
@@ -237,17 +241,31 @@ func (a *Attempt) finish(ctx context.Context, committed bool) {
 		if release {
 			b.Queue(releaseSQL, a.scope, a.key, a.holder)
 		}
-		if b.Len() > 0 {
-			_ = conn.SendBatch(rctx, b).Close() // on failure the pool destroys the connection
+		done := func() {
+			if b.Len() > 0 {
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				_ = conn.SendBatch(rctx, b).Close() // on failure the pool destroys the connection
+			}
+			conn.Release()
+			slot()
 		}
-		conn.Release()
-	} else if release {
+		if !release && b.Len() > 0 {
+			// Nothing of the key's to give back (a replay, a refusal): the handler's unused
+			// transaction is rolled back after the caller goes on, so a replay in Atomic mode
+			// costs it one round trip.
+			go done()
+			return
+		}
+		done()
+		return
+	}
+	if release {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		_, _ = a.pool.Exec(rctx, releaseSQL, a.scope, a.key, a.holder)
 	}
-	if a.slot != nil {
-		a.slot()
-		a.slot = nil
-	}
+	slot()
 }
 
 // startHeartbeat renews the attempt's lease every third of it until finish stops it, each

@@ -123,24 +123,11 @@ func begin(ctx context.Context, pool *pgxpool.Pool, scope, key string, fingerpri
 	}
 }
 
-// beginOnce is one try of begin.
+// beginOnce is one try of begin: one claim, which answers a repeat of a completed key (a
+// replay), of a different request or of a live attempt's key from a plain read, and takes
+// the key otherwise.
 func beginOnce(ctx context.Context, pool *pgxpool.Pool, scope, key string, fingerprint []byte, o BeginOpts) (*Attempt, error) {
 	a := &Attempt{scope: scope, key: key, maxBody: o.MaxResponseBytes, pool: pool, lease: o.Lease}
-	// One plain read answers repeats of a completed key (a replay is one round trip) and
-	// refuses mismatched and expired ones.
-	row, err := queries.IdempotencyLookup(ctx, pool, dbsqlc.IdempotencyLookupParams{Scope: scope, Key: key})
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("idempotency: look up %s/%s: %w", scope, key, err)
-	}
-	if err == nil && (row.State != StateInFlight || !bytes.Equal(row.Fingerprint, fingerprint)) {
-		if err := a.decide(lookedUp(&row), fingerprint); err != nil {
-			return nil, err
-		}
-		return a, nil
-	}
-	if err == nil && row.Live { // a repeat while the holder's lease runs: no claim
-		return nil, ErrInFlight
-	}
 	if err := a.claim(ctx, pool, fingerprint, o); err != nil {
 		return nil, err
 	}
@@ -249,17 +236,6 @@ func (a *Attempt) sendClaim(ctx context.Context, args []any) (row dbsqlc.Pgcoord
 	}
 	_, err = br.Exec()
 	return row, found, err
-}
-
-// lookedUp returns the key's row of a lookup.
-func lookedUp(r *dbsqlc.IdempotencyLookupRow) *dbsqlc.PgcoordIdempotencyKey {
-	return &dbsqlc.PgcoordIdempotencyKey{
-		Scope: r.Scope, Key: r.Key, Fingerprint: r.Fingerprint, State: r.State, Holder: r.Holder,
-		Attempts: r.Attempts, RecoveryPoint: r.RecoveryPoint, RecoveryData: r.RecoveryData,
-		Status: r.Status, Headers: r.Headers, Body: r.Body, CreatedAt: r.CreatedAt,
-		UpdatedAt: r.UpdatedAt, CompletedAt: r.CompletedAt, ExpiresAt: r.ExpiresAt,
-		LeaseExpiresAt: r.LeaseExpiresAt,
-	}
 }
 
 // decide reads the key's row: the attempt holds it, replays it, or is refused.

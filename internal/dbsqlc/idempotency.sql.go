@@ -26,6 +26,7 @@ func (q *Queries) IdempotencyCountExpired(ctx context.Context, db DBTX) (int64, 
 }
 
 const idempotencyGC = `-- name: IdempotencyGC :one
+
 SELECT pgcoord_idempotency_gc($1::int, $2::interval)::bigint AS deleted
 `
 
@@ -34,6 +35,10 @@ type IdempotencyGCParams struct {
 	Tombstone pgtype.Interval
 }
 
+// Idempotency keys go through the SQL API functions of 00005_idempotency.sql,
+// 00011_idempotency_liveness.sql and 00014_idempotency_one_trip.sql. The claim, renewals, releases and the calls an attempt
+// pipelines with BEGIN or COMMIT are sent by package idempotency itself; these are the
+// others.
 func (q *Queries) IdempotencyGC(ctx context.Context, db DBTX, arg IdempotencyGCParams) (int64, error) {
 	row := db.QueryRow(ctx, idempotencyGC, arg.Batch, arg.Tombstone)
 	var deleted int64
@@ -184,66 +189,4 @@ func (q *Queries) IdempotencyList(ctx context.Context, db DBTX, arg IdempotencyL
 		return nil, err
 	}
 	return items, nil
-}
-
-const idempotencyLookup = `-- name: IdempotencyLookup :one
-
-SELECT k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point, k.recovery_data, k.status, k.headers, k.body, k.created_at, k.updated_at, k.completed_at, k.expires_at, k.lease_expires_at, coalesce(k.state = 'in_flight' AND k.lease_expires_at > pgcoord_now(), false)::boolean AS live
-FROM pgcoord_idempotency_lookup($1::text, $2::text) k
-`
-
-type IdempotencyLookupParams struct {
-	Scope string
-	Key   string
-}
-
-type IdempotencyLookupRow struct {
-	Scope          string
-	Key            string
-	Fingerprint    []byte
-	State          string
-	Holder         string
-	Attempts       int32
-	RecoveryPoint  *string
-	RecoveryData   []byte
-	Status         *int32
-	Headers        json.RawMessage
-	Body           []byte
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	CompletedAt    *time.Time
-	ExpiresAt      time.Time
-	LeaseExpiresAt *time.Time
-	Live           bool
-}
-
-// Idempotency keys go through the SQL API functions of 00005_idempotency.sql and
-// 00011_idempotency_liveness.sql. The claim, renewals, releases and the calls an attempt
-// pipelines with BEGIN or COMMIT are sent by package idempotency itself; these are the
-// others.
-// live: the key is in flight and its holder's lease has not lapsed (a repeat is in flight
-// without a claim).
-func (q *Queries) IdempotencyLookup(ctx context.Context, db DBTX, arg IdempotencyLookupParams) (IdempotencyLookupRow, error) {
-	row := db.QueryRow(ctx, idempotencyLookup, arg.Scope, arg.Key)
-	var i IdempotencyLookupRow
-	err := row.Scan(
-		&i.Scope,
-		&i.Key,
-		&i.Fingerprint,
-		&i.State,
-		&i.Holder,
-		&i.Attempts,
-		&i.RecoveryPoint,
-		&i.RecoveryData,
-		&i.Status,
-		&i.Headers,
-		&i.Body,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.CompletedAt,
-		&i.ExpiresAt,
-		&i.LeaseExpiresAt,
-		&i.Live,
-	)
-	return i, err
 }

@@ -1,13 +1,7 @@
--- Idempotency keys go through the SQL API functions of 00005_idempotency.sql and
--- 00011_idempotency_liveness.sql. The claim, renewals, releases and the calls an attempt
+-- Idempotency keys go through the SQL API functions of 00005_idempotency.sql,
+-- 00011_idempotency_liveness.sql and 00014_idempotency_one_trip.sql. The claim, renewals, releases and the calls an attempt
 -- pipelines with BEGIN or COMMIT are sent by package idempotency itself; these are the
 -- others.
-
--- name: IdempotencyLookup :one
--- live: the key is in flight and its holder's lease has not lapsed (a repeat is in flight
--- without a claim).
-SELECT k.*, coalesce(k.state = 'in_flight' AND k.lease_expires_at > pgcoord_now(), false)::boolean AS live
-FROM pgcoord_idempotency_lookup(@scope::text, @key::text) k;
 
 -- name: IdempotencyGC :one
 SELECT pgcoord_idempotency_gc(@batch::int, @tombstone::interval)::bigint AS deleted;
