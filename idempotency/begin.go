@@ -72,9 +72,10 @@ type BeginOpts struct {
 // A holding attempt holds the key with a lease on the key's row (BeginOpts.Lease), renewed
 // while it runs and ended by Complete or Close; without Atomic it holds no connection
 // between those statements, so its work may use every connection of pool. A new key costs
-// three round trips (a lookup, the claim, and the stored response); in Atomic mode the
-// claim rides with the BEGIN of the handler's transaction and the stored response with its
-// COMMIT, so it adds one round trip to the handler. An Atomic attempt holds a connection
+// two round trips (the claim, and the stored response); in Atomic mode the claim rides
+// with the BEGIN of the handler's transaction and the stored response with its COMMIT, so
+// it adds none to the handler. A replay is the claim alone, which reads the completed key
+// without locking or writing it. An Atomic attempt holds a connection
 // of pool until it ends, and Begin returns ErrBusy (at once) while half of the pool's
 // MaxConns are held so; a pool of fewer than 2 connections is refused for Atomic.
 //

@@ -17,8 +17,8 @@ import (
 // The idempotency scenarios and their floors. The handler of idempotency.first is the
 // bare handler of FloorIdempotencyHandler — one INSERT of an order in a transaction of its
 // own — run behind idempotency.Begin in Atomic mode, so the ratio shows what a new key
-// costs beyond the handler's own work: the budget is two round trips. A replay's
-// budget is one round trip: FloorIdempotencyLookup is a primary-key read of a stored
+// costs beyond the handler's own work: none in round trips (the claim rides with the
+// handler's BEGIN, the stored response with its COMMIT). A replay's budget is one round trip: FloorIdempotencyLookup is a primary-key read of a stored
 // response from a copy of pgcoord_idempotency_keys.
 const (
 	// FloorIdempotencyHandler is the bare handler: BEGIN; INSERT an order RETURNING id;
@@ -33,14 +33,14 @@ func init() {
 	Register(Scenario{
 		Name: "idempotency.first",
 		Description: "a new key: idempotency.Begin (Atomic), the bare handler's INSERT through the attempt's Tx, " +
-			"Complete storing a 14-byte JSON response with one header (lookup, BEGIN, claim, INSERT, store+COMMIT)",
+			"Complete storing a 14-byte JSON response with one header (claim+BEGIN, INSERT, store+COMMIT)",
 		Floor:     FloorIdempotencyHandler,
 		Setup:     setupIdempotency,
 		NewWorker: newIdempotencyFirstWorker,
 	})
 	Register(Scenario{
 		Name:        "idempotency.replay",
-		Description: "a repeat of a completed key: idempotency.Begin returning the stored response (one plain read)",
+		Description: "a repeat of a completed key: idempotency.Begin returning the stored response (the claim: one plain read)",
 		Floor:       FloorIdempotencyLookup,
 		Setup:       setupIdempotency,
 		NewWorker:   newIdempotencyReplayWorker,
