@@ -135,7 +135,13 @@ func (a *Attempt) Complete(ctx context.Context, resp Response) error {
 	}
 	// json.RawMessage, not []byte: in the exec and simple_protocol query modes pgx would send
 	// []byte as bytea, which the server refuses as jsonb.
-	err = a.commit(ctx, completeSQL, []any{a.scope, a.key, a.holder, resp.Status, json.RawMessage(headers), body}, false)
+	if a.conn == nil && len(body) <= maxBatchBody {
+		r := coalesced(ctx, completions, keyCall{pool: a.pool, scope: a.scope, key: a.key, holder: a.holder,
+			status: int32(resp.Status), headers: headers, body: body})
+		err = a.stored(ctx, r.err, false)
+	} else {
+		err = a.commit(ctx, completeSQL, []any{a.scope, a.key, a.holder, resp.Status, json.RawMessage(headers), body}, false)
+	}
 	if err != nil {
 		return fmt.Errorf("idempotency: complete %s/%s: %w", a.scope, a.key, base.TranslateError(err))
 	}
@@ -195,6 +201,13 @@ func (a *Attempt) commit(ctx context.Context, sql string, args []any, again bool
 		}
 		err = errors.Join(err, br.Close())
 	}
+	return a.stored(ctx, err, again)
+}
+
+// stored ends the attempt after a stored change that returned err, unless it goes on
+// holding the key (again, and no error); an error saying the attempt no longer holds its
+// key wraps ErrLost.
+func (a *Attempt) stored(ctx context.Context, err error, again bool) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55000" {
 		err = fmt.Errorf("%w: %w", ErrLost, err)
@@ -263,21 +276,21 @@ func (a *Attempt) finish(ctx context.Context, committed bool) {
 	if release {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		_, _ = a.pool.Exec(rctx, releaseSQL, a.scope, a.key, a.holder)
+		coalesced(rctx, releases, keyCall{pool: a.pool, scope: a.scope, key: a.key, holder: a.holder})
 	}
 	slot()
 }
 
 // startHeartbeat renews the attempt's lease every third of it until finish stops it, each
-// time on a connection of the pool taken for the statement alone. It stops by itself once
+// time on the pool (with the concurrent renewals of other attempts). It stops by itself once
 // the attempt has lost its key (then Complete and Checkpoint return ErrLost); a failed
 // renewal is tried again at the next tick.
 func (a *Attempt) startHeartbeat() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	a.stopHeartbeat = func() { cancel(); <-done }
-	pool, every := a.pool, a.lease/3
-	args := []any{a.scope, a.key, a.holder, dbarg.Interval(a.lease)}
+	every := a.lease / 3
+	c := keyCall{pool: a.pool, scope: a.scope, key: a.key, holder: a.holder, lease: dbarg.Interval(a.lease)}
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(every)
@@ -289,10 +302,9 @@ func (a *Attempt) startHeartbeat() {
 			case <-tick.C:
 			}
 			rctx, rcancel := context.WithTimeout(ctx, every)
-			var held bool
-			err := pool.QueryRow(rctx, renewSQL, args...).Scan(&held)
+			r := coalesced(rctx, renewals, c)
 			rcancel()
-			if err == nil && !held {
+			if r.err == nil && !r.ok {
 				return
 			}
 		}

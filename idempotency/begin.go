@@ -140,22 +140,26 @@ func beginOnce(ctx context.Context, pool *pgxpool.Pool, scope, key string, finge
 // transaction in one round trip (so not through sqlc).
 const claimSQL = `SELECT k.* FROM pgcoord_idempotency_claim($1::text, $2::text, $3::bytea, $4::text, $5::interval, $6::interval) k`
 
-// claim claims the key for a new holder. A non-Atomic attempt then holds no connection; an
-// Atomic one takes a slot of the pool's Atomic share and keeps a connection, in the open
-// transaction its handler writes with. When the share is taken, an Atomic claim still
+// claim claims the key for a new holder: on the pool (coalesced with other attempts'
+// claims), or for Atomic on the attempt's connection. A non-Atomic attempt then holds no
+// connection; an Atomic one takes a slot of the pool's Atomic share and keeps a
+// connection, in the open transaction its handler writes with. When the share is taken, an Atomic claim still
 // answers what a repeat must hear (a replay, ErrInFlight, ErrMismatch, ErrExpired): it
 // claims without a connection, and gives back a key it would hold, with ErrBusy.
 func (a *Attempt) claim(ctx context.Context, pool *pgxpool.Pool, fingerprint []byte, o BeginOpts) error {
 	a.holder = base.NewHolderID()
 	args := []any{a.scope, a.key, fingerprint, a.holder, dbarg.Interval(o.Retention), dbarg.Interval(o.Lease)}
+	onPool := func() error {
+		r := coalesced(ctx, claims, keyCall{pool: pool, scope: a.scope, key: a.key, holder: a.holder, fingerprint: fingerprint,
+			retention: dbarg.Interval(o.Retention), lease: dbarg.Interval(o.Lease)})
+		return a.claimed(ctx, fingerprint, r.row, r.ok, r.err)
+	}
 	if !o.Atomic {
-		row, found, err := claimOnPool(ctx, pool, args)
-		return a.claimed(ctx, fingerprint, row, found, err)
+		return onPool()
 	}
 	slot, err := atomicSlot(pool)
 	if errors.Is(err, ErrBusy) {
-		row, found, err := claimOnPool(ctx, pool, args)
-		if err := a.claimed(ctx, fingerprint, row, found, err); err != nil || a.replay != nil {
+		if err := onPool(); err != nil || a.replay != nil {
 			return err
 		}
 		a.finish(ctx, false) // the key is free: give it back, to run when there is room
@@ -171,19 +175,6 @@ func (a *Attempt) claim(ctx context.Context, pool *pgxpool.Pool, fingerprint []b
 	}
 	row, found, err := a.sendClaim(ctx, args)
 	return a.claimed(ctx, fingerprint, row, found, err)
-}
-
-// claimOnPool sends the claim alone: it commits at once.
-func claimOnPool(ctx context.Context, pool *pgxpool.Pool, args []any) (dbsqlc.PgcoordIdempotencyKey, bool, error) {
-	rows, err := pool.Query(ctx, claimSQL, args...)
-	if err != nil {
-		return dbsqlc.PgcoordIdempotencyKey{}, false, err
-	}
-	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[dbsqlc.PgcoordIdempotencyKey])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return row, false, nil
-	}
-	return row, err == nil, err
 }
 
 // claimed reads the outcome of a claim: the attempt holds the key (and renews its lease

@@ -52,6 +52,11 @@
 //   - Expiry is judged by the database clock alone.
 //   - What the store cannot keep is refused before any SQL runs, with an error wrapping
 //     pgcoord.ErrInvalidArgument (or pgcoord.ErrInvalidName).
+//   - Concurrent attempts of one process on one pool share statements: their claims,
+//     stored responses (up to 64 KiB; larger ones go alone) and releases (non-Atomic) and
+//     every attempt's renewals are coalesced, each with its own answer, as the lease calls
+//     are (see package leases); a claim made for a caller who gave up while it was in
+//     flight is released. An Atomic attempt's claim and response go on its own connection.
 //
 // # Failure modes
 //

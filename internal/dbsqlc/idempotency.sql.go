@@ -13,6 +13,140 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const idempotencyClaimMany = `-- name: IdempotencyClaimMany :many
+
+SELECT a.i::int AS i, k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point, k.recovery_data, k.status, k.headers, k.body, k.created_at, k.updated_at, k.completed_at, k.expires_at, k.lease_expires_at
+FROM generate_series(1, cardinality($1::text[]) + 0 * length(set_config('lock_timeout', $2::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_idempotency_claim(($1::text[])[a.i], ($3::text[])[a.i], ($4::bytea[])[a.i],
+                                             ($5::text[])[a.i], ($6::interval[])[a.i], ($7::interval[])[a.i]) k
+`
+
+type IdempotencyClaimManyParams struct {
+	Scopes       []string
+	LockTimeout  string
+	Keys         []string
+	Fingerprints [][]byte
+	Holders      []string
+	Retentions   []pgtype.Interval
+	Leases       []pgtype.Interval
+}
+
+type IdempotencyClaimManyRow struct {
+	I              int32
+	Scope          string
+	Key            string
+	Fingerprint    []byte
+	State          string
+	Holder         string
+	Attempts       int32
+	RecoveryPoint  *string
+	RecoveryData   []byte
+	Status         *int32
+	Headers        json.RawMessage
+	Body           []byte
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	CompletedAt    *time.Time
+	ExpiresAt      time.Time
+	LeaseExpiresAt *time.Time
+}
+
+// The coalesced forms of the claim, the stored response, the renewal and the release of
+// non-Atomic attempts (idempotency/coalesce.go), as the lease queries' (see
+// sql/queries/leases.sql): calls in (scope, key) order, under lock_timeout, i the call's
+// position; a claim that finds nothing, a renewal or release that no longer holds, return
+// no row.
+func (q *Queries) IdempotencyClaimMany(ctx context.Context, db DBTX, arg IdempotencyClaimManyParams) ([]IdempotencyClaimManyRow, error) {
+	rows, err := db.Query(ctx, idempotencyClaimMany,
+		arg.Scopes,
+		arg.LockTimeout,
+		arg.Keys,
+		arg.Fingerprints,
+		arg.Holders,
+		arg.Retentions,
+		arg.Leases,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []IdempotencyClaimManyRow{}
+	for rows.Next() {
+		var i IdempotencyClaimManyRow
+		if err := rows.Scan(
+			&i.I,
+			&i.Scope,
+			&i.Key,
+			&i.Fingerprint,
+			&i.State,
+			&i.Holder,
+			&i.Attempts,
+			&i.RecoveryPoint,
+			&i.RecoveryData,
+			&i.Status,
+			&i.Headers,
+			&i.Body,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.CompletedAt,
+			&i.ExpiresAt,
+			&i.LeaseExpiresAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const idempotencyCompleteMany = `-- name: IdempotencyCompleteMany :many
+SELECT a.i::int AS i
+FROM generate_series(1, cardinality($1::text[]) + 0 * length(set_config('lock_timeout', $2::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_idempotency_complete(($1::text[])[a.i], ($3::text[])[a.i], ($4::text[])[a.i],
+                                                ($5::int[])[a.i], ($6::jsonb[])[a.i], ($7::bytea[])[a.i]) k
+`
+
+type IdempotencyCompleteManyParams struct {
+	Scopes      []string
+	LockTimeout string
+	Keys        []string
+	Holders     []string
+	Statuses    []int32
+	Headers     []json.RawMessage
+	Bodies      [][]byte
+}
+
+func (q *Queries) IdempotencyCompleteMany(ctx context.Context, db DBTX, arg IdempotencyCompleteManyParams) ([]int32, error) {
+	rows, err := db.Query(ctx, idempotencyCompleteMany,
+		arg.Scopes,
+		arg.LockTimeout,
+		arg.Keys,
+		arg.Holders,
+		arg.Statuses,
+		arg.Headers,
+		arg.Bodies,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int32{}
+	for rows.Next() {
+		var i int32
+		if err := rows.Scan(&i); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const idempotencyCountExpired = `-- name: IdempotencyCountExpired :one
 SELECT count(*) FROM pgcoord_idempotency_keys
 WHERE expires_at <= pgcoord_now()
@@ -181,6 +315,84 @@ func (q *Queries) IdempotencyList(ctx context.Context, db DBTX, arg IdempotencyL
 			&i.Held,
 			&i.DbNow,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const idempotencyReleaseMany = `-- name: IdempotencyReleaseMany :many
+SELECT a.i::int AS i
+FROM generate_series(1, cardinality($1::text[]) + 0 * length(set_config('lock_timeout', $2::text, true))) AS a(i)
+WHERE pgcoord_idempotency_release(($1::text[])[a.i], ($3::text[])[a.i], ($4::text[])[a.i])
+`
+
+type IdempotencyReleaseManyParams struct {
+	Scopes      []string
+	LockTimeout string
+	Keys        []string
+	Holders     []string
+}
+
+func (q *Queries) IdempotencyReleaseMany(ctx context.Context, db DBTX, arg IdempotencyReleaseManyParams) ([]int32, error) {
+	rows, err := db.Query(ctx, idempotencyReleaseMany,
+		arg.Scopes,
+		arg.LockTimeout,
+		arg.Keys,
+		arg.Holders,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int32{}
+	for rows.Next() {
+		var i int32
+		if err := rows.Scan(&i); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const idempotencyRenewMany = `-- name: IdempotencyRenewMany :many
+SELECT a.i::int AS i
+FROM generate_series(1, cardinality($1::text[]) + 0 * length(set_config('lock_timeout', $2::text, true))) AS a(i)
+WHERE pgcoord_idempotency_renew(($1::text[])[a.i], ($3::text[])[a.i], ($4::text[])[a.i], ($5::interval[])[a.i])
+`
+
+type IdempotencyRenewManyParams struct {
+	Scopes      []string
+	LockTimeout string
+	Keys        []string
+	Holders     []string
+	Leases      []pgtype.Interval
+}
+
+func (q *Queries) IdempotencyRenewMany(ctx context.Context, db DBTX, arg IdempotencyRenewManyParams) ([]int32, error) {
+	rows, err := db.Query(ctx, idempotencyRenewMany,
+		arg.Scopes,
+		arg.LockTimeout,
+		arg.Keys,
+		arg.Holders,
+		arg.Leases,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int32{}
+	for rows.Next() {
+		var i int32
+		if err := rows.Scan(&i); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

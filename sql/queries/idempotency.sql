@@ -34,3 +34,31 @@ WHERE (k.scope, k.key) > (@after_scope::text, @after_key::text)
   AND (NOT @stuck_only::boolean OR (k.state = 'in_flight' AND NOT pgcoord_idempotency_held(k.scope, k.key)))
 ORDER BY k.scope, k.key
 LIMIT @max_rows::int;
+
+-- The coalesced forms of the claim, the stored response, the renewal and the release of
+-- non-Atomic attempts (idempotency/coalesce.go), as the lease queries' (see
+-- sql/queries/leases.sql): calls in (scope, key) order, under lock_timeout, i the call's
+-- position; a claim that finds nothing, a renewal or release that no longer holds, return
+-- no row.
+
+-- name: IdempotencyClaimMany :many
+SELECT a.i::int AS i, k.*
+FROM generate_series(1, cardinality(@scopes::text[]) + 0 * length(set_config('lock_timeout', @lock_timeout::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_idempotency_claim((@scopes::text[])[a.i], (@keys::text[])[a.i], (@fingerprints::bytea[])[a.i],
+                                             (@holders::text[])[a.i], (@retentions::interval[])[a.i], (@leases::interval[])[a.i]) k;
+
+-- name: IdempotencyCompleteMany :many
+SELECT a.i::int AS i
+FROM generate_series(1, cardinality(@scopes::text[]) + 0 * length(set_config('lock_timeout', @lock_timeout::text, true))) AS a(i)
+CROSS JOIN LATERAL pgcoord_idempotency_complete((@scopes::text[])[a.i], (@keys::text[])[a.i], (@holders::text[])[a.i],
+                                                (@statuses::int[])[a.i], (@headers::jsonb[])[a.i], (@bodies::bytea[])[a.i]) k;
+
+-- name: IdempotencyRenewMany :many
+SELECT a.i::int AS i
+FROM generate_series(1, cardinality(@scopes::text[]) + 0 * length(set_config('lock_timeout', @lock_timeout::text, true))) AS a(i)
+WHERE pgcoord_idempotency_renew((@scopes::text[])[a.i], (@keys::text[])[a.i], (@holders::text[])[a.i], (@leases::interval[])[a.i]);
+
+-- name: IdempotencyReleaseMany :many
+SELECT a.i::int AS i
+FROM generate_series(1, cardinality(@scopes::text[]) + 0 * length(set_config('lock_timeout', @lock_timeout::text, true))) AS a(i)
+WHERE pgcoord_idempotency_release((@scopes::text[])[a.i], (@keys::text[])[a.i], (@holders::text[])[a.i]);
