@@ -1,11 +1,15 @@
 package idempotency_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/idempotency"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
@@ -85,5 +89,94 @@ func TestCoalescedAttemptsShareStatementsAndKeepTheirOwnAnswers(t *testing.T) {
 	}
 	if want := int64(workers*each + shared); ran.Load() != want {
 		t.Errorf("%d attempts ran: want one per own key (%d) and one per completed shared key (%d)", ran.Load(), workers*each, shared)
+	}
+}
+
+// A caller that gives up while its claim's batch is in flight gets its context's error; if
+// the batch then claims the key for it, the key is released at once (its holder is the
+// attempt's own: nobody would run it until its lease lapsed), and the next attempt runs.
+func TestAClaimNobodyWaitsForIsReleased(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	plain := pgtest.Pool(t)
+	cfg := plain.Config()
+	const app = "idempotency orphans"
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// A key inserted and not yet committed by another transaction: a claim of it waits.
+	insertKey := func(key string) func() {
+		tx, err := plain.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO pgcoord_idempotency_keys
+			(scope, key, fingerprint, state, holder, created_at, updated_at, expires_at, lease_expires_at)
+			VALUES ('co', $1, '\x01', 'in_flight', 'blocker', now(), now(), now() + interval '1 day', now() + interval '1 minute')`, key); err != nil {
+			t.Fatal(err)
+		}
+		undo := sync.OnceFunc(func() { _ = tx.Rollback(ctx) })
+		t.Cleanup(undo)
+		return undo
+	}
+	blocked := func() bool {
+		var n int
+		if err := plain.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	unblockFirst, unblockX := insertKey("first"), insertKey("x")
+	errs := make(chan error, 3)
+	begin := func(ctx context.Context, key string) {
+		go func() {
+			a, err := idempotency.Begin(ctx, pool, "co", key, fp, nil)
+			if err == nil && a.Replay() != nil {
+				err = fmt.Errorf("%s replayed", key)
+			}
+			errs <- err
+		}()
+	}
+	begin(ctx, "first")
+	waitUntil(t, "the lone claim to wait for its row", blocked)
+	gone, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	begin(gone, "x")
+	waitUntil(t, "x to wait behind it", func() bool { return idempotency.ClaimsWaiting(pool) == 1 })
+	begin(ctx, "y")
+	waitUntil(t, "y to wait behind it", func() bool { return idempotency.ClaimsWaiting(pool) == 2 })
+	unblockFirst()
+	if err := <-errs; err != nil {
+		t.Fatalf("first: %v", err)
+	}
+	waitUntil(t, "the batch of x and y to wait for x's row", blocked)
+	giveUp()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("x's caller, gone while its claim was in flight: %v, want its context's error", err)
+	}
+	unblockX()
+	if err := <-errs; err != nil {
+		t.Fatalf("y: %v", err)
+	}
+	waitUntil(t, "x's claim to be released", func() bool {
+		var n int
+		if err := plain.QueryRow(ctx, `SELECT count(*) FROM pgcoord_idempotency_keys WHERE scope = 'co' AND key = 'x'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(pgtest.WaitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", pgtest.WaitLimit, what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
