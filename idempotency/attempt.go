@@ -138,7 +138,7 @@ func (a *Attempt) Complete(ctx context.Context, resp Response) error {
 	if a.conn == nil && len(body) <= maxBatchBody {
 		r := coalesced(ctx, completions, keyCall{pool: a.pool, scope: a.scope, key: a.key, holder: a.holder,
 			status: int32(resp.Status), headers: headers, body: body})
-		err = a.stored(ctx, r.err, false)
+		err = a.stored(ctx, r.Err, false)
 	} else {
 		err = a.commit(ctx, completeSQL, []any{a.scope, a.key, a.holder, resp.Status, json.RawMessage(headers), body}, false)
 	}
@@ -304,7 +304,7 @@ func (a *Attempt) startHeartbeat() {
 			rctx, rcancel := context.WithTimeout(ctx, every)
 			r := coalesced(rctx, renewals, c)
 			rcancel()
-			if r.err == nil && !r.ok {
+			if r.Err == nil && !r.OK {
 				return
 			}
 		}

@@ -152,7 +152,7 @@ func (a *Attempt) claim(ctx context.Context, pool *pgxpool.Pool, fingerprint []b
 	onPool := func() error {
 		r := coalesced(ctx, claims, keyCall{pool: pool, scope: a.scope, key: a.key, holder: a.holder, fingerprint: fingerprint,
 			retention: dbarg.Interval(o.Retention), lease: dbarg.Interval(o.Lease)})
-		return a.claimed(ctx, fingerprint, r.row, r.ok, r.err)
+		return a.claimed(ctx, fingerprint, r.Row, r.OK, r.Err)
 	}
 	if !o.Atomic {
 		return onPool()

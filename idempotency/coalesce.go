@@ -3,7 +3,6 @@ package idempotency
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,11 +46,7 @@ func (c keyCall) sortKey() string { return c.scope + "\x00" + c.key }
 
 // keyOutcome is one call's answer: the key's row (a claim's), whether there was one (or
 // the renewal, release or stored response took effect), or the call's own error.
-type keyOutcome struct {
-	row dbsqlc.PgcoordIdempotencyKey
-	ok  bool
-	err error
-}
+type keyOutcome = coalesce.Outcome[dbsqlc.PgcoordIdempotencyKey]
 
 var (
 	claims = coalesce.New(maxBatch, func(ctx context.Context, cs []keyCall) ([]keyOutcome, error) {
@@ -70,17 +65,13 @@ var (
 
 // coalesced sends c through b, with the concurrent calls of its kind on its pool.
 func coalesced(ctx context.Context, b *coalesce.Batcher[keyCall, keyOutcome], c keyCall) keyOutcome {
-	o, err := b.Call(ctx, c.pool, "", c)
-	if err != nil {
-		return keyOutcome{err: err}
-	}
-	return o
+	return coalesce.Send(ctx, b, c.pool, "", c)
 }
 
 // giveBack releases a key whose claimer gave up while its batch was in flight: the holder
 // is always the attempt's own, so nobody would run it until its lease lapsed.
 func giveBack(c keyCall, o keyOutcome) {
-	if !o.ok || o.row.State != StateInFlight || o.row.Holder != c.holder {
+	if !o.OK || o.Row.State != StateInFlight || o.Row.Holder != c.holder {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -91,13 +82,9 @@ func giveBack(c keyCall, o keyOutcome) {
 func claimAlone(ctx context.Context, c keyCall) keyOutcome {
 	rows, err := c.pool.Query(ctx, claimSQL, c.scope, c.key, c.fingerprint, c.holder, c.retention, c.lease)
 	if err != nil {
-		return keyOutcome{err: err}
+		return keyOutcome{Err: err}
 	}
-	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[dbsqlc.PgcoordIdempotencyKey])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return keyOutcome{}
-	}
-	return keyOutcome{row: row, ok: err == nil, err: err}
+	return coalesce.Found(pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[dbsqlc.PgcoordIdempotencyKey]))
 }
 
 func claimTogether(ctx context.Context, cs []keyCall) ([]keyOutcome, error) {
@@ -107,20 +94,20 @@ func claimTogether(ctx context.Context, cs []keyCall) ([]keyOutcome, error) {
 		p.Fingerprints, p.Retentions, p.Leases = append(p.Fingerprints, c.fingerprint), append(p.Retentions, c.retention), append(p.Leases, c.lease)
 	}
 	rows, err := queries.IdempotencyClaimMany(ctx, cs[0].pool, p)
-	return coalesce.Positions(len(cs), rows, err, func(r dbsqlc.IdempotencyClaimManyRow) (int32, keyOutcome) {
-		return r.I, keyOutcome{ok: true, row: dbsqlc.PgcoordIdempotencyKey{
+	return coalesce.Rows(len(cs), rows, err, func(r dbsqlc.IdempotencyClaimManyRow) (int32, dbsqlc.PgcoordIdempotencyKey) {
+		return r.I, dbsqlc.PgcoordIdempotencyKey{
 			Scope: r.Scope, Key: r.Key, Fingerprint: r.Fingerprint, State: r.State, Holder: r.Holder,
 			Attempts: r.Attempts, RecoveryPoint: r.RecoveryPoint, RecoveryData: r.RecoveryData,
 			Status: r.Status, Headers: r.Headers, Body: r.Body, CreatedAt: r.CreatedAt,
 			UpdatedAt: r.UpdatedAt, CompletedAt: r.CompletedAt, ExpiresAt: r.ExpiresAt,
 			LeaseExpiresAt: r.LeaseExpiresAt,
-		}}
+		}
 	})
 }
 
 func completeAlone(ctx context.Context, c keyCall) keyOutcome {
 	_, err := c.pool.Exec(ctx, completeSQL, c.scope, c.key, c.holder, c.status, c.headers, c.body)
-	return keyOutcome{ok: err == nil, err: err}
+	return coalesce.Done[dbsqlc.PgcoordIdempotencyKey](true, err)
 }
 
 func completeTogether(ctx context.Context, cs []keyCall) ([]keyOutcome, error) {
@@ -130,13 +117,13 @@ func completeTogether(ctx context.Context, cs []keyCall) ([]keyOutcome, error) {
 		p.Statuses, p.Headers, p.Bodies = append(p.Statuses, c.status), append(p.Headers, c.headers), append(p.Bodies, c.body)
 	}
 	rows, err := queries.IdempotencyCompleteMany(ctx, cs[0].pool, p)
-	return coalesce.Positions(len(cs), rows, err, func(i int32) (int32, keyOutcome) { return i, keyOutcome{ok: true} })
+	return coalesce.Rows(len(cs), rows, err, func(i int32) (int32, dbsqlc.PgcoordIdempotencyKey) { return i, dbsqlc.PgcoordIdempotencyKey{} })
 }
 
 func renewAlone(ctx context.Context, c keyCall) keyOutcome {
 	var held bool
 	err := c.pool.QueryRow(ctx, renewSQL, c.scope, c.key, c.holder, c.lease).Scan(&held)
-	return keyOutcome{ok: held, err: err}
+	return coalesce.Done[dbsqlc.PgcoordIdempotencyKey](held, err)
 }
 
 func renewTogether(ctx context.Context, cs []keyCall) ([]keyOutcome, error) {
@@ -146,13 +133,13 @@ func renewTogether(ctx context.Context, cs []keyCall) ([]keyOutcome, error) {
 		p.Leases = append(p.Leases, c.lease)
 	}
 	rows, err := queries.IdempotencyRenewMany(ctx, cs[0].pool, p)
-	return coalesce.Positions(len(cs), rows, err, func(i int32) (int32, keyOutcome) { return i, keyOutcome{ok: true} })
+	return coalesce.Rows(len(cs), rows, err, func(i int32) (int32, dbsqlc.PgcoordIdempotencyKey) { return i, dbsqlc.PgcoordIdempotencyKey{} })
 }
 
 func releaseAlone(ctx context.Context, c keyCall) keyOutcome {
 	var released bool
 	err := c.pool.QueryRow(ctx, releaseSQL, c.scope, c.key, c.holder).Scan(&released)
-	return keyOutcome{ok: released, err: err}
+	return coalesce.Done[dbsqlc.PgcoordIdempotencyKey](released, err)
 }
 
 func releaseTogether(ctx context.Context, cs []keyCall) ([]keyOutcome, error) {
@@ -161,5 +148,5 @@ func releaseTogether(ctx context.Context, cs []keyCall) ([]keyOutcome, error) {
 		p.Scopes, p.Keys, p.Holders = append(p.Scopes, c.scope), append(p.Keys, c.key), append(p.Holders, c.holder)
 	}
 	rows, err := queries.IdempotencyReleaseMany(ctx, cs[0].pool, p)
-	return coalesce.Positions(len(cs), rows, err, func(i int32) (int32, keyOutcome) { return i, keyOutcome{ok: true} })
+	return coalesce.Rows(len(cs), rows, err, func(i int32) (int32, dbsqlc.PgcoordIdempotencyKey) { return i, dbsqlc.PgcoordIdempotencyKey{} })
 }

@@ -2,11 +2,9 @@ package leases
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgcoord/pgcoord/internal/coalesce"
@@ -30,11 +28,7 @@ const maxBatch = 128
 
 // outcome is one call's answer: the row of its grant, whether it was granted (or was
 // current, for Renew and Release), or its own error.
-type outcome struct {
-	row dbsqlc.AcquireLeaseRow
-	ok  bool
-	err error
-}
+type outcome = coalesce.Outcome[dbsqlc.AcquireLeaseRow]
 
 type acquireCall struct {
 	db           pgcoord.DBTX
@@ -74,42 +68,34 @@ var (
 // acquire, renew and release send one call: with a pool, with the concurrent calls of the
 // same kind and commit mode on it.
 func acquire(ctx context.Context, c acquireCall) outcome {
-	return answer(acquires.Call(ctx, c.db, c.syncCommit, c))
+	return coalesce.Send(ctx, acquires, c.db, c.syncCommit, c)
 }
 
 func renew(ctx context.Context, c renewCall) outcome {
-	return answer(renewals.Call(ctx, c.db, fmt.Sprint(c.durable), c))
+	return coalesce.Send(ctx, renewals, c.db, fmt.Sprint(c.durable), c)
 }
 
 func release(ctx context.Context, c releaseCall) outcome {
-	return answer(releases.Call(ctx, c.db, "", c))
+	return coalesce.Send(ctx, releases, c.db, "", c)
 }
 
 // letGo releases a grant whose caller gave up while its batch was in flight, when the
 // holder was the call's own: nobody else can ask for it, so it would only block the name
 // until it expired. A caller-chosen holder keeps it: it gets it back by asking again.
 func letGo(c acquireCall, o outcome) {
-	if !o.ok || !c.generated {
+	if !o.OK || !c.generated {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	releaseAlone(ctx, releaseCall{db: c.db, name: c.name, holder: c.holder, token: o.row.FenceToken})
-}
-
-// answer is a call's outcome, the batch's error included.
-func answer(o outcome, err error) outcome {
-	if err != nil {
-		return outcome{err: err}
-	}
-	return o
+	releaseAlone(ctx, releaseCall{db: c.db, name: c.name, holder: c.holder, token: o.Row.FenceToken})
 }
 
 func acquireAlone(ctx context.Context, c acquireCall) outcome {
 	row, err := queries.AcquireLease(ctx, c.db, dbsqlc.AcquireLeaseParams{
 		Name: c.name, Holder: c.holder, Ttl: c.ttl, Metadata: c.meta, SyncCommit: c.syncCommit,
 	})
-	return rowOutcome(row, err)
+	return coalesce.Found(row, err)
 }
 
 func acquireTogether(ctx context.Context, cs []acquireCall) ([]outcome, error) {
@@ -119,9 +105,9 @@ func acquireTogether(ctx context.Context, cs []acquireCall) ([]outcome, error) {
 		p.Metadata = append(p.Metadata, c.meta)
 	}
 	rows, err := queries.AcquireLeases(ctx, cs[0].db, p)
-	return coalesce.Positions(len(cs), rows, err, func(r dbsqlc.AcquireLeasesRow) (int32, outcome) {
-		return r.I, granted(dbsqlc.AcquireLeaseRow{Name: r.Name, FenceToken: r.FenceToken, Holder: r.Holder,
-			AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, DbNow: r.DbNow})
+	return coalesce.Rows(len(cs), rows, err, func(r dbsqlc.AcquireLeasesRow) (int32, dbsqlc.AcquireLeaseRow) {
+		return r.I, dbsqlc.AcquireLeaseRow{Name: r.Name, FenceToken: r.FenceToken, Holder: r.Holder,
+			AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, DbNow: r.DbNow}
 	})
 }
 
@@ -129,7 +115,7 @@ func renewAlone(ctx context.Context, c renewCall) outcome {
 	row, err := queries.RenewLease(ctx, c.db, dbsqlc.RenewLeaseParams{
 		Name: c.name, Holder: c.holder, FenceToken: c.token, Ttl: c.ttl, Durable: c.durable,
 	})
-	return rowOutcome(dbsqlc.AcquireLeaseRow(row), err)
+	return coalesce.Found(dbsqlc.AcquireLeaseRow(row), err)
 }
 
 func renewTogether(ctx context.Context, cs []renewCall) ([]outcome, error) {
@@ -139,15 +125,15 @@ func renewTogether(ctx context.Context, cs []renewCall) ([]outcome, error) {
 		p.Ttls = append(p.Ttls, c.ttl)
 	}
 	rows, err := queries.RenewLeases(ctx, cs[0].db, p)
-	return coalesce.Positions(len(cs), rows, err, func(r dbsqlc.RenewLeasesRow) (int32, outcome) {
-		return r.I, granted(dbsqlc.AcquireLeaseRow{Name: r.Name, FenceToken: r.FenceToken, Holder: r.Holder,
-			AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, DbNow: r.DbNow})
+	return coalesce.Rows(len(cs), rows, err, func(r dbsqlc.RenewLeasesRow) (int32, dbsqlc.AcquireLeaseRow) {
+		return r.I, dbsqlc.AcquireLeaseRow{Name: r.Name, FenceToken: r.FenceToken, Holder: r.Holder,
+			AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, DbNow: r.DbNow}
 	})
 }
 
 func releaseAlone(ctx context.Context, c releaseCall) outcome {
 	n, err := queries.ReleaseLease(ctx, c.db, dbsqlc.ReleaseLeaseParams{Name: c.name, Holder: c.holder, FenceToken: c.token})
-	return outcome{ok: n > 0, err: err}
+	return coalesce.Done[dbsqlc.AcquireLeaseRow](n > 0, err)
 }
 
 func releaseTogether(ctx context.Context, cs []releaseCall) ([]outcome, error) {
@@ -156,15 +142,5 @@ func releaseTogether(ctx context.Context, cs []releaseCall) ([]outcome, error) {
 		p.Names, p.Holders, p.FenceTokens = append(p.Names, c.name), append(p.Holders, c.holder), append(p.FenceTokens, c.token)
 	}
 	rows, err := queries.ReleaseLeases(ctx, cs[0].db, p)
-	return coalesce.Positions(len(cs), rows, err, func(i int32) (int32, outcome) { return i, outcome{ok: true} })
-}
-
-func granted(row dbsqlc.AcquireLeaseRow) outcome { return outcome{row: row, ok: true} }
-
-// rowOutcome is the outcome of a call sent alone: no row means refused (or not current).
-func rowOutcome(row dbsqlc.AcquireLeaseRow, err error) outcome {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return outcome{}
-	}
-	return outcome{row: row, ok: err == nil, err: err}
+	return coalesce.Rows(len(cs), rows, err, func(i int32) (int32, dbsqlc.AcquireLeaseRow) { return i, dbsqlc.AcquireLeaseRow{} })
 }

@@ -142,13 +142,7 @@ func TestCoalescedLeaseCallsSurviveKilledBackends(t *testing.T) {
 	calls, failed, wait := contend(t, pool, []string{"a", "b", "c", "d", "e", "f", "g", "h"}, 32, 5*time.Second, stop, ex)
 	kills := 0
 	for kills < 40 && !t.Failed() {
-		var killed bool
-		if err := other.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM (
-			SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'
-			 ORDER BY random() LIMIT 1) s`, "traced "+t.Name()).Scan(&killed); err != nil {
-			t.Fatal(err)
-		}
-		if killed {
+		if pgtest.KillOneActive(t, other) {
 			kills++
 		}
 		time.Sleep(time.Duration(10+rand.IntN(30)) * time.Millisecond) // reconnecting takes a while

@@ -204,9 +204,9 @@ func tryAcquire(ctx context.Context, db pgcoord.DBTX, name string, ttl time.Dura
 		start := time.Now()
 		r := acquire(ctx, acquireCall{db: db, name: name, holder: o.Holder, generated: generated, ttl: dbarg.Interval(ttl),
 			meta: meta.json, syncCommit: o.SyncCommit})
-		switch err := r.err; {
-		case r.ok:
-			return leaseFrom(r.row, meta.values, start, o.SafetyMargin), nil
+		switch err := r.Err; {
+		case r.OK:
+			return leaseFrom(r.Row, meta.values, start, o.SafetyMargin), nil
 		case err == nil:
 			return Lease{}, fmt.Errorf("%w: %q", ErrHeld, name)
 		case attempt == 0 && listen.Ambiguous(ctx, err):
@@ -265,13 +265,13 @@ func Renew(ctx context.Context, db pgcoord.DBTX, l Lease, ttl time.Duration, opt
 	}
 	start := time.Now()
 	r := renew(ctx, renewCall{db: db, name: l.Name, holder: l.Holder, token: l.Token, ttl: dbarg.Interval(ttl), durable: !o.AsyncCommit})
-	if r.err != nil {
-		return Lease{}, fmt.Errorf("leases: renew %q: %w", l.Name, base.TranslateError(r.err))
+	if r.Err != nil {
+		return Lease{}, fmt.Errorf("leases: renew %q: %w", l.Name, base.TranslateError(r.Err))
 	}
-	if !r.ok {
+	if !r.OK {
 		return Lease{}, fmt.Errorf("%w: %q token %d", ErrLost, l.Name, l.Token)
 	}
-	return leaseFrom(r.row, l.Metadata, start, o.SafetyMargin), nil
+	return leaseFrom(r.Row, l.Metadata, start, o.SafetyMargin), nil
 }
 
 // ReleaseOpts are the options of Release. It has none yet: pass nil.
@@ -290,10 +290,10 @@ func Release(ctx context.Context, db pgcoord.DBTX, l Lease, opts *ReleaseOpts) e
 		return err
 	}
 	r := release(ctx, releaseCall{db: db, name: l.Name, holder: l.Holder, token: l.Token})
-	if r.err != nil {
-		return fmt.Errorf("leases: release %q: %w", l.Name, base.TranslateError(r.err))
+	if r.Err != nil {
+		return fmt.Errorf("leases: release %q: %w", l.Name, base.TranslateError(r.Err))
 	}
-	if !r.ok {
+	if !r.OK {
 		return fmt.Errorf("%w: %q token %d was not current at release", ErrLost, l.Name, l.Token)
 	}
 	return nil

@@ -153,13 +153,7 @@ func TestCoalescedCallsSurviveKilledBackends(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the key was not spent within %v (%d calls, %d failed)", 4*pgtest.WaitLimit, calls.Load(), failed.Load())
 		}
-		var killed bool
-		if err := other.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM (
-			SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'
-			 ORDER BY random() LIMIT 1) s`, "traced "+t.Name()).Scan(&killed); err != nil {
-			t.Fatal(err)
-		}
-		if killed {
+		if pgtest.KillOneActive(t, other) {
 			kills++
 		}
 		time.Sleep(time.Duration(10+rand.IntN(30)) * time.Millisecond) // reconnecting takes a while

@@ -74,9 +74,9 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		sent := time.Now()
 		r := admit(rctx, acquireCall{db: pool, key: key, holder: o.Holder, generated: generated, limit: int32(limit), ttl: dbarg.Interval(ttl),
 			syncCommit: o.SyncCommit})
-		if r.ok {
+		if r.OK {
 			o.Metrics.admitted(key, time.Since(start))
-			p = permitFrom(r.row, sent, o.SafetyMargin)
+			p = permitFrom(r.Row, sent, o.SafetyMargin)
 			if span.On() {
 				span.Set(tracing.Int(tracing.AttrToken, p.Token))
 			}
@@ -113,11 +113,11 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, key string, limit int, ttl
 		sent := time.Now()
 		r := admit(ctx, acquireCall{db: pool, key: key, holder: o.Holder, generated: generated, limit: int32(limit), ttl: dbarg.Interval(ttl),
 			wait: want, syncCommit: o.SyncCommit})
-		if r.ok {
-			return permitFrom(r.row, sent, o.SafetyMargin), true, nil
+		if r.OK {
+			return permitFrom(r.Row, sent, o.SafetyMargin), true, nil
 		}
-		if r.err != nil {
-			return Permit{}, true, r.err
+		if r.Err != nil {
+			return Permit{}, true, r.Err
 		}
 		o.Metrics.refused(key)
 		if span.On() {

@@ -2,11 +2,9 @@ package semaphore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgcoord/pgcoord/internal/coalesce"
@@ -34,11 +32,7 @@ const lanes = 4
 
 // outcome is one call's answer: the permit's row, whether it was admitted (or was held,
 // for Renew and Release), or its own error.
-type outcome struct {
-	row dbsqlc.SemaphoreAcquireRow
-	ok  bool
-	err error
-}
+type outcome = coalesce.Outcome[dbsqlc.SemaphoreAcquireRow]
 
 type acquireCall struct {
 	db          pgcoord.DBTX
@@ -78,42 +72,34 @@ var (
 // admit, renew and release send one call: with a pool, with the concurrent calls of the
 // same kind and commit mode on it.
 func admit(ctx context.Context, c acquireCall) outcome {
-	return answer(admissions.Call(ctx, c.db, c.syncCommit, c))
+	return coalesce.Send(ctx, admissions, c.db, c.syncCommit, c)
 }
 
 func renew(ctx context.Context, c renewCall) outcome {
-	return answer(renewals.Call(ctx, c.db, fmt.Sprint(c.durable), c))
+	return coalesce.Send(ctx, renewals, c.db, fmt.Sprint(c.durable), c)
 }
 
 func release(ctx context.Context, c releaseCall) outcome {
-	return answer(releases.Call(ctx, c.db, "", c))
+	return coalesce.Send(ctx, releases, c.db, "", c)
 }
 
 // letGo releases a permit whose caller gave up while its batch was in flight, when the
 // holder was the call's own: nobody else can ask for it, so it would only take a slot until
 // it expired. A caller-chosen holder keeps it: it gets it back by asking again.
 func letGo(c acquireCall, o outcome) {
-	if !o.ok || !c.generated {
+	if !o.OK || !c.generated {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	releaseAlone(ctx, releaseCall{db: c.db, key: c.key, holder: c.holder, token: o.row.FenceToken})
-}
-
-// answer is a call's outcome, the batch's error included.
-func answer(o outcome, err error) outcome {
-	if err != nil {
-		return outcome{err: err}
-	}
-	return o
+	releaseAlone(ctx, releaseCall{db: c.db, key: c.key, holder: c.holder, token: o.Row.FenceToken})
 }
 
 func acquireAlone(ctx context.Context, c acquireCall) outcome {
 	row, err := queries.SemaphoreAcquire(ctx, c.db, dbsqlc.SemaphoreAcquireParams{
 		Key: c.key, Holder: c.holder, PermitLimit: c.limit, Ttl: c.ttl, Wait: c.wait, SyncCommit: c.syncCommit,
 	})
-	return rowOutcome(row, err)
+	return coalesce.Found(row, err)
 }
 
 func acquireTogether(ctx context.Context, cs []acquireCall) ([]outcome, error) {
@@ -123,9 +109,9 @@ func acquireTogether(ctx context.Context, cs []acquireCall) ([]outcome, error) {
 		p.Ttls, p.Waits = append(p.Ttls, c.ttl), append(p.Waits, c.wait)
 	}
 	rows, err := queries.SemaphoreAcquireMany(ctx, cs[0].db, p)
-	return coalesce.Positions(len(cs), rows, err, func(r dbsqlc.SemaphoreAcquireManyRow) (int32, outcome) {
-		return r.I, admitted(dbsqlc.SemaphoreAcquireRow{Key: r.Key, Holder: r.Holder, FenceToken: r.FenceToken,
-			AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, DbNow: r.DbNow})
+	return coalesce.Rows(len(cs), rows, err, func(r dbsqlc.SemaphoreAcquireManyRow) (int32, dbsqlc.SemaphoreAcquireRow) {
+		return r.I, dbsqlc.SemaphoreAcquireRow{Key: r.Key, Holder: r.Holder, FenceToken: r.FenceToken,
+			AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, DbNow: r.DbNow}
 	})
 }
 
@@ -133,7 +119,7 @@ func renewAlone(ctx context.Context, c renewCall) outcome {
 	row, err := queries.SemaphoreRenew(ctx, c.db, dbsqlc.SemaphoreRenewParams{
 		Key: c.key, Holder: c.holder, FenceToken: c.token, Ttl: c.ttl, Durable: c.durable,
 	})
-	return rowOutcome(dbsqlc.SemaphoreAcquireRow(row), err)
+	return coalesce.Found(dbsqlc.SemaphoreAcquireRow(row), err)
 }
 
 func renewTogether(ctx context.Context, cs []renewCall) ([]outcome, error) {
@@ -143,15 +129,15 @@ func renewTogether(ctx context.Context, cs []renewCall) ([]outcome, error) {
 		p.Ttls = append(p.Ttls, c.ttl)
 	}
 	rows, err := queries.SemaphoreRenewMany(ctx, cs[0].db, p)
-	return coalesce.Positions(len(cs), rows, err, func(r dbsqlc.SemaphoreRenewManyRow) (int32, outcome) {
-		return r.I, admitted(dbsqlc.SemaphoreAcquireRow{Key: r.Key, Holder: r.Holder, FenceToken: r.FenceToken,
-			AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, DbNow: r.DbNow})
+	return coalesce.Rows(len(cs), rows, err, func(r dbsqlc.SemaphoreRenewManyRow) (int32, dbsqlc.SemaphoreAcquireRow) {
+		return r.I, dbsqlc.SemaphoreAcquireRow{Key: r.Key, Holder: r.Holder, FenceToken: r.FenceToken,
+			AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, DbNow: r.DbNow}
 	})
 }
 
 func releaseAlone(ctx context.Context, c releaseCall) outcome {
 	n, err := queries.SemaphoreRelease(ctx, c.db, dbsqlc.SemaphoreReleaseParams{Key: c.key, Holder: c.holder, FenceToken: c.token})
-	return outcome{ok: n > 0, err: err}
+	return coalesce.Done[dbsqlc.SemaphoreAcquireRow](n > 0, err)
 }
 
 func releaseTogether(ctx context.Context, cs []releaseCall) ([]outcome, error) {
@@ -160,15 +146,5 @@ func releaseTogether(ctx context.Context, cs []releaseCall) ([]outcome, error) {
 		p.Keys, p.Holders, p.FenceTokens = append(p.Keys, c.key), append(p.Holders, c.holder), append(p.FenceTokens, c.token)
 	}
 	rows, err := queries.SemaphoreReleaseMany(ctx, cs[0].db, p)
-	return coalesce.Positions(len(cs), rows, err, func(i int32) (int32, outcome) { return i, outcome{ok: true} })
-}
-
-func admitted(row dbsqlc.SemaphoreAcquireRow) outcome { return outcome{row: row, ok: true} }
-
-// rowOutcome is the outcome of a call sent alone: no row means refused (or not held).
-func rowOutcome(row dbsqlc.SemaphoreAcquireRow, err error) outcome {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return outcome{}
-	}
-	return outcome{row: row, ok: err == nil, err: err}
+	return coalesce.Rows(len(cs), rows, err, func(i int32) (int32, dbsqlc.SemaphoreAcquireRow) { return i, dbsqlc.SemaphoreAcquireRow{} })
 }

@@ -228,10 +228,10 @@ func tryAcquire(ctx context.Context, db pgcoord.DBTX, key string, limit int, ttl
 		sent := time.Now()
 		r := admit(ctx, acquireCall{db: db, key: key, holder: o.Holder, generated: generated, limit: int32(limit), ttl: dbarg.Interval(ttl),
 			syncCommit: o.SyncCommit})
-		switch err := r.err; {
-		case r.ok:
+		switch err := r.Err; {
+		case r.OK:
 			o.Metrics.admitted(key, time.Since(start))
-			return permitFrom(r.row, sent, o.SafetyMargin), nil
+			return permitFrom(r.Row, sent, o.SafetyMargin), nil
 		case err == nil:
 			o.Metrics.refused(key)
 			return Permit{}, fmt.Errorf("%w: %q", ErrFull, key)
@@ -280,13 +280,13 @@ func Renew(ctx context.Context, db pgcoord.DBTX, p Permit, ttl time.Duration, op
 	}
 	sent := time.Now()
 	r := renew(ctx, renewCall{db: db, key: p.Key, holder: p.Holder, token: p.Token, ttl: dbarg.Interval(ttl), durable: !o.AsyncCommit})
-	if r.err != nil {
-		return Permit{}, fmt.Errorf("semaphore: renew %q: %w", p.Key, base.TranslateError(r.err))
+	if r.Err != nil {
+		return Permit{}, fmt.Errorf("semaphore: renew %q: %w", p.Key, base.TranslateError(r.Err))
 	}
-	if !r.ok {
+	if !r.OK {
 		return Permit{}, fmt.Errorf("%w: %q token %d", ErrLost, p.Key, p.Token)
 	}
-	return permitFrom(r.row, sent, margin), nil
+	return permitFrom(r.Row, sent, margin), nil
 }
 
 // Release frees the permit p in one round trip, waking the first Acquire waiting for its
@@ -303,10 +303,10 @@ func Release(ctx context.Context, db pgcoord.DBTX, p Permit) error {
 		return err
 	}
 	r := release(ctx, releaseCall{db: db, key: p.Key, holder: p.Holder, token: p.Token})
-	if r.err != nil {
-		return fmt.Errorf("semaphore: release %q: %w", p.Key, base.TranslateError(r.err))
+	if r.Err != nil {
+		return fmt.Errorf("semaphore: release %q: %w", p.Key, base.TranslateError(r.Err))
 	}
-	if !r.ok {
+	if !r.OK {
 		return fmt.Errorf("%w: %q token %d was not held at release", ErrLost, p.Key, p.Token)
 	}
 	return nil

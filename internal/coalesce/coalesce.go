@@ -25,6 +25,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -308,4 +309,44 @@ func Positions[Row, R any](n int, rows []Row, err error, result func(Row) (int32
 		out[i-1] = r
 	}
 	return out, nil
+}
+
+// Outcome is the answer to one call of a primitive whose statements return a row or none:
+// the row, whether there was one (granted, held, found), or the call's own error.
+type Outcome[Row any] struct {
+	Row Row
+	OK  bool
+	Err error
+}
+
+// Send sends item through b (see Call) and returns its outcome, the batch's error
+// included.
+func Send[T, Row any](ctx context.Context, b *Batcher[T, Outcome[Row]], db any, mode string, item T) Outcome[Row] {
+	o, err := b.Call(ctx, db, mode, item)
+	if err != nil {
+		return Outcome[Row]{Err: err}
+	}
+	return o
+}
+
+// Found is the outcome of a statement sent alone that returns one row or none.
+func Found[Row any](row Row, err error) Outcome[Row] {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Outcome[Row]{}
+	}
+	return Outcome[Row]{Row: row, OK: err == nil, Err: err}
+}
+
+// Done is the outcome of a statement sent alone that took effect (ok) or not.
+func Done[Row any](ok bool, err error) Outcome[Row] {
+	return Outcome[Row]{OK: ok && err == nil, Err: err}
+}
+
+// Rows is the outcome of each call of a batch of n from the rows it returned, each naming
+// its call's position (see Positions): a call with no row gets none.
+func Rows[R, Row any](n int, rows []R, err error, split func(R) (int32, Row)) ([]Outcome[Row], error) {
+	return Positions(n, rows, err, func(r R) (int32, Outcome[Row]) {
+		i, row := split(r)
+		return i, Outcome[Row]{Row: row, OK: true}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -474,5 +475,27 @@ func TestLanesLetSeveralBatchesOfAKeyFly(t *testing.T) {
 	defer g.mu.Unlock()
 	if want := [][]int{{0}, {1}, {2, 3}}; fmt.Sprint(g.batches) != fmt.Sprint(want) {
 		t.Errorf("batches %v, want %v", g.batches, want)
+	}
+}
+
+// Found reads a statement that returns one row or none: no row is a call that found
+// nothing (no error), an error is the call's own; Rows marks each call with a row as OK.
+func TestOutcomes(t *testing.T) {
+	if o := Found("row", nil); !o.OK || o.Row != "row" || o.Err != nil {
+		t.Errorf("a row: %+v", o)
+	}
+	if o := Found("", fmt.Errorf("wrapped: %w", pgx.ErrNoRows)); o.OK || o.Err != nil {
+		t.Errorf("no row: %+v", o)
+	}
+	boom := errors.New("boom")
+	if o := Found("", boom); o.OK || !errors.Is(o.Err, boom) {
+		t.Errorf("an error: %+v", o)
+	}
+	if o := Done[string](true, boom); o.OK || !errors.Is(o.Err, boom) {
+		t.Errorf("done with an error: %+v", o)
+	}
+	os, err := Rows(3, []int32{2}, nil, func(i int32) (int32, string) { return i, fmt.Sprint("row ", i) })
+	if err != nil || os[0].OK || !os[1].OK || os[1].Row != "row 2" || os[2].OK {
+		t.Errorf("rows: %+v, %v", os, err)
 	}
 }

@@ -50,3 +50,17 @@ func (c *RoundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 func (*RoundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 
 func (*RoundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// KillOneActive terminates one backend of TracedPool(t, ...)'s sessions that is running a
+// statement, chosen at random, through pool (another pool of the same database), and
+// reports whether there was one.
+func KillOneActive(t *testing.T, pool *pgxpool.Pool) bool {
+	t.Helper()
+	var killed bool
+	if err := pool.QueryRow(t.Context(), `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM (
+		SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'
+		 ORDER BY random() LIMIT 1) s`, "traced "+t.Name()).Scan(&killed); err != nil {
+		t.Fatal(err)
+	}
+	return killed
+}
