@@ -24,6 +24,12 @@ type benchJSON struct {
 	FloorOpsPerSec float64 `json:"floor_ops_per_sec"`
 	Ratio          float64 `json:"ratio"`
 	Rounds         int     `json:"rounds"`
+	AllocsPerOp    float64 `json:"allocs_per_op"`
+	BytesPerOp     float64 `json:"bytes_per_op"`
+	// RoundOpsPerSec and FloorRoundOpsPerSec are the per-round throughputs behind
+	// OpsPerSec and FloorOpsPerSec, for --compare's significance test.
+	RoundOpsPerSec      []float64 `json:"round_ops_per_sec"`
+	FloorRoundOpsPerSec []float64 `json:"floor_round_ops_per_sec"`
 }
 
 // scenarioJSON is one line of `pgcoord bench --list --json`.
@@ -69,8 +75,12 @@ migrates pgcoord into it, and drops it at the end, also on error or Ctrl-C (--sc
 ignored). It needs the CREATE privilege on the database. A bench killed outright leaves
 its schema behind; any pgcoord_bench_* schema can be dropped.
 
+ALLOCS/OP and B/OP are the heap allocations and bytes per operation of the scenario: the
+whole bench process's during the scenario's rounds, which are its workers' client-side cost.
+
 With --json each result is one JSON object per line: bench, concurrency, ops_per_sec,
-p50_ms, p99_ms, floor, floor_ops_per_sec, ratio, rounds.`,
+p50_ms, p99_ms, floor, floor_ops_per_sec, ratio, rounds, allocs_per_op, bytes_per_op,
+round_ops_per_sec and floor_round_ops_per_sec (the per-round throughputs).`,
 		Example: `  pgcoord bench --list
   pgcoord bench --only floor --duration 2s --concurrency 1,8
   pgcoord bench --json > bench.jsonl
@@ -175,11 +185,11 @@ func (a *app) printBenchTable(results []bench.Result) {
 		return
 	}
 	tw := a.table()
-	fmt.Fprintln(tw, "SCENARIO\tWORKERS\tOPS/S\tP50 MS\tP99 MS\tFLOOR\tFLOOR OPS/S\tRATIO")
+	fmt.Fprintln(tw, "SCENARIO\tWORKERS\tOPS/S\tP50 MS\tP99 MS\tALLOCS/OP\tB/OP\tFLOOR\tFLOOR OPS/S\tRATIO")
 	for _, r := range results {
 		j := toBenchJSON(r)
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.3f\t%.3f\t%s\t%.1f\t%.3f\n",
-			j.Bench, j.Concurrency, j.OpsPerSec, j.P50MS, j.P99MS, j.Floor, j.FloorOpsPerSec, j.Ratio)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.3f\t%.3f\t%.1f\t%.0f\t%s\t%.1f\t%.3f\n",
+			j.Bench, j.Concurrency, j.OpsPerSec, j.P50MS, j.P99MS, j.AllocsPerOp, j.BytesPerOp, j.Floor, j.FloorOpsPerSec, j.Ratio)
 	}
 	tw.Flush()
 }
@@ -195,7 +205,21 @@ func toBenchJSON(r bench.Result) benchJSON {
 		FloorOpsPerSec: benchRound(r.FloorOpsPerSec, 1),
 		Ratio:          benchRound(r.Ratio, 4),
 		Rounds:         r.Rounds,
+		AllocsPerOp:    benchRound(r.AllocsPerOp, 1),
+		BytesPerOp:     benchRound(r.BytesPerOp, 0),
+		// [] rather than null when a result has no rounds
+		RoundOpsPerSec:      roundAll(r.RoundOpsPerSec, 1),
+		FloorRoundOpsPerSec: roundAll(r.FloorRoundOpsPerSec, 1),
 	}
+}
+
+// roundAll returns xs, each rounded to the given number of decimals, never nil.
+func roundAll(xs []float64, decimals int) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = benchRound(x, decimals)
+	}
+	return out
 }
 
 // benchRound rounds x to the given number of decimals.
