@@ -46,6 +46,7 @@ func (a *app) benchCommand() *cobra.Command {
 		concurrency []int
 		list        bool
 		scale       bool
+		compare     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -80,13 +81,42 @@ whole bench process's during the scenario's rounds, which are its workers' clien
 
 With --json each result is one JSON object per line: bench, concurrency, ops_per_sec,
 p50_ms, p99_ms, floor, floor_ops_per_sec, ratio, rounds, allocs_per_op, bytes_per_op,
-round_ops_per_sec and floor_round_ops_per_sec (the per-round throughputs).`,
+round_ops_per_sec and floor_round_ops_per_sec (the per-round throughputs).
+
+--compare OLD NEW reads two files written by --json and prints, for each scenario and
+concurrency in both, the old and new ratio to the floor and ops/s, the change in percent
+and a Mann-Whitney U test (benchstat's) over the per-round values: the per-round ratios
+(each scenario round over the floor round beside it) and the per-round ops/s. The change
+is "~" when the test finds no difference at alpha 0.05; TEST shows p and the number of
+rounds (n), and numbered notes say when there were too few rounds to tell. Results in
+only one file are listed. It runs no benchmark and needs no database; files over 64 MiB
+and lines over 1 MiB are refused.`,
 		Example: `  pgcoord bench --list
   pgcoord bench --only floor --duration 2s --concurrency 1,8
   pgcoord bench --json > bench.jsonl
+  pgcoord bench --compare old.jsonl new.jsonl
   pgcoord bench --scale --only scale.next`,
-		Args: exactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: func(cmd *cobra.Command, args []string) error {
+			if compare {
+				if len(args) != 2 {
+					return usagef("bench --compare takes two files written by 'pgcoord bench --json', OLD and NEW; got %d argument(s)", len(args))
+				}
+				return nil
+			}
+			return exactArgs(0)(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if compare {
+				for _, name := range []string{"only", "duration", "concurrency", "list", "scale"} {
+					if cmd.Flags().Changed(name) {
+						return usagef("--%s does not apply to --compare, which reads two runs and measures nothing", name)
+					}
+				}
+				if a.json {
+					return usagef("--compare prints a table; --json does not apply")
+				}
+				return a.compareBench(args[0], args[1])
+			}
 			if duration <= 0 {
 				return usagef("--duration %v: want a positive duration", duration)
 			}
@@ -151,6 +181,7 @@ round_ops_per_sec and floor_round_ops_per_sec (the per-round throughputs).`,
 	f.IntSliceVar(&concurrency, "concurrency", slices.Clone(bench.DefaultConcurrency), "comma-separated numbers of concurrent workers")
 	f.BoolVar(&scale, "scale", false, "run the scale scenarios: each operation at several data sizes, against the smallest")
 	f.BoolVar(&list, "list", false, "list the scenarios (with --only, the matching ones) and exit; needs no database")
+	f.BoolVar(&compare, "compare", false, "compare two files written by --json, OLD and NEW (arguments), with a significance test; needs no database")
 	return cmd
 }
 
