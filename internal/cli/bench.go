@@ -49,7 +49,7 @@ func (a *app) benchCommand() *cobra.Command {
 		compare     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "bench",
+		Use:   "bench [--compare OLD.jsonl NEW.jsonl]",
 		Short: "Measure coordination operations against this database, each beside its raw-SQL floor",
 		Long: `Measure pgcoord's coordination operations against this database, like pgbench.
 
