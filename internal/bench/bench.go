@@ -33,7 +33,10 @@
 // the same run, alternating in short rounds (A B A B ...) on the same connections, because
 // the cost of a durable commit drifts by up to 10x within an hour on a shared machine: only
 // the ratio of the medians of the per-round throughputs is stable. Latency percentiles come
-// from a histogram of every operation of the scenario (about 1% precision).
+// from a histogram of every operation of the scenario (about 1% precision). Allocations and
+// bytes per operation are the whole process's (runtime.ReadMemStats before and after each of
+// the scenario's rounds, outside the timed part), which during a round are its workers'
+// client-side cost.
 //
 // # Isolation
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -130,6 +131,15 @@ func TestRunFloors(t *testing.T) {
 			t.Errorf("floor.select1 c=%d: ratio %v, floor %v ops/s, ops %v/s: its own reference must give 1",
 				r.Concurrency, r.Ratio, r.FloorOpsPerSec, r.OpsPerSec)
 		}
+		if len(r.RoundOpsPerSec) != r.Rounds || len(r.FloorRoundOpsPerSec) != r.Rounds ||
+			slices.Min(r.RoundOpsPerSec) > r.OpsPerSec || slices.Max(r.RoundOpsPerSec) < r.OpsPerSec ||
+			slices.Min(r.FloorRoundOpsPerSec) > r.FloorOpsPerSec || slices.Max(r.FloorRoundOpsPerSec) < r.FloorOpsPerSec {
+			t.Errorf("%s c=%d: per-round throughputs %v and floor's %v over %d rounds do not bracket the medians %v and %v",
+				r.Scenario, r.Concurrency, r.RoundOpsPerSec, r.FloorRoundOpsPerSec, r.Rounds, r.OpsPerSec, r.FloorOpsPerSec)
+		}
+		if r.AllocsPerOp <= 0 || r.BytesPerOp <= 0 {
+			t.Errorf("%s c=%d: %v allocs/op, %v B/op: a pgx round trip allocates", r.Scenario, r.Concurrency, r.AllocsPerOp, r.BytesPerOp)
+		}
 		if r.Scenario == "floor.lease" {
 			leaseOps += r.Ops
 		}
@@ -140,6 +150,48 @@ func TestRunFloors(t *testing.T) {
 	// Every counted floor.lease op acquired (bumping the token) and released its lease.
 	if tokens != leaseOps || tokens == 0 {
 		t.Errorf("floor.lease tokens sum to %d, want one per counted op (%d)", tokens, leaseOps)
+	}
+}
+
+// allocSink keeps allocating's buffers on the heap.
+var allocSink []byte
+
+// allocating returns a scenario whose op allocates size bytes in one allocation, then runs
+// SELECT 1.
+func allocating(name, floor string, size int) bench.Scenario {
+	return bench.Scenario{
+		Name: name, Description: "allocates", Floor: floor,
+		NewWorker: func(_ context.Context, w bench.Worker) (bench.Op, error) {
+			return func(ctx context.Context) error {
+				allocSink = make([]byte, size)
+				_, err := w.Conn.Exec(ctx, "SELECT 1")
+				return err
+			}, nil
+		},
+	}
+}
+
+// TestRunMeasuresAllocations checks that allocations are counted per operation of the
+// scenario and leave out its floor's.
+func TestRunMeasuresAllocations(t *testing.T) {
+	t.Parallel()
+	const size, floorSize = 64 << 10, 1 << 20
+	s := allocating("test.alloc", "test.alloc_floor", size)
+	results, err := bench.Run(t.Context(), poolConfig(t), []bench.Scenario{s, allocating("test.alloc_floor", "", floorSize)},
+		&bench.Options{Concurrency: []int{1}, Duration: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 2 || results[0].Scenario != s.Name {
+		t.Fatalf("results %+v, want test.alloc and its floor", results)
+	}
+	// The op's buffer, plus what a pgx round trip and the bench's rounds allocate (a few KiB
+	// at most), but not the floor's megabyte.
+	if r := results[0]; r.AllocsPerOp < 1 || r.BytesPerOp < size || r.BytesPerOp > size+32<<10 {
+		t.Errorf("test.alloc: %v allocs/op, %v B/op; want at least 1 and %d to %d", r.AllocsPerOp, r.BytesPerOp, size, size+32<<10)
+	}
+	if r := results[1]; r.BytesPerOp < floorSize {
+		t.Errorf("test.alloc_floor: %v B/op, want at least %d", r.BytesPerOp, floorSize)
 	}
 }
 

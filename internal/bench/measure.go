@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -58,11 +59,19 @@ func measure(ctx context.Context, pool *pgxpool.Pool, p pair, c int, o Options) 
 	hists := make([]histogram, c)
 	aRates := make([]float64, 0, n)
 	fRates := make([]float64, 0, n)
+	var before, after runtime.MemStats
+	var mallocs, bytes uint64
 	for range n {
+		// The whole process's allocations during the scenario's rounds: its workers' client-side
+		// cost. Read outside the round, so throughput is measured as before.
+		runtime.ReadMemStats(&before)
 		ops, rate, err := runRound(ctx, aOps, per, hists)
 		if err != nil {
 			return res, fmt.Errorf("%s: %w", where, err)
 		}
+		runtime.ReadMemStats(&after)
+		mallocs += after.Mallocs - before.Mallocs
+		bytes += after.TotalAlloc - before.TotalAlloc
 		res.Ops += ops
 		aRates = append(aRates, rate)
 		if p.floor != nil {
@@ -76,7 +85,12 @@ func measure(ctx context.Context, pool *pgxpool.Pool, p pair, c int, o Options) 
 	if p.floor == nil {
 		fRates = aRates
 	}
+	res.RoundOpsPerSec, res.FloorRoundOpsPerSec = aRates, fRates
 	res.OpsPerSec, res.FloorOpsPerSec, res.Ratio = ratioOfMedians(aRates, fRates)
+	if res.Ops > 0 {
+		res.AllocsPerOp = float64(mallocs) / float64(res.Ops)
+		res.BytesPerOp = float64(bytes) / float64(res.Ops)
+	}
 	var all histogram
 	for i := range hists {
 		all.merge(&hists[i])

@@ -80,6 +80,16 @@ type Result struct {
 	Ratio float64
 	// P50 and P99 are percentiles of the latency of the scenario's operations.
 	P50, P99 time.Duration
+	// RoundOpsPerSec and FloorRoundOpsPerSec are the per-round throughputs of the scenario
+	// and of its floor, in the order measured (round i of the floor ran right after round i
+	// of the scenario); the same slice when the scenario is its own reference.
+	RoundOpsPerSec, FloorRoundOpsPerSec []float64
+	// AllocsPerOp and BytesPerOp are the heap allocations and bytes allocated per operation
+	// during the scenario's rounds (runtime.MemStats' Mallocs and TotalAlloc before and after
+	// each round, summed, divided by Ops). They count the whole process's allocations
+	// during the rounds, which in a bench are its workers' (and what they run, such as a
+	// relay): the client-side cost of an operation.
+	AllocsPerOp, BytesPerOp float64
 }
 
 // pair is a scenario to measure and its floor (nil when it is its own reference).

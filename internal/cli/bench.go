@@ -24,6 +24,12 @@ type benchJSON struct {
 	FloorOpsPerSec float64 `json:"floor_ops_per_sec"`
 	Ratio          float64 `json:"ratio"`
 	Rounds         int     `json:"rounds"`
+	AllocsPerOp    float64 `json:"allocs_per_op"`
+	BytesPerOp     float64 `json:"bytes_per_op"`
+	// RoundOpsPerSec and FloorRoundOpsPerSec are the per-round throughputs behind
+	// OpsPerSec and FloorOpsPerSec, for --compare's significance test.
+	RoundOpsPerSec      []float64 `json:"round_ops_per_sec"`
+	FloorRoundOpsPerSec []float64 `json:"floor_round_ops_per_sec"`
 }
 
 // scenarioJSON is one line of `pgcoord bench --list --json`.
@@ -40,9 +46,10 @@ func (a *app) benchCommand() *cobra.Command {
 		concurrency []int
 		list        bool
 		scale       bool
+		compare     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "bench",
+		Use:   "bench [--compare OLD.jsonl NEW.jsonl]",
 		Short: "Measure coordination operations against this database, each beside its raw-SQL floor",
 		Long: `Measure pgcoord's coordination operations against this database, like pgbench.
 
@@ -69,14 +76,47 @@ migrates pgcoord into it, and drops it at the end, also on error or Ctrl-C (--sc
 ignored). It needs the CREATE privilege on the database. A bench killed outright leaves
 its schema behind; any pgcoord_bench_* schema can be dropped.
 
+ALLOCS/OP and B/OP are the heap allocations and bytes per operation of the scenario: the
+whole bench process's during the scenario's rounds, which are its workers' client-side cost.
+
 With --json each result is one JSON object per line: bench, concurrency, ops_per_sec,
-p50_ms, p99_ms, floor, floor_ops_per_sec, ratio, rounds.`,
+p50_ms, p99_ms, floor, floor_ops_per_sec, ratio, rounds, allocs_per_op, bytes_per_op,
+round_ops_per_sec and floor_round_ops_per_sec (the per-round throughputs).
+
+--compare OLD NEW reads two files written by --json and prints, for each scenario and
+concurrency in both, the old and new ratio to the floor and ops/s, the change in percent
+and a Mann-Whitney U test (benchstat's) over the per-round values: the per-round ratios
+(each scenario round over the floor round beside it) and the per-round ops/s. The change
+is "~" when the test finds no difference at alpha 0.05; TEST shows p and the number of
+rounds (n), and numbered notes say when there were too few rounds to tell. Results in
+only one file are listed. It runs no benchmark and needs no database; files over 64 MiB
+and lines over 1 MiB are refused.`,
 		Example: `  pgcoord bench --list
   pgcoord bench --only floor --duration 2s --concurrency 1,8
   pgcoord bench --json > bench.jsonl
+  pgcoord bench --compare old.jsonl new.jsonl
   pgcoord bench --scale --only scale.next`,
-		Args: exactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: func(cmd *cobra.Command, args []string) error {
+			if compare {
+				if len(args) != 2 {
+					return usagef("bench --compare takes two files written by 'pgcoord bench --json', OLD and NEW; got %d argument(s)", len(args))
+				}
+				return nil
+			}
+			return exactArgs(0)(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if compare {
+				for _, name := range []string{"only", "duration", "concurrency", "list", "scale"} {
+					if cmd.Flags().Changed(name) {
+						return usagef("--%s does not apply to --compare, which reads two runs and measures nothing", name)
+					}
+				}
+				if a.json {
+					return usagef("--compare prints a table; --json does not apply")
+				}
+				return a.compareBench(args[0], args[1])
+			}
 			if duration <= 0 {
 				return usagef("--duration %v: want a positive duration", duration)
 			}
@@ -141,6 +181,7 @@ p50_ms, p99_ms, floor, floor_ops_per_sec, ratio, rounds.`,
 	f.IntSliceVar(&concurrency, "concurrency", slices.Clone(bench.DefaultConcurrency), "comma-separated numbers of concurrent workers")
 	f.BoolVar(&scale, "scale", false, "run the scale scenarios: each operation at several data sizes, against the smallest")
 	f.BoolVar(&list, "list", false, "list the scenarios (with --only, the matching ones) and exit; needs no database")
+	f.BoolVar(&compare, "compare", false, "compare two files written by --json, OLD and NEW (arguments), with a significance test; needs no database")
 	return cmd
 }
 
@@ -175,11 +216,11 @@ func (a *app) printBenchTable(results []bench.Result) {
 		return
 	}
 	tw := a.table()
-	fmt.Fprintln(tw, "SCENARIO\tWORKERS\tOPS/S\tP50 MS\tP99 MS\tFLOOR\tFLOOR OPS/S\tRATIO")
+	fmt.Fprintln(tw, "SCENARIO\tWORKERS\tOPS/S\tP50 MS\tP99 MS\tALLOCS/OP\tB/OP\tFLOOR\tFLOOR OPS/S\tRATIO")
 	for _, r := range results {
 		j := toBenchJSON(r)
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.3f\t%.3f\t%s\t%.1f\t%.3f\n",
-			j.Bench, j.Concurrency, j.OpsPerSec, j.P50MS, j.P99MS, j.Floor, j.FloorOpsPerSec, j.Ratio)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.3f\t%.3f\t%.1f\t%.0f\t%s\t%.1f\t%.3f\n",
+			j.Bench, j.Concurrency, j.OpsPerSec, j.P50MS, j.P99MS, j.AllocsPerOp, j.BytesPerOp, j.Floor, j.FloorOpsPerSec, j.Ratio)
 	}
 	tw.Flush()
 }
@@ -195,7 +236,21 @@ func toBenchJSON(r bench.Result) benchJSON {
 		FloorOpsPerSec: benchRound(r.FloorOpsPerSec, 1),
 		Ratio:          benchRound(r.Ratio, 4),
 		Rounds:         r.Rounds,
+		AllocsPerOp:    benchRound(r.AllocsPerOp, 1),
+		BytesPerOp:     benchRound(r.BytesPerOp, 0),
+		// [] rather than null when a result has no rounds
+		RoundOpsPerSec:      roundAll(r.RoundOpsPerSec, 1),
+		FloorRoundOpsPerSec: roundAll(r.FloorRoundOpsPerSec, 1),
 	}
+}
+
+// roundAll returns xs, each rounded to the given number of decimals, never nil.
+func roundAll(xs []float64, decimals int) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = benchRound(x, decimals)
+	}
+	return out
 }
 
 // benchRound rounds x to the given number of decimals.

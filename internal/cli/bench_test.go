@@ -32,7 +32,8 @@ func TestBenchJSONLines(t *testing.T) {
 	if errOut != "" {
 		t.Errorf("bench wrote %q to stderr, which is not a terminal", errOut)
 	}
-	wantKeys := []string{"bench", "concurrency", "floor", "floor_ops_per_sec", "ops_per_sec", "p50_ms", "p99_ms", "ratio", "rounds"}
+	wantKeys := []string{"allocs_per_op", "bench", "bytes_per_op", "concurrency", "floor", "floor_ops_per_sec", "floor_round_ops_per_sec",
+		"ops_per_sec", "p50_ms", "p99_ms", "ratio", "round_ops_per_sec", "rounds"}
 	seen := map[string]bool{}
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	for _, line := range lines {
@@ -44,17 +45,28 @@ func TestBenchJSONLines(t *testing.T) {
 			t.Fatalf("line %q has keys %v, want %v", line, keys, wantKeys)
 		}
 		var r struct {
-			Bench          string  `json:"bench"`
-			Concurrency    int     `json:"concurrency"`
-			OpsPerSec      float64 `json:"ops_per_sec"`
-			P50MS          float64 `json:"p50_ms"`
-			P99MS          float64 `json:"p99_ms"`
-			Floor          string  `json:"floor"`
-			FloorOpsPerSec float64 `json:"floor_ops_per_sec"`
-			Ratio          float64 `json:"ratio"`
+			Bench          string    `json:"bench"`
+			Concurrency    int       `json:"concurrency"`
+			OpsPerSec      float64   `json:"ops_per_sec"`
+			P50MS          float64   `json:"p50_ms"`
+			P99MS          float64   `json:"p99_ms"`
+			Floor          string    `json:"floor"`
+			FloorOpsPerSec float64   `json:"floor_ops_per_sec"`
+			Ratio          float64   `json:"ratio"`
+			Rounds         int       `json:"rounds"`
+			AllocsPerOp    float64   `json:"allocs_per_op"`
+			BytesPerOp     float64   `json:"bytes_per_op"`
+			RoundOps       []float64 `json:"round_ops_per_sec"`
+			FloorRoundOps  []float64 `json:"floor_round_ops_per_sec"`
 		}
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatal(err)
+		}
+		if r.AllocsPerOp <= 0 || r.BytesPerOp <= 0 {
+			t.Errorf("%s: want positive allocs_per_op and bytes_per_op", line)
+		}
+		if r.Rounds < 1 || len(r.RoundOps) != r.Rounds || len(r.FloorRoundOps) != r.Rounds {
+			t.Errorf("%s: want one per-round throughput of the scenario and of the floor per round", line)
 		}
 		seen[fmt.Sprintf("%s/%d", r.Bench, r.Concurrency)] = true
 		if r.OpsPerSec <= 0 || r.FloorOpsPerSec <= 0 || r.P50MS <= 0 || r.P50MS > r.P99MS {
