@@ -137,8 +137,12 @@ func beginOnce(ctx context.Context, pool *pgxpool.Pool, scope, key string, finge
 
 // claimSQL is pgcoord_idempotency_claim. A non-Atomic attempt sends it alone (it commits
 // at once); an Atomic one sends it with BEGIN, COMMIT and the BEGIN of the handler's
-// transaction in one round trip (so not through sqlc).
-const claimSQL = `SELECT k.* FROM pgcoord_idempotency_claim($1::text, $2::text, $3::bytea, $4::text, $5::interval, $6::interval) k`
+// transaction in one round trip (so not through sqlc). Either way it is alone in its
+// transaction, which commits without waiting for the WAL flush: whatever commits later —
+// the handler's writes, the stored response — flushes the WAL up to there, the claim's
+// included, and a crash before that loses nothing an attempt has done in the database.
+const claimSQL = `SELECT k.* FROM pgcoord_idempotency_claim($1::text, $2::text, $3::bytea, $4::text, $5::interval, $6::interval) k,
+	set_config('synchronous_commit', 'off', true)`
 
 // claim claims the key for a new holder: on the pool (coalesced with other attempts'
 // claims), or for Atomic on the attempt's connection. A non-Atomic attempt then holds no

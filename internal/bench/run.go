@@ -118,16 +118,46 @@ func Run(ctx context.Context, cfg *pgxpool.Config, scenarios []Scenario, opts *O
 	if err != nil {
 		return nil, err
 	}
+	err = inBenchSchema(ctx, cfg, slices.Max(o.Concurrency)+1, needed, func(ctx context.Context, pool *pgxpool.Pool, _ string) error {
+		for _, p := range pairs {
+			for _, c := range p.a.concurrencies(o.Concurrency) {
+				r, err := measure(ctx, pool, p, c, o)
+				if err != nil {
+					return err
+				}
+				results = append(results, r)
+				if o.OnResult != nil {
+					o.OnResult(r)
+				}
+			}
+		}
+		if o.AfterRun != nil {
+			if err := o.AfterRun(ctx, pool); err != nil {
+				return fmt.Errorf("bench: after run: %w", err)
+			}
+		}
+		return nil
+	})
+	return results, err
+}
+
+// inBenchSchema connects with cfg (copied; its search_path is replaced by a new bench
+// schema and its MaxConns raised to at least conns), creates and migrates the schema,
+// runs the Setup of each of needed, calls f, and drops the schema whatever happened. When
+// ctx is cancelled it stops, drops the schema and returns an error wrapping ctx's error.
+func inBenchSchema(ctx context.Context, cfg *pgxpool.Config, conns int, needed []Scenario,
+	f func(ctx context.Context, pool *pgxpool.Pool, schema string) error,
+) (err error) {
 	schema, err := newSchemaName()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cfg = cfg.Copy()
 	cfg.ConnConfig.RuntimeParams["search_path"] = pgconfig.QuoteIdent(schema)
-	cfg.MaxConns = max(cfg.MaxConns, int32(slices.Max(o.Concurrency)+1))
+	cfg.MaxConns = max(cfg.MaxConns, int32(conns))
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return fmt.Errorf("bench: %w", err)
 	}
 	created := false
 	defer func() {
@@ -144,38 +174,21 @@ func Run(ctx context.Context, cfg *pgxpool.Config, scenarios []Scenario, opts *O
 		}
 	}()
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgconfig.QuoteIdent(schema)); err != nil {
-		return nil, fmt.Errorf("bench: create schema %s on %s: %w", schema, pgconfig.Describe(cfg), err)
+		return fmt.Errorf("bench: create schema %s on %s: %w", schema, pgconfig.Describe(cfg), err)
 	}
 	created = true
 	if _, err := pgcoord.Migrate(ctx, pool, nil); err != nil {
-		return nil, fmt.Errorf("bench: migrate schema %s: %w", schema, err)
+		return fmt.Errorf("bench: migrate schema %s: %w", schema, err)
 	}
 	for _, s := range needed {
 		if s.Setup == nil {
 			continue
 		}
 		if err := s.Setup(ctx, pool); err != nil {
-			return nil, fmt.Errorf("bench: %s: setup: %w", s.Name, err)
+			return fmt.Errorf("bench: %s: setup: %w", s.Name, err)
 		}
 	}
-	for _, p := range pairs {
-		for _, c := range p.a.concurrencies(o.Concurrency) {
-			r, err := measure(ctx, pool, p, c, o)
-			if err != nil {
-				return results, err
-			}
-			results = append(results, r)
-			if o.OnResult != nil {
-				o.OnResult(r)
-			}
-		}
-	}
-	if o.AfterRun != nil {
-		if err := o.AfterRun(ctx, pool); err != nil {
-			return results, fmt.Errorf("bench: after run: %w", err)
-		}
-	}
-	return results, nil
+	return f(ctx, pool, schema)
 }
 
 // concurrencies returns the concurrencies s is measured at: each of cs, lowered to its

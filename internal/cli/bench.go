@@ -47,6 +47,9 @@ func (a *app) benchCommand() *cobra.Command {
 		list        bool
 		scale       bool
 		compare     bool
+		soak        time.Duration
+		interval    time.Duration
+		pinXmin     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--compare OLD.jsonl NEW.jsonl]",
@@ -90,11 +93,21 @@ and a Mann-Whitney U test (benchstat's) over the per-round values: the per-round
 is "~" when the test finds no difference at alpha 0.05; TEST shows p and the number of
 rounds (n), and numbered notes say when there were too few rounds to tell. Results in
 only one file are listed. It runs no benchmark and needs no database; files over 64 MiB
-and lines over 1 MiB are refused.`,
+and lines over 1 MiB are refused.
+
+--soak DURATION runs one scenario of each primitive (` + "`" + `--only` + "`" + ` selects among them) side by side
+for DURATION, each with --concurrency workers (one number; default 2), and every --interval
+prints each one's throughput, the bench schema's dead and live tuples, and the age of the
+oldest snapshot; at the end, each one's last interval against its first (goal: 0.8).
+--pin-xmin holds a transaction open beside them the whole time, as a forgotten session or
+a long report would: vacuum then removes nothing they leave behind. With --json, one object
+per interval (interval, end_s, ops_per_sec, dead_tuples, live_tuples, xmin_age), then one
+with steady.`,
 		Example: `  pgcoord bench --list
   pgcoord bench --only floor --duration 2s --concurrency 1,8
   pgcoord bench --json > bench.jsonl
   pgcoord bench --compare old.jsonl new.jsonl
+  pgcoord bench --soak 10m --pin-xmin
   pgcoord bench --scale --only scale.next`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if compare {
@@ -116,6 +129,27 @@ and lines over 1 MiB are refused.`,
 					return usagef("--compare prints a table; --json does not apply")
 				}
 				return a.compareBench(args[0], args[1])
+			}
+			if cmd.Flags().Changed("soak") {
+				workers, err := checkSoakFlags(cmd.Flags().Changed, concurrency)
+				if err != nil {
+					return err
+				}
+				if soak <= 0 || soak > bench.MaxSoakDuration {
+					return usagef("--soak %v: want a positive duration, at most %v", soak, bench.MaxSoakDuration)
+				}
+				if interval < 100*time.Millisecond || interval > soak {
+					interval = min(max(interval, 100*time.Millisecond), soak)
+					if cmd.Flags().Changed("interval") {
+						return usagef("--interval: want 100ms to the soak's length %v", soak)
+					}
+				}
+				return a.runSoak(cmd.Context(), only, soak, interval, workers, pinXmin)
+			}
+			for _, name := range []string{"pin-xmin", "interval"} {
+				if cmd.Flags().Changed(name) {
+					return usagef("--%s applies to --soak only", name)
+				}
 			}
 			if duration <= 0 {
 				return usagef("--duration %v: want a positive duration", duration)
@@ -182,6 +216,9 @@ and lines over 1 MiB are refused.`,
 	f.BoolVar(&scale, "scale", false, "run the scale scenarios: each operation at several data sizes, against the smallest")
 	f.BoolVar(&list, "list", false, "list the scenarios (with --only, the matching ones) and exit; needs no database")
 	f.BoolVar(&compare, "compare", false, "compare two files written by --json, OLD and NEW (arguments), with a significance test; needs no database")
+	f.DurationVar(&soak, "soak", 0, "run the soak for this long instead: one scenario of each primitive side by side, reported every --interval")
+	f.DurationVar(&interval, "interval", bench.DefaultSoakInterval, "with --soak: how often to report throughput and dead tuples")
+	f.BoolVar(&pinXmin, "pin-xmin", false, "with --soak: hold a transaction open beside the scenarios, so vacuum removes nothing they leave behind")
 	return cmd
 }
 

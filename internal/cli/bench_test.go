@@ -145,11 +145,57 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--concurrency", "1,x"},
 		{"--concurrency", ""},
 		{"extra"},
+		{"--soak", "0"},
+		{"--soak", "25h"},
+		{"--soak", "1s", "--interval", "2s"},
+		{"--soak", "1s", "--concurrency", "1,2"},
+		{"--soak", "1s", "--concurrency", "65"},
+		{"--soak", "1s", "--duration", "1s"},
+		{"--soak", "1s", "--scale"},
+		{"--soak", "1s", "--only", "floor"},
+		{"--pin-xmin"},
+		{"--interval", "1s"},
 	} {
 		all := append([]string{"--database-url", "postgres://nobody@127.0.0.1:1/none", "bench"}, args...)
 		code, out, errOut := runBench(t, all...)
 		if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, "pgcoord: ") {
 			t.Errorf("bench %v = %d, stdout %q, stderr %q; want exit %d and a message", args, code, out, errOut, cli.ExitUsage)
 		}
+	}
+}
+
+// --soak runs the soak scenarios that --only selects side by side, with the xmin pinned,
+// one JSON object per interval, then the steady ratios.
+func TestBenchSoakJSON(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runBench(t, "--database-url-file", urlFile(t, pgtest.URL(t)),
+		"bench", "--json", "--soak", "2s", "--interval", "1s", "--only", "leases", "--pin-xmin", "--concurrency", "1")
+	if code != cli.ExitOK {
+		t.Fatalf("bench --soak = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("bench --soak printed %d lines, want two intervals and the steady ratios: %q", len(lines), out)
+	}
+	for i, line := range lines[:2] {
+		var iv struct {
+			Interval   int                `json:"interval"`
+			OpsPerSec  map[string]float64 `json:"ops_per_sec"`
+			DeadTuples *int64             `json:"dead_tuples"`
+			XminAge    *int64             `json:"xmin_age"`
+		}
+		if err := json.Unmarshal([]byte(line), &iv); err != nil {
+			t.Fatal(err)
+		}
+		if iv.Interval != i+1 || iv.OpsPerSec["leases.acquire_release"] <= 0 || len(iv.OpsPerSec) != 1 ||
+			iv.DeadTuples == nil || iv.XminAge == nil || *iv.XminAge <= 0 {
+			t.Errorf("interval line %q: want interval %d, leases.acquire_release's ops/s alone, dead tuples and a pinned snapshot's age", line, i+1)
+		}
+	}
+	var steady struct {
+		Steady map[string]float64 `json:"steady"`
+	}
+	if err := json.Unmarshal([]byte(lines[2]), &steady); err != nil || steady.Steady["leases.acquire_release"] <= 0 {
+		t.Errorf("last line %q: want the steady ratio of leases.acquire_release (%v)", lines[2], err)
 	}
 }

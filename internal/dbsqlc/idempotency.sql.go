@@ -16,7 +16,8 @@ import (
 const idempotencyClaimMany = `-- name: IdempotencyClaimMany :many
 
 SELECT a.i::int AS i, k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point, k.recovery_data, k.status, k.headers, k.body, k.created_at, k.updated_at, k.completed_at, k.expires_at, k.lease_expires_at
-FROM generate_series(1, cardinality($1::text[]) + 0 * length(set_config('lock_timeout', $2::text, true))) AS a(i)
+FROM generate_series(1, cardinality($1::text[]) + 0 * length(set_config('lock_timeout', $2::text, true))
+                        + 0 * length(set_config('synchronous_commit', 'off', true))) AS a(i)
 CROSS JOIN LATERAL pgcoord_idempotency_claim(($1::text[])[a.i], ($3::text[])[a.i], ($4::bytea[])[a.i],
                                              ($5::text[])[a.i], ($6::interval[])[a.i], ($7::interval[])[a.i]) k
 `
@@ -56,6 +57,8 @@ type IdempotencyClaimManyRow struct {
 // sql/queries/leases.sql): calls in (scope, key) order, under lock_timeout, i the call's
 // position; a claim that finds nothing, a renewal or release that no longer holds, return
 // no row.
+// Claims commit without waiting for the WAL flush, as a claim sent alone does (see claimSQL
+// in idempotency/begin.go).
 func (q *Queries) IdempotencyClaimMany(ctx context.Context, db DBTX, arg IdempotencyClaimManyParams) ([]IdempotencyClaimManyRow, error) {
 	rows, err := db.Query(ctx, idempotencyClaimMany,
 		arg.Scopes,

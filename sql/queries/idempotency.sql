@@ -42,8 +42,11 @@ LIMIT @max_rows::int;
 -- no row.
 
 -- name: IdempotencyClaimMany :many
+-- Claims commit without waiting for the WAL flush, as a claim sent alone does (see claimSQL
+-- in idempotency/begin.go).
 SELECT a.i::int AS i, k.*
-FROM generate_series(1, cardinality(@scopes::text[]) + 0 * length(set_config('lock_timeout', @lock_timeout::text, true))) AS a(i)
+FROM generate_series(1, cardinality(@scopes::text[]) + 0 * length(set_config('lock_timeout', @lock_timeout::text, true))
+                        + 0 * length(set_config('synchronous_commit', 'off', true))) AS a(i)
 CROSS JOIN LATERAL pgcoord_idempotency_claim((@scopes::text[])[a.i], (@keys::text[])[a.i], (@fingerprints::bytea[])[a.i],
                                              (@holders::text[])[a.i], (@retentions::interval[])[a.i], (@leases::interval[])[a.i]) k;
 

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pgcoord/pgcoord/internal/bench"
+)
+
+// soakJSON is one line of `pgcoord bench --soak --json`: an interval, or (last) the
+// steady ratios.
+type soakJSON struct {
+	Interval   int                `json:"interval,omitempty"`
+	EndS       float64            `json:"end_s,omitempty"`
+	OpsPerSec  map[string]float64 `json:"ops_per_sec,omitempty"`
+	DeadTuples *int64             `json:"dead_tuples,omitempty"`
+	LiveTuples *int64             `json:"live_tuples,omitempty"`
+	XminAge    *int64             `json:"xmin_age,omitempty"`
+	Steady     map[string]float64 `json:"steady,omitempty"`
+}
+
+// soakGoal is what a soak's steady ratio should reach (issue 32): the last interval's
+// throughput at least 0.8 of the first's.
+const soakGoal = 0.8
+
+// runSoak runs `pgcoord bench --soak`: the soak scenarios that match only, each with
+// workers workers, for d, reporting every interval.
+func (a *app) runSoak(ctx context.Context, only string, d, interval time.Duration, workers int, pinXmin bool) error {
+	var names []string
+	for _, n := range bench.SoakScenarios {
+		if strings.HasPrefix(n, only) {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return usagef("--only %q matches none of the soak's scenarios (%s)", only, strings.Join(bench.SoakScenarios, ", "))
+	}
+	scenarios, err := bench.SoakNames(names)
+	if err != nil {
+		return err
+	}
+	cfg, err := a.poolConfig(int32(len(scenarios)*workers + 2))
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(a.out)
+	var encErr error
+	opts := &bench.SoakOptions{Duration: d, Interval: interval, Workers: workers, PinXmin: pinXmin}
+	opts.OnInterval = func(iv bench.SoakInterval) {
+		if a.json {
+			if encErr == nil {
+				encErr = enc.Encode(soakJSON{Interval: iv.N, EndS: iv.End.Seconds(), OpsPerSec: roundMap(iv.OpsPerSec),
+					DeadTuples: &iv.DeadTuples, LiveTuples: &iv.LiveTuples, XminAge: &iv.XminAge})
+			}
+			return
+		}
+		end := iv.End.Round(time.Second)
+		for _, n := range names {
+			fmt.Fprintf(a.out, "%-8v %-26s %10.1f ops/s\n", end, n, iv.OpsPerSec[n])
+		}
+		fmt.Fprintf(a.out, "%-8v dead tuples %d, live %d; oldest snapshot %d transactions old\n",
+			end, iv.DeadTuples, iv.LiveTuples, iv.XminAge)
+	}
+	res, err := bench.Soak(ctx, cfg, scenarios, opts)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		if encErr == nil {
+			encErr = enc.Encode(soakJSON{Steady: roundMap(res.Steady)})
+		}
+		return encErr
+	}
+	fmt.Fprintf(a.out, "\nlast interval against the first (goal >= %.1f):\n", soakGoal)
+	tw := a.table()
+	for _, n := range names {
+		verdict := "meets the goal"
+		if res.Steady[n] < soakGoal {
+			verdict = "below the goal"
+		}
+		fmt.Fprintf(tw, "%s\t%.3f\t%s\n", n, res.Steady[n], verdict)
+	}
+	return tw.Flush()
+}
+
+// roundMap rounds each value of m to 3 decimals, for JSON.
+func roundMap(m map[string]float64) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		out[k] = benchRound(v, 3)
+	}
+	return out
+}
+
+// soakFlagsApart names the flags of a measurement that do not apply to --soak.
+var soakFlagsApart = []string{"scale", "list", "compare", "duration"}
+
+// checkSoakFlags refuses, for --soak, the flags of other modes and a bad worker count.
+func checkSoakFlags(changed func(string) bool, concurrency []int) (workers int, err error) {
+	for _, name := range soakFlagsApart {
+		if changed(name) {
+			return 0, usagef("--%s does not apply to --soak (its length is --soak's value)", name)
+		}
+	}
+	workers = 2
+	if changed("concurrency") {
+		if len(concurrency) != 1 || concurrency[0] < 1 || concurrency[0] > 64 {
+			return 0, usagef("--concurrency with --soak is each scenario's number of workers: one number, 1 to 64")
+		}
+		workers = concurrency[0]
+	}
+	return workers, nil
+}
