@@ -70,6 +70,10 @@
 //   - An Atomic handler holds a connection and an open transaction: keep handlers short.
 //     Beyond half of the pool, Atomic requests get 503; a handler that holds two
 //     connections of the pool at once can still exhaust it: give it a pool of its own.
+//   - A claim commits without waiting for the WAL flush: a server crash in the instant
+//     after it can forget it (the key is free again, as if the request had not come), but
+//     not once anything committed after it — the handler's writes, the stored response —
+//     has been flushed, which flushes the claim too.
 //   - GC skips keys whose lease is live, not those of a dead holder.
 //   - Responses are buffered, up to MaxResponseBytes: no streaming.
 //   - With asynchronous replication, a failover can lose a stored response: the retry
