@@ -79,3 +79,26 @@ func TestSoakRefusesBadInput(t *testing.T) {
 		t.Error("a soak of nothing was accepted")
 	}
 }
+
+// Memory measures blocked waiters and renewals: every waiter was waiting (the measurement
+// ends only once each sent its first attempt and none holds a connection), each adds to
+// the live heap, and the renewals cost CPU.
+func TestMemoryOfWaitersAndRenewals(t *testing.T) {
+	t.Parallel()
+	res, err := bench.Memory(t.Context(), poolConfig(t), &bench.MemoryOptions{Waiters: 500, Leases: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", res)
+	if res.Waiters != 500 || res.Leases != 300 {
+		t.Errorf("measured %d waiters and %d leases, want 500 and 300", res.Waiters, res.Leases)
+	}
+	if res.HeapPerWaiter <= 0 || res.CPUPerRenewal <= 0 || res.RenewalsPerSec <= 0 {
+		t.Errorf("%+v: a waiter holds memory, a renewal costs CPU", res)
+	}
+	for _, o := range []bench.MemoryOptions{{Waiters: -1}, {Leases: -1}, {Waiters: bench.MaxMemoryWaiters + 1}} {
+		if _, err := bench.Memory(t.Context(), poolConfig(t), &o); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}

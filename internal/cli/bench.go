@@ -50,6 +50,9 @@ func (a *app) benchCommand() *cobra.Command {
 		soak        time.Duration
 		interval    time.Duration
 		pinXmin     bool
+		memory      bool
+		waiters     int
+		leaseCount  int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--compare OLD.jsonl NEW.jsonl]",
@@ -102,12 +105,19 @@ oldest snapshot; at the end, each one's last interval against its first (goal: 0
 --pin-xmin holds a transaction open beside them the whole time, as a forgotten session or
 a long report would: vacuum then removes nothing they leave behind. With --json, one object
 per interval (interval, end_s, ops_per_sec, dead_tuples, live_tuples, xmin_age), then one
-with steady.`,
+with steady.
+
+--memory measures the client instead: the growth of this process's resident memory and
+live heap, per waiter, while --waiters (10,000) leases.Acquire calls wait at once for one
+held lease, and the CPU time per renewal of --leases (100,000) held leases renewed once each
+from 64 goroutines through one pool. With --json: one object (waiters, rss_per_waiter_bytes,
+heap_per_waiter_bytes, leases, renewals_per_sec, cpu_per_renewal_us).`,
 		Example: `  pgcoord bench --list
   pgcoord bench --only floor --duration 2s --concurrency 1,8
   pgcoord bench --json > bench.jsonl
   pgcoord bench --compare old.jsonl new.jsonl
   pgcoord bench --soak 10m --pin-xmin
+  pgcoord bench --memory
   pgcoord bench --scale --only scale.next`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if compare {
@@ -129,6 +139,19 @@ with steady.`,
 					return usagef("--compare prints a table; --json does not apply")
 				}
 				return a.compareBench(args[0], args[1])
+			}
+			if memory {
+				for _, name := range []string{"only", "duration", "concurrency", "list", "scale", "soak", "interval", "pin-xmin"} {
+					if cmd.Flags().Changed(name) {
+						return usagef("--%s does not apply to --memory", name)
+					}
+				}
+				return a.runMemory(cmd.Context(), waiters, leaseCount)
+			}
+			for _, name := range []string{"waiters", "leases"} {
+				if cmd.Flags().Changed(name) {
+					return usagef("--%s applies to --memory only", name)
+				}
 			}
 			if cmd.Flags().Changed("soak") {
 				workers, err := checkSoakFlags(cmd.Flags().Changed, concurrency)
@@ -219,6 +242,9 @@ with steady.`,
 	f.DurationVar(&soak, "soak", 0, "run the soak for this long instead: one scenario of each primitive side by side, reported every --interval")
 	f.DurationVar(&interval, "interval", bench.DefaultSoakInterval, "with --soak: how often to report throughput and dead tuples")
 	f.BoolVar(&pinXmin, "pin-xmin", false, "with --soak: hold a transaction open beside the scenarios, so vacuum removes nothing they leave behind")
+	f.BoolVar(&memory, "memory", false, "measure the client's memory per blocked waiter and CPU per lease renewal instead")
+	f.IntVar(&waiters, "waiters", bench.DefaultMemoryWaiters, "with --memory: how many leases.Acquire calls wait at once")
+	f.IntVar(&leaseCount, "leases", bench.DefaultMemoryLeases, "with --memory: how many held leases are renewed once each")
 	return cmd
 }
 

@@ -114,3 +114,49 @@ func checkSoakFlags(changed func(string) bool, concurrency []int) (workers int, 
 	}
 	return workers, nil
 }
+
+// memoryJSON is the line of `pgcoord bench --memory --json`.
+type memoryJSON struct {
+	Waiters            int     `json:"waiters"`
+	RSSPerWaiterBytes  float64 `json:"rss_per_waiter_bytes"`
+	HeapPerWaiterBytes float64 `json:"heap_per_waiter_bytes"`
+	Leases             int     `json:"leases"`
+	RenewalsPerSec     float64 `json:"renewals_per_sec"`
+	CPUPerRenewalUS    float64 `json:"cpu_per_renewal_us"`
+}
+
+// memoryGoal is the issue's bound on a blocked waiter's memory.
+const memoryGoal = 8 << 10
+
+// runMemory runs `pgcoord bench --memory`.
+func (a *app) runMemory(ctx context.Context, waiters, leaseCount int) error {
+	if waiters < 1 || waiters > bench.MaxMemoryWaiters {
+		return usagef("--waiters %d: want 1 to %d", waiters, bench.MaxMemoryWaiters)
+	}
+	if leaseCount < 1 || leaseCount > bench.MaxMemoryLeases {
+		return usagef("--leases %d: want 1 to %d", leaseCount, bench.MaxMemoryLeases)
+	}
+	cfg, err := a.poolConfig(0)
+	if err != nil {
+		return err
+	}
+	res, err := bench.Memory(ctx, cfg, &bench.MemoryOptions{Waiters: waiters, Leases: leaseCount})
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return json.NewEncoder(a.out).Encode(memoryJSON{
+			Waiters: res.Waiters, RSSPerWaiterBytes: benchRound(res.RSSPerWaiter, 0), HeapPerWaiterBytes: benchRound(res.HeapPerWaiter, 0),
+			Leases: res.Leases, RenewalsPerSec: benchRound(res.RenewalsPerSec, 1), CPUPerRenewalUS: benchRound(float64(res.CPUPerRenewal)/float64(time.Microsecond), 2),
+		})
+	}
+	verdict := "meets the goal"
+	if res.RSSPerWaiter >= memoryGoal {
+		verdict = "over the goal"
+	}
+	fmt.Fprintf(a.out, "%d waiters blocked on one lease: resident memory +%.1f KiB each (goal < %d KiB: %s), live heap +%.1f KiB each\n",
+		res.Waiters, res.RSSPerWaiter/1024, memoryGoal>>10, verdict, res.HeapPerWaiter/1024)
+	fmt.Fprintf(a.out, "%d leases renewed once each from 64 goroutines through one pool: %.0f renewals/s, CPU %.1f µs per renewal\n",
+		res.Leases, res.RenewalsPerSec, float64(res.CPUPerRenewal)/float64(time.Microsecond))
+	return nil
+}

@@ -155,6 +155,12 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--soak", "1s", "--only", "floor"},
 		{"--pin-xmin"},
 		{"--interval", "1s"},
+		{"--memory", "--waiters", "0"},
+		{"--memory", "--leases", "-1"},
+		{"--memory", "--only", "leases"},
+		{"--memory", "--soak", "1s"},
+		{"--waiters", "10"},
+		{"--leases", "10"},
 	} {
 		all := append([]string{"--database-url", "postgres://nobody@127.0.0.1:1/none", "bench"}, args...)
 		code, out, errOut := runBench(t, all...)
@@ -197,5 +203,26 @@ func TestBenchSoakJSON(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(lines[2]), &steady); err != nil || steady.Steady["leases.acquire_release"] <= 0 {
 		t.Errorf("last line %q: want the steady ratio of leases.acquire_release (%v)", lines[2], err)
+	}
+}
+
+// --memory measures the waiters' memory and the renewals' CPU, as one JSON object.
+func TestBenchMemoryJSON(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runBench(t, "--database-url-file", urlFile(t, pgtest.URL(t)),
+		"bench", "--json", "--memory", "--waiters", "200", "--leases", "100")
+	if code != cli.ExitOK {
+		t.Fatalf("bench --memory = %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	var m map[string]float64
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	if m["waiters"] != 200 || m["leases"] != 100 || m["heap_per_waiter_bytes"] <= 0 || m["cpu_per_renewal_us"] <= 0 ||
+		m["renewals_per_sec"] <= 0 {
+		t.Errorf("bench --memory printed %q", out)
+	}
+	if _, ok := m["rss_per_waiter_bytes"]; !ok {
+		t.Errorf("no rss_per_waiter_bytes in %q", out)
 	}
 }
