@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,8 +43,9 @@ const memoryWorkers = 64
 // MemoryResult is what Memory measured.
 type MemoryResult struct {
 	// Waiters blocked at once; RSSPerWaiter and HeapPerWaiter are the growth of the
-	// process's resident memory (VmRSS) and of its live heap, after a garbage collection,
-	// from before they started to when all were waiting, divided by Waiters, in bytes.
+	// process's resident memory (VmRSS) and of its live heap, from before they started to
+	// when all were waiting, divided by Waiters, in bytes, each read after garbage
+	// collections and with freed memory given back to the system (see memoryNow).
 	Waiters                     int
 	RSSPerWaiter, HeapPerWaiter float64
 	// Leases renewed once each, how fast, and the process's CPU time (user and system) per
@@ -186,9 +188,15 @@ func fanOut(n int, f func(i int) error) error {
 	return errors.Join(errs...)
 }
 
-// memoryNow collects garbage and returns the process's resident set (VmRSS) and live heap.
+// memoryNow returns the process's resident set (VmRSS) and live heap as a long-lived
+// process would have them: after a few garbage collections (each halves the stacks of
+// goroutines that use less than a quarter of theirs, as waiters parked after a deep call
+// do) and with the freed memory given back to the system, as its scavenger would.
 func memoryNow() (rss, heap uint64, err error) {
-	runtime.GC()
+	for range 3 {
+		runtime.GC()
+	}
+	debug.FreeOSMemory()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	status, err := os.ReadFile("/proc/self/status")
