@@ -177,7 +177,7 @@ func TestBatchGivesWayToATransactionWaitingForItsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	for _, name := range []string{"a", "b", "first"} { // rows to lock
+	for _, name := range []string{"a", "b"} { // rows to lock
 		l, err := leases.TryAcquire(ctx, plain, name, time.Minute, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -186,24 +186,22 @@ func TestBatchGivesWayToATransactionWaitingForItsRows(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A lone call in flight, blocked, so that the next two are merged behind it.
-	unblock := lockRow(t, plain, "first")
+	// Every lane busy, so that the next two calls are merged.
+	unblock := fillLanes(t, pool, plain, "batch "+t.Name())
 	type result struct {
 		l   leases.Lease
 		err error
 	}
-	results := make(chan result, 3)
+	results := make(chan result, 2)
 	acquire := func(name string) {
 		go func() {
 			l, err := leases.TryAcquire(ctx, pool, name, time.Minute, nil)
 			results <- result{l, err}
 		}()
 	}
-	acquire("first")
-	waitFor(t, "the lone call to wait for its row", func() bool { return blocked(t, plain, "batch "+t.Name()) == 1 })
 	acquire("a")
 	acquire("b")
-	waitFor(t, "two calls to wait behind it", func() bool { return leases.AcquiresWaiting(pool) == 2 })
+	waitFor(t, "two calls to wait behind them", func() bool { return leases.AcquiresWaiting(pool) == 2 })
 	// The transaction takes "b", the batch goes out and takes "a", then waits for "b".
 	tx, err := plain.Begin(ctx)
 	if err != nil {
@@ -214,9 +212,6 @@ func TestBatchGivesWayToATransactionWaitingForItsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	unblock()
-	if r := <-results; r.err != nil || r.l.Name != "first" {
-		t.Fatalf("the lone call: %+v, %v", r.l, r.err)
-	}
 	waitFor(t, "the batch to wait for b", func() bool { return blocked(t, plain, "batch "+t.Name()) == 1 })
 	// Now the transaction asks for "a", which the batch holds, unless it gave way.
 	if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_leases WHERE name = 'a' FOR UPDATE`); err != nil {
@@ -269,7 +264,7 @@ func TestAGrantNobodyWaitsForIsReleased(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(pool.Close)
-			for _, name := range []string{"first", "x"} { // rows to lock
+			for _, name := range []string{"x"} { // rows to lock
 				l, err := leases.TryAcquire(ctx, plain, name, time.Minute, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -282,10 +277,9 @@ func TestAGrantNobodyWaitsForIsReleased(t *testing.T) {
 			if !own {
 				opts = &leases.AcquireOpts{Holder: "chosen"}
 			}
-			unblockFirst, unblockX := lockRow(t, plain, "first"), lockRow(t, plain, "x")
-			errs := make(chan error, 3)
-			go func() { _, err := leases.TryAcquire(ctx, pool, "first", time.Minute, nil); errs <- err }()
-			waitFor(t, "the lone call to wait for its row", func() bool { return blocked(t, plain, app) == 1 })
+			unblockX := lockRow(t, plain, "x")
+			unblockFirst := fillLanes(t, pool, plain, app)
+			errs := make(chan error, 2)
 			gone, giveUp := context.WithCancel(ctx)
 			defer giveUp()
 			go func() { _, err := leases.TryAcquire(gone, pool, "x", time.Minute, opts); errs <- err }()
@@ -293,9 +287,6 @@ func TestAGrantNobodyWaitsForIsReleased(t *testing.T) {
 			go func() { _, err := leases.TryAcquire(ctx, pool, "y", time.Minute, nil); errs <- err }()
 			waitFor(t, "y to wait behind it", func() bool { return leases.AcquiresWaiting(pool) == 2 })
 			unblockFirst()
-			if err := <-errs; err != nil {
-				t.Fatal(err)
-			}
 			waitFor(t, "the batch of x and y to wait for x's row", func() bool { return blocked(t, plain, app) == 1 })
 			giveUp()
 			if err := <-errs; !errors.Is(err, coalesce.ErrUnknown) {
@@ -318,6 +309,47 @@ func TestAGrantNobodyWaitsForIsReleased(t *testing.T) {
 				t.Error("the grant of a holder the caller chose was released")
 			}
 		})
+	}
+}
+
+// fillLanes sends a TryAcquire in every lane of pool, each waiting for a row that plain
+// locks, until the returned function unlocks them and they return: calls made meanwhile
+// are merged. app names pool's sessions.
+func fillLanes(t *testing.T, pool, plain *pgxpool.Pool, app string) func() {
+	t.Helper()
+	tx, err := plain.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock := sync.OnceFunc(func() {
+		if err := tx.Commit(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Cleanup(unlock)
+	errs := make(chan error, leases.Lanes)
+	for i := range leases.Lanes {
+		name := fmt.Sprint("lane-", i)
+		l, err := leases.TryAcquire(ctx, plain, name, time.Minute, nil) // its row, to lock
+		if err == nil {
+			err = leases.Release(ctx, plain, l, nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_leases WHERE name = $1 FOR UPDATE`, name); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _, err := leases.TryAcquire(ctx, pool, name, time.Minute, nil); errs <- err }()
+	}
+	waitFor(t, "a call in each lane to wait for its row", func() bool { return blocked(t, plain, app) == leases.Lanes })
+	return func() {
+		unlock()
+		for range leases.Lanes {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 

@@ -24,9 +24,9 @@
 // clock alone.
 //
 // With a pool, concurrent TryAcquire, Renew and Release calls of this process are
-// coalesced (group commit): a call that finds none of its kind in flight on its pool goes
-// out at once, alone; those that arrive meanwhile go out together, as one statement and
-// one commit, once it returns (32 workers through one pool grant and release 1.3x as fast
+// coalesced (group commit): a call that finds fewer than two of its kind in flight on its
+// pool goes out at once, alone; those that arrive while two are out go together, as one
+// statement and one commit, when one returns (32 workers through one pool grant and release 1.3x as fast
 // as 32 connections of hand-written SQL: docs/benchmarks.md). Calls in the caller's own
 // transaction, or on a single connection, are never merged.
 //

@@ -11,3 +11,6 @@ import (
 func AcquiresWaiting(pool *pgxpool.Pool) int {
 	return acquires.Waiting(fmt.Sprintf("%p\x00", pool))
 }
+
+// Lanes is how many batches of a kind may be in flight on a pool at once.
+const Lanes = lanes
