@@ -26,6 +26,9 @@ type MemoryOptions struct {
 	// Leases is how many leases are held and each renewed once. Default
 	// DefaultMemoryLeases; 1 to MaxMemoryLeases.
 	Leases int
+	// Workers is how many goroutines take and renew the leases, through one pool of as
+	// many connections (which coalesces their calls). Default 64; 1 to 1,000.
+	Workers int
 }
 
 // Defaults and bounds of MemoryOptions (the figures: 10,000 waiters, 100,000 leases).
@@ -35,10 +38,6 @@ const (
 	MaxMemoryWaiters     = 1_000_000
 	MaxMemoryLeases      = 10_000_000
 )
-
-// memoryWorkers is how many goroutines take and renew the leases, through one pool (which
-// coalesces their calls).
-const memoryWorkers = 64
 
 // MemoryResult is what Memory measured.
 type MemoryResult struct {
@@ -58,17 +57,19 @@ type MemoryResult struct {
 // Memory measures what waiting and renewing cost the client, in a bench schema of its own:
 // the memory of opts.Waiters leases.Acquire calls blocked on one lease (each holds no
 // connection: they share the pool's LISTEN), and the CPU time of renewing opts.Leases held
-// leases once each from 64 goroutines through one pool.
+// leases once each from opts.Workers goroutines through one pool.
 func Memory(ctx context.Context, cfg *pgxpool.Config, opts *MemoryOptions) (res MemoryResult, err error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return res, err
 	}
-	err = inBenchSchema(ctx, cfg, memoryWorkers+2, nil, func(ctx context.Context, pool *pgxpool.Pool, _ string) error {
+	c := cfg.Copy()
+	c.MaxConns = int32(o.Workers) + 2 // exactly: the waiters' measure opens them all
+	err = inBenchSchema(ctx, c, o.Workers+2, nil, func(ctx context.Context, pool *pgxpool.Pool, _ string) error {
 		if err := measureWaiters(ctx, pool, o.Waiters, &res); err != nil {
 			return err
 		}
-		return measureRenewals(ctx, pool, o.Leases, &res)
+		return measureRenewals(ctx, pool, o.Leases, o.Workers, &res)
 	})
 	return res, err
 }
@@ -133,9 +134,9 @@ func measureWaiters(ctx context.Context, pool *pgxpool.Pool, n int, res *MemoryR
 }
 
 // measureRenewals takes n leases, then renews each once, and times the renewals' CPU.
-func measureRenewals(ctx context.Context, pool *pgxpool.Pool, n int, res *MemoryResult) error {
+func measureRenewals(ctx context.Context, pool *pgxpool.Pool, n, workers int, res *MemoryResult) error {
 	held := make([]leases.Lease, n)
-	if err := fanOut(n, func(i int) error {
+	if err := fanOut(n, workers, func(i int) error {
 		l, err := leases.TryAcquire(ctx, pool, fmt.Sprintf("memory.renew/%d", i), time.Hour, nil)
 		held[i] = l
 		return err
@@ -147,7 +148,7 @@ func measureRenewals(ctx context.Context, pool *pgxpool.Pool, n int, res *Memory
 		return err
 	}
 	start := time.Now()
-	if err := fanOut(n, func(i int) error {
+	if err := fanOut(n, workers, func(i int) error {
 		_, err := leases.Renew(ctx, pool, held[i], time.Hour, nil)
 		return err
 	}); err != nil {
@@ -164,13 +165,13 @@ func measureRenewals(ctx context.Context, pool *pgxpool.Pool, n int, res *Memory
 	return nil
 }
 
-// fanOut calls f(0) .. f(n-1) from memoryWorkers goroutines and returns the first error.
-func fanOut(n int, f func(i int) error) error {
+// fanOut calls f(0) .. f(n-1) from workers goroutines and returns their errors.
+func fanOut(n, workers int, f func(i int) error) error {
 	var next sync.Mutex
 	i := 0
 	var wg sync.WaitGroup
-	errs := make([]error, memoryWorkers)
-	for w := range memoryWorkers {
+	errs := make([]error, workers)
+	for w := range workers {
 		wg.Go(func() {
 			for {
 				next.Lock()
@@ -234,6 +235,12 @@ func (opts *MemoryOptions) withDefaults() (MemoryOptions, error) {
 	}
 	if o.Leases == 0 {
 		o.Leases = DefaultMemoryLeases
+	}
+	if o.Workers == 0 {
+		o.Workers = 64
+	}
+	if o.Workers < 1 || o.Workers > 1000 {
+		return o, fmt.Errorf("bench: memory: %d workers: want 1 to 1000", o.Workers)
 	}
 	if o.Waiters < 1 || o.Waiters > MaxMemoryWaiters {
 		return o, fmt.Errorf("bench: memory: %d waiters: want 1 to %d", o.Waiters, MaxMemoryWaiters)

@@ -85,7 +85,7 @@ func TestSoakRefusesBadInput(t *testing.T) {
 // the live heap, and the renewals cost CPU.
 func TestMemoryOfWaitersAndRenewals(t *testing.T) {
 	t.Parallel()
-	res, err := bench.Memory(t.Context(), poolConfig(t), &bench.MemoryOptions{Waiters: 500, Leases: 300})
+	res, err := bench.Memory(t.Context(), poolConfig(t), &bench.MemoryOptions{Waiters: 500, Leases: 300, Workers: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestMemoryOfWaitersAndRenewals(t *testing.T) {
 	if res.HeapPerWaiter <= 0 || res.CPUPerRenewal <= 0 || res.RenewalsPerSec <= 0 {
 		t.Errorf("%+v: a waiter holds memory, a renewal costs CPU", res)
 	}
-	for _, o := range []bench.MemoryOptions{{Waiters: -1}, {Leases: -1}, {Waiters: bench.MaxMemoryWaiters + 1}} {
+	for _, o := range []bench.MemoryOptions{{Waiters: -1}, {Leases: -1}, {Waiters: bench.MaxMemoryWaiters + 1}, {Workers: 1001}} {
 		if _, err := bench.Memory(t.Context(), poolConfig(t), &o); err == nil {
 			t.Errorf("%+v accepted", o)
 		}

@@ -110,7 +110,8 @@ with steady.
 --memory measures the client instead: the growth of this process's resident memory and
 live heap, per waiter, while --waiters (10,000) leases.Acquire calls wait at once for one
 held lease, and the CPU time per renewal of --leases (100,000) held leases renewed once each
-from 64 goroutines through one pool. With --json: one object (waiters, rss_per_waiter_bytes,
+from --concurrency (one number; default 64) goroutines through one pool of as many
+connections. With --json: one object (waiters, rss_per_waiter_bytes,
 heap_per_waiter_bytes, leases, renewals_per_sec, cpu_per_renewal_us).`,
 		Example: `  pgcoord bench --list
   pgcoord bench --only floor --duration 2s --concurrency 1,8
@@ -141,12 +142,19 @@ heap_per_waiter_bytes, leases, renewals_per_sec, cpu_per_renewal_us).`,
 				return a.compareBench(args[0], args[1])
 			}
 			if memory {
-				for _, name := range []string{"only", "duration", "concurrency", "list", "scale", "soak", "interval", "pin-xmin"} {
+				for _, name := range []string{"only", "duration", "list", "scale", "soak", "interval", "pin-xmin"} {
 					if cmd.Flags().Changed(name) {
 						return usagef("--%s does not apply to --memory", name)
 					}
 				}
-				return a.runMemory(cmd.Context(), waiters, leaseCount)
+				workers := 64
+				if cmd.Flags().Changed("concurrency") {
+					if len(concurrency) != 1 || concurrency[0] < 1 || concurrency[0] > 1000 {
+						return usagef("--concurrency with --memory is the number of goroutines that renew: one number, 1 to 1000")
+					}
+					workers = concurrency[0]
+				}
+				return a.runMemory(cmd.Context(), waiters, leaseCount, workers)
 			}
 			for _, name := range []string{"waiters", "leases"} {
 				if cmd.Flags().Changed(name) {

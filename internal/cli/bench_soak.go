@@ -129,7 +129,7 @@ type memoryJSON struct {
 const memoryGoal = 8 << 10
 
 // runMemory runs `pgcoord bench --memory`.
-func (a *app) runMemory(ctx context.Context, waiters, leaseCount int) error {
+func (a *app) runMemory(ctx context.Context, waiters, leaseCount, workers int) error {
 	if waiters < 1 || waiters > bench.MaxMemoryWaiters {
 		return usagef("--waiters %d: want 1 to %d", waiters, bench.MaxMemoryWaiters)
 	}
@@ -140,7 +140,7 @@ func (a *app) runMemory(ctx context.Context, waiters, leaseCount int) error {
 	if err != nil {
 		return err
 	}
-	res, err := bench.Memory(ctx, cfg, &bench.MemoryOptions{Waiters: waiters, Leases: leaseCount})
+	res, err := bench.Memory(ctx, cfg, &bench.MemoryOptions{Waiters: waiters, Leases: leaseCount, Workers: workers})
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func (a *app) runMemory(ctx context.Context, waiters, leaseCount int) error {
 	}
 	fmt.Fprintf(a.out, "%d waiters blocked on one lease: resident memory +%.1f KiB each (goal < %d KiB: %s), live heap +%.1f KiB each\n",
 		res.Waiters, res.RSSPerWaiter/1024, memoryGoal>>10, verdict, res.HeapPerWaiter/1024)
-	fmt.Fprintf(a.out, "%d leases renewed once each from 64 goroutines through one pool: %.0f renewals/s, CPU %.1f µs per renewal\n",
-		res.Leases, res.RenewalsPerSec, float64(res.CPUPerRenewal)/float64(time.Microsecond))
+	fmt.Fprintf(a.out, "%d leases renewed once each from %d goroutines through one pool: %.0f renewals/s, CPU %.1f µs per renewal\n",
+		res.Leases, workers, res.RenewalsPerSec, float64(res.CPUPerRenewal)/float64(time.Microsecond))
 	return nil
 }

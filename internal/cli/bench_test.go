@@ -159,6 +159,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--memory", "--leases", "-1"},
 		{"--memory", "--only", "leases"},
 		{"--memory", "--soak", "1s"},
+		{"--memory", "--concurrency", "1,2"},
+		{"--memory", "--concurrency", "1001"},
 		{"--waiters", "10"},
 		{"--leases", "10"},
 	} {
@@ -210,7 +212,7 @@ func TestBenchSoakJSON(t *testing.T) {
 func TestBenchMemoryJSON(t *testing.T) {
 	t.Parallel()
 	code, out, errOut := runBench(t, "--database-url-file", urlFile(t, pgtest.URL(t)),
-		"bench", "--json", "--memory", "--waiters", "200", "--leases", "100")
+		"bench", "--json", "--memory", "--waiters", "200", "--leases", "100", "--concurrency", "4")
 	if code != cli.ExitOK {
 		t.Fatalf("bench --memory = %d, stdout %q, stderr %q", code, out, errOut)
 	}
