@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -122,13 +121,7 @@ func TestAClaimNobodyWaitsForIsReleased(t *testing.T) {
 		t.Cleanup(undo)
 		return undo
 	}
-	blocked := func() bool {
-		var n int
-		if err := plain.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n == 1
-	}
+	blocked := func() bool { return pgtest.LockWaiters(t, plain, app) == 1 }
 	unblockFirst, unblockX := insertKey("first"), insertKey("x")
 	errs := make(chan error, 3)
 	begin := func(ctx context.Context, key string) {
@@ -141,18 +134,18 @@ func TestAClaimNobodyWaitsForIsReleased(t *testing.T) {
 		}()
 	}
 	begin(ctx, "first")
-	waitUntil(t, "the lone claim to wait for its row", blocked)
+	pgtest.Until(t, "the lone claim to wait for its row", blocked)
 	gone, giveUp := context.WithCancel(ctx)
 	defer giveUp()
 	begin(gone, "x")
-	waitUntil(t, "x to wait behind it", func() bool { return idempotency.ClaimsWaiting(pool) == 1 })
+	pgtest.Until(t, "x to wait behind it", func() bool { return idempotency.ClaimsWaiting(pool) == 1 })
 	begin(ctx, "y")
-	waitUntil(t, "y to wait behind it", func() bool { return idempotency.ClaimsWaiting(pool) == 2 })
+	pgtest.Until(t, "y to wait behind it", func() bool { return idempotency.ClaimsWaiting(pool) == 2 })
 	unblockFirst()
 	if err := <-errs; err != nil {
 		t.Fatalf("first: %v", err)
 	}
-	waitUntil(t, "the batch of x and y to wait for x's row", blocked)
+	pgtest.Until(t, "the batch of x and y to wait for x's row", blocked)
 	giveUp()
 	if err := <-errs; !errors.Is(err, context.Canceled) {
 		t.Fatalf("x's caller, gone while its claim was in flight: %v, want its context's error", err)
@@ -161,22 +154,11 @@ func TestAClaimNobodyWaitsForIsReleased(t *testing.T) {
 	if err := <-errs; err != nil {
 		t.Fatalf("y: %v", err)
 	}
-	waitUntil(t, "x's claim to be released", func() bool {
+	pgtest.Until(t, "x's claim to be released", func() bool {
 		var n int
 		if err := plain.QueryRow(ctx, `SELECT count(*) FROM pgcoord_idempotency_keys WHERE scope = 'co' AND key = 'x'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n == 0
 	})
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(pgtest.WaitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", pgtest.WaitLimit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -201,7 +201,7 @@ func TestBatchGivesWayToATransactionWaitingForItsRows(t *testing.T) {
 	}
 	acquire("a")
 	acquire("b")
-	waitFor(t, "two calls to wait behind them", func() bool { return leases.AcquiresWaiting(pool) == 2 })
+	pgtest.Until(t, "two calls to wait behind them", func() bool { return leases.AcquiresWaiting(pool) == 2 })
 	// The transaction takes "b", the batch goes out and takes "a", then waits for "b".
 	tx, err := plain.Begin(ctx)
 	if err != nil {
@@ -212,7 +212,7 @@ func TestBatchGivesWayToATransactionWaitingForItsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	unblock()
-	waitFor(t, "the batch to wait for b", func() bool { return blocked(t, plain, "batch "+t.Name()) == 1 })
+	pgtest.Until(t, "the batch to wait for b", func() bool { return pgtest.LockWaiters(t, plain, "batch "+t.Name()) == 1 })
 	// Now the transaction asks for "a", which the batch holds, unless it gave way.
 	if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_leases WHERE name = 'a' FOR UPDATE`); err != nil {
 		t.Fatalf("the transaction waiting for a row of the batch: %v", err)
@@ -283,11 +283,11 @@ func TestAGrantNobodyWaitsForIsReleased(t *testing.T) {
 			gone, giveUp := context.WithCancel(ctx)
 			defer giveUp()
 			go func() { _, err := leases.TryAcquire(gone, pool, "x", time.Minute, opts); errs <- err }()
-			waitFor(t, "x to wait behind it", func() bool { return leases.AcquiresWaiting(pool) == 1 })
+			pgtest.Until(t, "x to wait behind it", func() bool { return leases.AcquiresWaiting(pool) == 1 })
 			go func() { _, err := leases.TryAcquire(ctx, pool, "y", time.Minute, nil); errs <- err }()
-			waitFor(t, "y to wait behind it", func() bool { return leases.AcquiresWaiting(pool) == 2 })
+			pgtest.Until(t, "y to wait behind it", func() bool { return leases.AcquiresWaiting(pool) == 2 })
 			unblockFirst()
-			waitFor(t, "the batch of x and y to wait for x's row", func() bool { return blocked(t, plain, app) == 1 })
+			pgtest.Until(t, "the batch of x and y to wait for x's row", func() bool { return pgtest.LockWaiters(t, plain, app) == 1 })
 			giveUp()
 			if err := <-errs; !errors.Is(err, coalesce.ErrUnknown) {
 				t.Fatalf("x's caller, gone while its batch was in flight: %v, want an unknown outcome", err)
@@ -304,7 +304,7 @@ func TestAGrantNobodyWaitsForIsReleased(t *testing.T) {
 				return info.Held()
 			}
 			if own {
-				waitFor(t, "x's grant to be released", func() bool { return !held() })
+				pgtest.Until(t, "x's grant to be released", func() bool { return !held() })
 			} else if !held() {
 				t.Error("the grant of a holder the caller chose was released")
 			}
@@ -342,7 +342,7 @@ func fillLanes(t *testing.T, pool, plain *pgxpool.Pool, app string) func() {
 		}
 		go func() { _, err := leases.TryAcquire(ctx, pool, name, time.Minute, nil); errs <- err }()
 	}
-	waitFor(t, "a call in each lane to wait for its row", func() bool { return blocked(t, plain, app) == leases.Lanes })
+	pgtest.Until(t, "a call in each lane to wait for its row", func() bool { return pgtest.LockWaiters(t, plain, app) == leases.Lanes })
 	return func() {
 		unlock()
 		for range leases.Lanes {
@@ -350,27 +350,6 @@ func fillLanes(t *testing.T, pool, plain *pgxpool.Pool, app string) func() {
 				t.Fatal(err)
 			}
 		}
-	}
-}
-
-// blocked counts the sessions named app that wait for a lock.
-func blocked(t *testing.T, pool *pgxpool.Pool, app string) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(pgtest.WaitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", pgtest.WaitLimit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -267,14 +267,7 @@ func (r *rig) lockKey(key string) func() {
 
 // blocked returns whether want of the rig's sessions wait for a lock.
 func (r *rig) blocked(want int) func() bool {
-	return func() bool {
-		var n int
-		if err := r.plain.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-			r.app).Scan(&n); err != nil {
-			r.t.Fatal(err)
-		}
-		return n == want
-	}
+	return func() bool { return pgtest.LockWaiters(r.t, r.plain, r.app) == want }
 }
 
 // fillLanes sends an admission to "first" in every lane, each waiting for first's row
@@ -288,7 +281,7 @@ func (r *rig) fillLanes() func() {
 			errs <- err
 		}()
 	}
-	waitUntil(r.t, "a call in each lane to wait for its row", r.blocked(semaphore.Lanes))
+	pgtest.Until(r.t, "a call in each lane to wait for its row", r.blocked(semaphore.Lanes))
 	return func() {
 		unlock()
 		for range semaphore.Lanes {
@@ -317,11 +310,11 @@ func TestAPermitNobodyWaitsForIsReleased(t *testing.T) {
 			gone, giveUp := context.WithCancel(ctx)
 			defer giveUp()
 			go func() { _, err := semaphore.TryAcquire(gone, r.pool, "x", 1, time.Minute, opts); errs <- err }()
-			waitUntil(t, "x to wait behind them", func() bool { return semaphore.AdmissionsWaiting(r.pool) == 1 })
+			pgtest.Until(t, "x to wait behind them", func() bool { return semaphore.AdmissionsWaiting(r.pool) == 1 })
 			go func() { _, err := semaphore.TryAcquire(ctx, r.pool, "y", 1, time.Minute, nil); errs <- err }()
-			waitUntil(t, "y to wait behind them", func() bool { return semaphore.AdmissionsWaiting(r.pool) == 2 })
+			pgtest.Until(t, "y to wait behind them", func() bool { return semaphore.AdmissionsWaiting(r.pool) == 2 })
 			unblockFirst()
-			waitUntil(t, "the batch of x and y to wait for x's row", r.blocked(1))
+			pgtest.Until(t, "the batch of x and y to wait for x's row", r.blocked(1))
 			giveUp()
 			if err := <-errs; !errors.Is(err, coalesce.ErrUnknown) {
 				t.Fatalf("x's caller, gone while its batch was in flight: %v, want an unknown outcome", err)
@@ -338,7 +331,7 @@ func TestAPermitNobodyWaitsForIsReleased(t *testing.T) {
 				return s.Held > 0
 			}
 			if own {
-				waitUntil(t, "x's permit to be released", func() bool { return !held() })
+				pgtest.Until(t, "x's permit to be released", func() bool { return !held() })
 			} else if !held() {
 				t.Error("the permit of a holder the caller chose was released")
 			}
@@ -367,7 +360,7 @@ func TestSemaphoreBatchGivesWayToATransactionWaitingForItsRows(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitUntil(t, "a and b to wait behind them", func() bool { return semaphore.AdmissionsWaiting(r.pool) == 2 })
+	pgtest.Until(t, "a and b to wait behind them", func() bool { return semaphore.AdmissionsWaiting(r.pool) == 2 })
 	tx, err := r.plain.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -377,7 +370,7 @@ func TestSemaphoreBatchGivesWayToATransactionWaitingForItsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	unblockFirst()
-	waitUntil(t, "the batch to wait for b", r.blocked(1))
+	pgtest.Until(t, "the batch to wait for b", r.blocked(1))
 	if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_semaphores WHERE key = 'a' FOR UPDATE`); err != nil {
 		t.Fatalf("the transaction waiting for a row of the batch: %v", err)
 	}
@@ -388,16 +381,5 @@ func TestSemaphoreBatchGivesWayToATransactionWaitingForItsRows(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Errorf("a call of the batch: %v", err)
 		}
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(pgtest.WaitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", pgtest.WaitLimit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -64,3 +64,15 @@ func KillOneActive(t *testing.T, pool *pgxpool.Pool) bool {
 	}
 	return killed
 }
+
+// LockWaiters counts the sessions named app (application_name) that wait for a lock,
+// through pool.
+func LockWaiters(t *testing.T, pool *pgxpool.Pool, app string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+		WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
