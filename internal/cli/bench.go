@@ -142,17 +142,11 @@ heap_per_waiter_bytes, leases, renewals_per_sec, cpu_per_renewal_us).`,
 				return a.compareBench(args[0], args[1])
 			}
 			if memory {
-				for _, name := range []string{"only", "duration", "list", "scale", "soak", "interval", "pin-xmin"} {
-					if cmd.Flags().Changed(name) {
-						return usagef("--%s does not apply to --memory", name)
-					}
-				}
-				workers := 64
-				if cmd.Flags().Changed("concurrency") {
-					if len(concurrency) != 1 || concurrency[0] < 1 || concurrency[0] > 1000 {
-						return usagef("--concurrency with --memory is the number of goroutines that renew: one number, 1 to 1000")
-					}
-					workers = concurrency[0]
+				workers, err := modeFlags("memory", cmd.Flags().Changed,
+					[]string{"only", "duration", "list", "scale", "soak", "interval", "pin-xmin"},
+					concurrency, 64, 1000, "the number of goroutines that renew")
+				if err != nil {
+					return err
 				}
 				return a.runMemory(cmd.Context(), waiters, leaseCount, workers)
 			}
@@ -162,7 +156,8 @@ heap_per_waiter_bytes, leases, renewals_per_sec, cpu_per_renewal_us).`,
 				}
 			}
 			if cmd.Flags().Changed("soak") {
-				workers, err := checkSoakFlags(cmd.Flags().Changed, concurrency)
+				workers, err := modeFlags("soak", cmd.Flags().Changed, []string{"scale", "list", "compare", "duration"},
+					concurrency, 2, 64, "each scenario's number of workers")
 				if err != nil {
 					return err
 				}

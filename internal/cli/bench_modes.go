@@ -26,6 +26,8 @@ type soakJSON struct {
 // throughput at least 0.8 of the first's.
 const soakGoal = 0.8
 
+// The modes of bench beside its measurement against floors: --soak and --memory.
+
 // runSoak runs `pgcoord bench --soak`: the soak scenarios that match only, each with
 // workers workers, for d, reporting every interval.
 func (a *app) runSoak(ctx context.Context, only string, d, interval time.Duration, workers int, pinXmin bool) error {
@@ -95,24 +97,22 @@ func roundMap(m map[string]float64) map[string]float64 {
 	return out
 }
 
-// soakFlagsApart names the flags of a measurement that do not apply to --soak.
-var soakFlagsApart = []string{"scale", "list", "compare", "duration"}
-
-// checkSoakFlags refuses, for --soak, the flags of other modes and a bad worker count.
-func checkSoakFlags(changed func(string) bool, concurrency []int) (workers int, err error) {
-	for _, name := range soakFlagsApart {
+// modeFlags checks the flags of one of bench's other modes (--soak, --memory): it refuses
+// those in apart, and reads --concurrency as one number, 1 to most (def when not given),
+// which is the mode's what.
+func modeFlags(mode string, changed func(string) bool, apart []string, concurrency []int, def, most int, what string) (int, error) {
+	for _, name := range apart {
 		if changed(name) {
-			return 0, usagef("--%s does not apply to --soak (its length is --soak's value)", name)
+			return 0, usagef("--%s does not apply to --%s", name, mode)
 		}
 	}
-	workers = 2
-	if changed("concurrency") {
-		if len(concurrency) != 1 || concurrency[0] < 1 || concurrency[0] > 64 {
-			return 0, usagef("--concurrency with --soak is each scenario's number of workers: one number, 1 to 64")
-		}
-		workers = concurrency[0]
+	if !changed("concurrency") {
+		return def, nil
 	}
-	return workers, nil
+	if len(concurrency) != 1 || concurrency[0] < 1 || concurrency[0] > most {
+		return 0, usagef("--concurrency with --%s is %s: one number, 1 to %d", mode, what, most)
+	}
+	return concurrency[0], nil
 }
 
 // memoryJSON is the line of `pgcoord bench --memory --json`.
