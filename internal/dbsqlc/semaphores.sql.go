@@ -452,10 +452,9 @@ func (q *Queries) SemaphoreNext(ctx context.Context, db DBTX, arg SemaphoreNextP
 
 const semaphoreNextExpiry = `-- name: SemaphoreNextExpiry :one
 SELECT coalesce(least(
-         (SELECT min(p.expires_at) FROM pgcoord_semaphore_permits p
-           WHERE p.key = $1::text AND p.expires_at > pgcoord_now()),
+         (SELECT min(p.expires_at) FROM pgcoord_semaphore_permits p WHERE p.key = $1::text),
          (SELECT min(w.wanted_until) FROM pgcoord_semaphore_waiters w
-           WHERE w.key = $1::text AND w.holder <> $2::text AND w.wanted_until > pgcoord_now())),
+           WHERE w.key = $1::text AND w.holder <> $2::text)),
        'epoch')::timestamptz AS next_expiry,
        pgcoord_now()::timestamptz AS db_now
 `
@@ -470,10 +469,13 @@ type SemaphoreNextExpiryRow struct {
 	DbNow      time.Time
 }
 
-// When the first live permit of a key expires, or the place in line of another live waiter
-// lapses ('epoch' if neither comes): a refused Acquire tries again then at the latest,
-// since neither sends a notification (a waiter that died, or whose last attempt committed
-// after it gave up, holds its place until it lapses).
+// When the first permit of a key expires, or the place in line of another waiter lapses
+// ('epoch' if neither comes): a refused Acquire tries again then at the latest, since
+// neither sends a notification (a waiter that died, or whose last attempt committed after
+// it gave up, holds its place until it lapses). Rows already past are counted too: the
+// refused attempt deleted those it found past, so any left expired or lapsed after it, in
+// the instant before this read, and the Acquire must try again at once (not at the next
+// one, a poll interval later).
 func (q *Queries) SemaphoreNextExpiry(ctx context.Context, db DBTX, arg SemaphoreNextExpiryParams) (SemaphoreNextExpiryRow, error) {
 	row := db.QueryRow(ctx, semaphoreNextExpiry, arg.Key, arg.Holder)
 	var i SemaphoreNextExpiryRow
