@@ -77,7 +77,40 @@ func runTick(ctx context.Context, pool *pgxpool.Pool, j Job, fn func(context.Con
 	if err != nil {
 		return false, err
 	}
-	log = log.With("job", j.Name, "tick", run.ScheduledFor, "token", run.Token, "attempt", run.Attempt)
+	return true, execute(ctx, pool, run, start, dbNow, j.TTL, fn, log, tracer)
+}
+
+// RunClaimed runs fn for a run claimed by other means than ClaimTick — package schedules
+// claims the ticks of calendar schedules through the SQL API (pgcoord_schedule_claim) —
+// and heartbeats and finishes it exactly as RunTick does (see RunTick for fn's context and
+// the errors). ttl is the lease each heartbeat asks for (every ttl/3); claimedAt is when,
+// by the local clock, the claim was sent, and dbNow the database clock in its answer, so
+// that the runner stops trusting the run before its lease expires by the database clock.
+func RunClaimed(ctx context.Context, pool *pgxpool.Pool, run Run, claimedAt, dbNow time.Time, ttl time.Duration,
+	fn func(ctx context.Context, run Run) error, opts *RunTickOpts) error {
+	if err := run.check(); err != nil {
+		return err
+	}
+	if err := validateFn(run.Job, pool, fn == nil); err != nil {
+		return err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	var o RunTickOpts
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return execute(ctx, pool, run, claimedAt, dbNow, ttl, fn, o.Logger, o.Tracer)
+}
+
+// execute runs fn for a claimed run, heartbeating it, and records the outcome.
+func execute(ctx context.Context, pool *pgxpool.Pool, run Run, start, dbNow time.Time, ttl time.Duration,
+	fn func(context.Context, Run) error, log *slog.Logger, tracer pgcoord.Tracer) (err error) {
+	log = log.With("job", run.Job, "tick", run.ScheduledFor, "token", run.Token, "attempt", run.Attempt)
 	var span tracing.Span
 	if tracer != nil {
 		ctx, span = tracing.Start(ctx, tracer, tracing.TickRun, runAttrs(run)...)
@@ -87,7 +120,7 @@ func runTick(ctx context.Context, pool *pgxpool.Pool, j Job, fn func(context.Con
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	hb := &heartbeater{
-		pool: pool, ttl: j.TTL, every: j.TTL / 3, margin: j.TTL / 10, log: log, cancel: cancel,
+		pool: pool, ttl: ttl, every: ttl / 3, margin: ttl / 10, log: log, cancel: cancel,
 		stop: make(chan struct{}), done: make(chan Run, 1), span: span,
 	}
 	go hb.run(run, start.Add(run.ExpiresAt.Sub(dbNow)))
@@ -119,13 +152,13 @@ func runTick(ctx context.Context, pool *pgxpool.Pool, j Job, fn func(context.Con
 	finErr := finish(ctx, pool, current, fnErr, log)
 	switch {
 	case fnErr != nil && lost != nil:
-		return true, joinLost(lost, fnErr)
+		return joinLost(lost, fnErr)
 	case fnErr != nil:
-		return true, fnErr
+		return fnErr
 	default:
 		// A run that the heartbeat gave up on but nobody took over is still recorded as
 		// done (finErr nil): it did complete.
-		return true, finErr
+		return finErr
 	}
 }
 

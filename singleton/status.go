@@ -14,6 +14,10 @@ import (
 // its last outcomes and whether ticks were missed. Times are by the database clock; a zero
 // time means "never".
 type JobStatus struct {
+	// Kind is "interval" for a job of Schedule or RunTick (fixed slots, Every and Origin)
+	// and "cron" for a schedule stored as a row (package schedules: a cron expression in
+	// a zone; Every and Origin are zero).
+	Kind string
 	// Name, Every, Origin and Overlap are the job's schedule as last claimed.
 	Name    string
 	Every   time.Duration
@@ -28,8 +32,9 @@ type JobStatus struct {
 	LastError string
 	// ConsecutiveFailures counts the runs that failed since the last success.
 	ConsecutiveFailures int
-	// LastState is the state of the job's newest tick that was not skipped: "running",
-	// "succeeded", "failed" or "replaced"; "" if there is none.
+	// LastState is the state of the job's newest tick that was not skipped or pending:
+	// "running", "succeeded", "failed", "replaced" or (a schedule's tick older than its
+	// catch-up window) "missed"; "" if there is none.
 	LastState string
 	// Running counts the job's runs whose lease is live (running and not expired).
 	Running int
@@ -39,9 +44,11 @@ type JobStatus struct {
 	// the first replica's timer fires, ScheduleOpts.Delay later — it is one higher than in
 	// steady state: alert on an increase that persists, or on Overdue. It is 0 for a job
 	// whose schedule (Every, Origin) changed since its first tick only if the ticks line up
-	// with the new schedule; treat it as an estimate then.
+	// with the new schedule; treat it as an estimate then. For a schedule (Kind "cron") it
+	// is the number of ticks recorded as missed.
 	MissedTicks int64
-	// NextTick is the next slot boundary after DBNow.
+	// NextTick is the next slot boundary after DBNow; for a schedule, its next tick to
+	// claim (zero when it has none left, or a change has not been applied yet).
 	NextTick time.Time
 	// FirstTick is the job's oldest tick in the ledger.
 	FirstTick time.Time
@@ -56,14 +63,26 @@ func (s JobStatus) Overdue(maxStaleness time.Duration) bool {
 	return s.Failing() || s.Stale(maxStaleness)
 }
 
-// Failing reports whether the job's last run to finish failed.
+// Failing reports whether the job's last run to finish failed, or its newest tick was
+// missed.
 func (s JobStatus) Failing() bool {
-	return s.ConsecutiveFailures > 0 || s.LastState == "failed"
+	return s.ConsecutiveFailures > 0 || s.LastState == "failed" || s.LastState == "missed"
 }
 
 // Stale reports whether the job has not succeeded within Every plus maxStaleness of DBNow,
-// counting from its last success, or from its first tick if it never succeeded.
+// counting from its last success, or from its first tick if it never succeeded. A schedule
+// (Kind "cron") is stale when its next tick is more than maxStaleness past and still not
+// claimed, or it has run and its newest run is not a success after maxStaleness.
 func (s JobStatus) Stale(maxStaleness time.Duration) bool {
+	if s.Kind == "cron" {
+		now := s.DBNow
+		if now.IsZero() {
+			now = time.Now()
+		}
+		return !s.NextTick.IsZero() && now.After(s.NextTick.Add(maxStaleness)) ||
+			!s.LastStartedAt.IsZero() && s.LastState != "succeeded" && s.LastState != "running" &&
+				now.After(s.LastStartedAt.Add(maxStaleness))
+	}
 	since := s.LastSuccessAt
 	if since.IsZero() {
 		since = s.FirstTick
@@ -131,11 +150,15 @@ func ListJobs(ctx context.Context, db pgcoord.DBTX, opts *ListJobsOpts) ([]JobSt
 
 func statusOf(r dbsqlc.ListJobsRow) JobStatus {
 	s := JobStatus{
-		Name: r.Name, Every: dbarg.Duration(r.Every), Origin: r.Origin, Overlap: Overlap(r.Overlap),
+		Kind: r.Kind, Name: r.Name, Every: dbarg.Duration(r.Every), Origin: dbarg.Deref(r.Origin), Overlap: Overlap(r.Overlap),
 		Token:         r.FenceToken,
 		LastStartedAt: dbarg.Deref(r.LastStartedAt), LastSuccessAt: dbarg.Deref(r.LastSuccessAt), LastFailureAt: dbarg.Deref(r.LastFailureAt),
 		LastError: dbarg.Deref(r.LastError), ConsecutiveFailures: int(r.ConsecutiveFailures),
 		LastState: r.LastState, Running: int(r.Running), FirstTick: r.FirstTick, DBNow: r.DbNow,
+	}
+	if r.Kind == "cron" {
+		s.MissedTicks, s.NextTick = r.TicksMissed, dbarg.Deref(r.ScheduleNextAt)
+		return s
 	}
 	s.MissedTicks, s.NextTick = missedTicks(s.Every, s.Origin, s.FirstTick, s.DBNow, r.TicksRecorded)
 	return s

@@ -48,6 +48,10 @@ const (
 	// OverlapReplace marks the earlier run "replaced" (its heartbeats and finish then
 	// fail with ErrLost, and RunTick cancels its function) and runs the new tick.
 	OverlapReplace Overlap = "replace"
+	// OverlapBuffer keeps the new tick waiting (a "pending" run) until the earlier run
+	// finishes, then runs it; a further tick that comes meanwhile is skipped. Only
+	// schedules stored as rows (package schedules) have it: a Job refuses it.
+	OverlapBuffer Overlap = "buffer"
 )
 
 // Limits of a Job.

@@ -13,7 +13,7 @@ import (
 )
 
 const claimTick = `-- name: ClaimTick :one
-SELECT r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error, pgcoord_now()::timestamptz AS db_now
+SELECT r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error, r.cause, r.ticks, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_job_claim($1::text, $2::interval, $3::timestamptz, $4::text,
                        $5::text, $6::interval, nullif($7::text, '')) r
 `
@@ -39,6 +39,8 @@ type ClaimTickRow struct {
 	ExpiresAt    *time.Time
 	FinishedAt   *time.Time
 	Error        *string
+	Cause        string
+	Ticks        int64
 	DbNow        time.Time
 }
 
@@ -64,6 +66,8 @@ func (q *Queries) ClaimTick(ctx context.Context, db DBTX, arg ClaimTickParams) (
 		&i.ExpiresAt,
 		&i.FinishedAt,
 		&i.Error,
+		&i.Cause,
+		&i.Ticks,
 		&i.DbNow,
 	)
 	return i, err
@@ -106,7 +110,7 @@ func (q *Queries) FinishTick(ctx context.Context, db DBTX, arg FinishTickParams)
 }
 
 const heartbeatTick = `-- name: HeartbeatTick :one
-SELECT r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error, pgcoord_now()::timestamptz AS db_now
+SELECT r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error, r.cause, r.ticks, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_job_heartbeat($1::text, $2::timestamptz, $3::bigint,
                            $4::interval) r
 `
@@ -129,6 +133,8 @@ type HeartbeatTickRow struct {
 	ExpiresAt    *time.Time
 	FinishedAt   *time.Time
 	Error        *string
+	Cause        string
+	Ticks        int64
 	DbNow        time.Time
 }
 
@@ -151,20 +157,26 @@ func (q *Queries) HeartbeatTick(ctx context.Context, db DBTX, arg HeartbeatTickP
 		&i.ExpiresAt,
 		&i.FinishedAt,
 		&i.Error,
+		&i.Cause,
+		&i.Ticks,
 		&i.DbNow,
 	)
 	return i, err
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT j.name, j.every, j.origin, j.overlap, j.fence_token, j.last_started_at, j.last_success_at, j.last_failure_at, j.last_error, j.consecutive_failures, j.created_at, pgcoord_now()::timestamptz AS db_now,
-       coalesce((SELECT r.state FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state <> 'skipped'
+SELECT j.name, j.every, j.origin, j.overlap, j.fence_token, j.last_started_at, j.last_success_at, j.last_failure_at, j.last_error, j.consecutive_failures, j.created_at, j.kind, pgcoord_now()::timestamptz AS db_now,
+       coalesce((SELECT r.state FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state NOT IN ('skipped', 'pending')
          ORDER BY r.scheduled_for DESC LIMIT 1), '')::text AS last_state,
        (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state = 'running'
            AND r.expires_at > pgcoord_now())::bigint AS running,
        coalesce((SELECT min(r.scheduled_for) FROM pgcoord_job_runs r WHERE r.job = j.name),
-                date_bin(j.every, j.created_at, j.origin))::timestamptz AS first_tick,
-       (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name)::bigint AS ticks_recorded
+                CASE WHEN j.kind = 'interval' THEN date_bin(j.every, j.created_at, j.origin) ELSE j.created_at END
+               )::timestamptz AS first_tick,
+       (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name)::bigint AS ticks_recorded,
+       -- Schedules (kind 'cron') record their missed ticks, and know their next one.
+       (SELECT coalesce(sum(r.ticks), 0) FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state = 'missed')::bigint AS ticks_missed,
+       (SELECT s.next_at FROM pgcoord_schedules s WHERE s.name = j.name) AS schedule_next_at
 FROM pgcoord_jobs j
 WHERE j.name > $1::text
   AND j.name >= $2::text AND starts_with(j.name, $2::text)
@@ -181,7 +193,7 @@ type ListJobsParams struct {
 type ListJobsRow struct {
 	Name                string
 	Every               pgtype.Interval
-	Origin              time.Time
+	Origin              *time.Time
 	Overlap             string
 	FenceToken          int64
 	LastStartedAt       *time.Time
@@ -190,11 +202,14 @@ type ListJobsRow struct {
 	LastError           *string
 	ConsecutiveFailures int32
 	CreatedAt           time.Time
+	Kind                string
 	DbNow               time.Time
 	LastState           string
 	Running             int64
 	FirstTick           time.Time
 	TicksRecorded       int64
+	TicksMissed         int64
+	ScheduleNextAt      *time.Time
 }
 
 // prefix (” for all) as in ListLeases.
@@ -219,11 +234,14 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 			&i.LastError,
 			&i.ConsecutiveFailures,
 			&i.CreatedAt,
+			&i.Kind,
 			&i.DbNow,
 			&i.LastState,
 			&i.Running,
 			&i.FirstTick,
 			&i.TicksRecorded,
+			&i.TicksMissed,
+			&i.ScheduleNextAt,
 		); err != nil {
 			return nil, err
 		}
@@ -236,7 +254,7 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 }
 
 const listRuns = `-- name: ListRuns :many
-SELECT r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error FROM pgcoord_job_runs r
+SELECT r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error, r.cause, r.ticks FROM pgcoord_job_runs r
 WHERE r.job = $1::text AND r.scheduled_for < coalesce($2::timestamptz, 'infinity')
 ORDER BY r.scheduled_for DESC
 LIMIT $3::int
@@ -268,6 +286,8 @@ func (q *Queries) ListRuns(ctx context.Context, db DBTX, arg ListRunsParams) ([]
 			&i.ExpiresAt,
 			&i.FinishedAt,
 			&i.Error,
+			&i.Cause,
+			&i.Ticks,
 		); err != nil {
 			return nil, err
 		}

@@ -77,7 +77,7 @@ type PgcoordIdempotencyTombstone struct {
 type PgcoordJob struct {
 	Name                string
 	Every               pgtype.Interval
-	Origin              time.Time
+	Origin              *time.Time
 	Overlap             string
 	FenceToken          int64
 	LastStartedAt       *time.Time
@@ -86,6 +86,7 @@ type PgcoordJob struct {
 	LastError           *string
 	ConsecutiveFailures int32
 	CreatedAt           time.Time
+	Kind                string
 }
 
 // pgcoord: one row per claimed tick of a job
@@ -100,6 +101,8 @@ type PgcoordJobRun struct {
 	ExpiresAt    *time.Time
 	FinishedAt   *time.Time
 	Error        *string
+	Cause        string
+	Ticks        int64
 }
 
 // pgcoord: one row per lease name and its newest grant; a free lease has holder NULL
@@ -199,6 +202,38 @@ type PgcoordRatelimitStateUnlogged struct {
 	Key           string
 	Tat           time.Time
 	ShadowRefused int64
+}
+
+// pgcoord: schedules as rows (cron expressions in a zone); their runs are job runs
+type PgcoordSchedule struct {
+	Name          string
+	Expr          string
+	Zone          string
+	Handler       string
+	Args          json.RawMessage
+	CatchUp       pgtype.Interval
+	CatchUpPolicy string
+	Jitter        pgtype.Interval
+	Deadline      pgtype.Interval
+	StartsAt      *time.Time
+	EndsAt        *time.Time
+	PausedAt      *time.Time
+	PausedBy      *string
+	PausedNote    *string
+	Version       int64
+	NextAt        *time.Time
+	DueAt         *time.Time
+	ArmFrom       *time.Time
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	UpdatedBy     string
+}
+
+// pgcoord: schedule handlers registered by live processes
+type PgcoordScheduleHandler struct {
+	Handler string
+	Holder  string
+	Until   time.Time
 }
 
 // pgcoord: per-install secret of the singleton advisory-lock keys; grant SELECT only to pgcoord's roles

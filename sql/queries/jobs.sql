@@ -32,13 +32,17 @@ SELECT pgcoord_now()::timestamptz AS db_now;
 -- name: ListJobs :many
 -- prefix ('' for all) as in ListLeases.
 SELECT j.*, pgcoord_now()::timestamptz AS db_now,
-       coalesce((SELECT r.state FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state <> 'skipped'
+       coalesce((SELECT r.state FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state NOT IN ('skipped', 'pending')
          ORDER BY r.scheduled_for DESC LIMIT 1), '')::text AS last_state,
        (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state = 'running'
            AND r.expires_at > pgcoord_now())::bigint AS running,
        coalesce((SELECT min(r.scheduled_for) FROM pgcoord_job_runs r WHERE r.job = j.name),
-                date_bin(j.every, j.created_at, j.origin))::timestamptz AS first_tick,
-       (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name)::bigint AS ticks_recorded
+                CASE WHEN j.kind = 'interval' THEN date_bin(j.every, j.created_at, j.origin) ELSE j.created_at END
+               )::timestamptz AS first_tick,
+       (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name)::bigint AS ticks_recorded,
+       -- Schedules (kind 'cron') record their missed ticks, and know their next one.
+       (SELECT coalesce(sum(r.ticks), 0) FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state = 'missed')::bigint AS ticks_missed,
+       (SELECT s.next_at FROM pgcoord_schedules s WHERE s.name = j.name) AS schedule_next_at
 FROM pgcoord_jobs j
 WHERE j.name > @after::text
   AND j.name >= @prefix::text AND starts_with(j.name, @prefix::text)
