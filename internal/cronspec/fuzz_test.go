@@ -53,10 +53,24 @@ func FuzzParse(f *testing.F) {
 				pe.Column < 1 || pe.Column > len(pe.Expr)+1 || pe.Field == "" {
 				t.Fatalf("Parse(%q): bad error %#v: %v", expr, err, err)
 			}
+			if pe.Field == "expression" && !wholeExpressionProblem(pe.Msg) {
+				t.Fatalf("Parse(%q): robfig refused what the field checks passed: %v", expr, err)
+			}
 			return
 		}
 		checkFireTimes(t, s, at)
 	})
+}
+
+// wholeExpressionProblem reports whether msg is one of cronspec's own messages about the
+// whole expression (not robfig's, which Parse passes on only if its field checks missed one).
+func wholeExpressionProblem(msg string) bool {
+	for _, prefix := range []string{"the expression is", "control character", "a CRON_TZ=", "expected 5 fields", "it does not fire"} {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func checkFireTimes(t *testing.T, s Schedule, at time.Time) {
