@@ -63,7 +63,7 @@
 // years ahead and returns the zero time beyond; Parse refuses a calendar expression that
 // does not fire within five years from its anchor (0 0 30 2 * never fires; 0 0 29 2 * is
 // accepted). Between returns at most max fire times. Next jumps field by field over civil
-// time, so it costs tens of steps, not one per second.
+// time, not second by second: a few microseconds even when it searches all five years.
 //
 // # Guarantees
 //

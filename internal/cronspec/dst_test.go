@@ -88,8 +88,9 @@ func civilOf(loc *time.Location, i time.Time) time.Time {
 func oracle(s Schedule, after, upto time.Time) []time.Time {
 	var fires []time.Time
 	loc := s.Location()
-	shown := civilOf(loc, after.Add(-26*time.Hour)) // latest wall clock shown so far
-	for i := after.Add(-26 * time.Hour); !i.After(upto); i = i.Add(time.Second) {
+	start := after.Add(-3 * time.Hour) // longer than any repeated interval
+	shown := civilOf(loc, start)       // the latest wall clock shown so far
+	for i := start; !i.After(upto); i = i.Add(time.Second) {
 		c := civilOf(loc, i)
 		fire := c.After(shown) && s.spec.matches(c)
 		for skipped := shown.Add(time.Second); !fire && skipped.Before(c); skipped = skipped.Add(time.Second) {
