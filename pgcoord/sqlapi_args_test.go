@@ -126,6 +126,7 @@ var sqlFuncs = slices.Concat(
 	sqlOutboxFuncs,
 	sqlGCFuncs,
 	sqlRatelimitFuncs,
+	sqlScheduleFuncs,
 )
 
 // argsFixture commits the rows the valid arguments name: a held lease and its register,
@@ -147,6 +148,7 @@ func argsFixture(t *testing.T, pool *pgxpool.Pool) {
 		`SELECT count(*) FROM pgcoord_outbox_claim('relay-0', 1, 1, 1048576, '1 hour')`, // o-1
 		`SELECT count(*) FROM pgcoord_outbox_enqueue('orders', 'o-2', '{"n": 2}')`,
 		`SELECT count(*) FROM pgcoord_ratelimit_set('api', 10, '1 second', 5)`,
+		`SELECT count(*) FROM pgcoord_schedule_create('sched', '0 * * * *', 'UTC', 'h')`,
 	} {
 		var n int
 		if err := pool.QueryRow(t.Context(), q).Scan(&n); err != nil || n != 1 {

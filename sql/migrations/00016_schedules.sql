@@ -159,8 +159,11 @@ BEGIN
     IF p_deadline IS NOT NULL AND NOT pgcoord_ttl_ok(p_deadline) THEN
         PERFORM pgcoord_refuse('schedule deadline', 'positive and at most 24 hours, or NULL', p_deadline::text);
     END IF;
-    IF NOT isfinite(p_starts_at) OR NOT isfinite(p_ends_at) THEN
-        PERFORM pgcoord_refuse('schedule start and end', 'finite times or NULL', p_starts_at || ' to ' || p_ends_at);
+    IF NOT isfinite(p_starts_at) THEN
+        PERFORM pgcoord_refuse('schedule start', 'a finite time or NULL', p_starts_at::text);
+    END IF;
+    IF NOT isfinite(p_ends_at) THEN
+        PERFORM pgcoord_refuse('schedule end', 'a finite time or NULL', p_ends_at::text);
     END IF;
     IF p_ends_at <= p_starts_at THEN
         PERFORM pgcoord_refuse('schedule end', 'after its start ' || p_starts_at, p_ends_at::text);
@@ -677,7 +680,7 @@ BEGIN
         PERFORM pgcoord_refuse_name('actor', v_actor);
     END IF;
     IF p_ticks IS NULL OR cardinality(p_ticks) NOT BETWEEN 1 AND 10000 THEN
-        PERFORM pgcoord_refuse('backfill ticks', 'between 1 and 10000', coalesce(cardinality(p_ticks), 0)::text);
+        PERFORM pgcoord_refuse('backfill ticks', 'between 1 and 10000', cardinality(p_ticks)::text);
     END IF;
     IF EXISTS (SELECT FROM unnest(p_ticks) t(at) WHERE t.at IS NULL OR NOT isfinite(t.at) OR t.at > pgcoord_now()) THEN
         PERFORM pgcoord_refuse('backfill ticks', 'finite and none after now (' || pgcoord_now() || ')', 'a later or NULL tick');

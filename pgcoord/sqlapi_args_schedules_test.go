@@ -1,0 +1,72 @@
+package pgcoord_test
+
+// sqlScheduleFuncs holds sqlFuncs' entries for the functions of schedules as rows that
+// users call (the fixture's schedule is 'sched', "0 * * * *" in UTC, handler 'h').
+var sqlScheduleFuncs = []sqlFunc{
+	{name: "pgcoord_cron_check", family: "schedules", params: []param{
+		{name: "p_expr", valid: `'0 9 * * MON-FRI'`, what: "schedule expression",
+			bad: bad(`''`, `'61 0 * * *'`, `'CRON_TZ=UTC 0 * * * *'`, `'0 0 L * *'`, `'0 0 30 2 *'`, `'@every 1.5s'`, `repeat('* ', 200)`),
+			ok:  []string{`'*/5 * * * * *'`, `'@hourly'`, `'@every 90m'`, `'0 0 29 2 *'`}},
+	}},
+	{name: "pgcoord_zone_check", family: "schedules", params: []param{
+		{name: "p_zone", valid: `'Europe/Berlin'`, what: "schedule time zone",
+			bad: bad(`''`, `'Europe/Berlinn'`, `'../etc/passwd'`, `repeat('x', 65)`),
+			ok:  []string{`'UTC'`, `'Australia/Lord_Howe'`}},
+	}},
+	{name: "pgcoord_schedule_create", family: "schedules", params: scheduleDefinition(`'sched2'`)},
+	{name: "pgcoord_schedule_update", family: "schedules", params: append(scheduleDefinition(`'sched'`)[:12],
+		param{name: "p_version", valid: `NULL`, nullOK: true, what: "p_version", ok: []string{`1`, `99`}},
+		actorParam())},
+	{name: "pgcoord_schedule_pause", family: "schedules", params: []param{
+		nameParam("p_name", "schedule name", `'sched'`),
+		{name: "p_note", valid: `'maintenance'`, nullOK: true, what: "pause note",
+			bad: bad(`repeat('x', 1001)`), ok: []string{`repeat('x', 1000)`}},
+		actorParam(),
+	}},
+	{name: "pgcoord_schedule_resume", family: "schedules", params: []param{nameParam("p_name", "schedule name", `'sched'`), actorParam()}},
+	{name: "pgcoord_schedule_delete", family: "schedules", params: []param{nameParam("p_name", "schedule name", `'sched'`), actorParam()}},
+	{name: "pgcoord_schedule_trigger", family: "schedules", params: []param{nameParam("p_name", "schedule name", `'sched'`), actorParam()}},
+	{name: "pgcoord_schedule_backfill", family: "schedules", params: []param{
+		nameParam("p_name", "schedule name", `'sched'`),
+		{name: "p_ticks", valid: `ARRAY[timestamptz '2026-01-01 00:00+00']`, what: "backfill ticks",
+			bad: bad(`ARRAY[]::timestamptz[]`, `ARRAY[timestamptz 'infinity']`, `ARRAY[NULL]::timestamptz[]`,
+				`ARRAY[pgcoord_now() + interval '1 day']`,
+				`(SELECT array_agg(timestamptz '2026-01-01' + make_interval(secs => n)) FROM generate_series(1, 10001) n)`),
+			ok: []string{`(SELECT array_agg(timestamptz '2026-01-01' + make_interval(secs => n)) FROM generate_series(1, 10000) n)`}},
+		actorParam(),
+	}},
+}
+
+// scheduleDefinition is the parameters of pgcoord_schedule_create, for the schedule name.
+func scheduleDefinition(name string) []param {
+	return []param{
+		nameParam("p_name", "schedule name", name),
+		{name: "p_expr", valid: `'0 * * * *'`, what: "schedule expression", bad: bad(`''`, `'61 0 * * *'`)},
+		{name: "p_zone", valid: `'UTC'`, what: "schedule time zone", bad: bad(`'Europe/Berlinn'`)},
+		nameParam("p_handler", "schedule handler", `'h'`),
+		{name: "p_args", valid: `'{}'`, what: "schedule args",
+			bad: bad(`jsonb_build_object('x', repeat('x', 65536))`), ok: []string{`'{"a": [1, 2]}'`}},
+		{name: "p_catch_up", valid: `interval '1 hour'`, what: "schedule catch-up window",
+			bad: bad(`interval '0'`, `interval '999 milliseconds'`, `interval '367 days'`, `interval '1 mon'`),
+			ok:  []string{`interval '1 second'`, `interval '366 days'`}},
+		{name: "p_catch_up_policy", valid: `'latest'`, what: "schedule catch-up policy", bad: bad(`''`, `'LATEST'`), ok: []string{`'all'`}},
+		{name: "p_overlap", valid: `'forbid'`, what: "schedule overlap", bad: bad(`''`, `'skip'`),
+			ok: []string{`'buffer'`, `'allow'`, `'replace'`}},
+		{name: "p_jitter", valid: `interval '0'`, what: "schedule jitter",
+			bad: bad(`interval '-1 second'`, `interval '24 hours 1 microsecond'`, `interval '1 mon'`),
+			ok:  []string{`interval '24 hours'`}},
+		{name: "p_deadline", valid: `NULL`, nullOK: true, what: "schedule deadline",
+			bad: bad(`interval '0'`, `interval '24 hours 1 microsecond'`), ok: []string{`interval '1 second'`}},
+		{name: "p_starts_at", valid: `NULL`, nullOK: true, what: "schedule start",
+			bad: bad(`timestamptz 'infinity'`), ok: []string{`timestamptz '2026-01-01 00:00+00'`}},
+		{name: "p_ends_at", valid: `NULL`, nullOK: true, what: "schedule end",
+			bad: bad(`timestamptz '-infinity'`), ok: []string{`timestamptz '2126-01-01 00:00+00'`}},
+		actorParam(),
+	}
+}
+
+// actorParam is the actor of a change, recorded in pgcoord_audit: NULL means the session
+// user.
+func actorParam() param {
+	return param{name: "p_actor", valid: `'ops'`, nullOK: true, what: "actor", bad: bad(`''`, `repeat('x', 256)`)}
+}
