@@ -9,10 +9,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/internal/workerproc"
 	"github.com/pgcoord/pgcoord/schedules"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	// A worker process of the tests in process_test.go runs its scheduler and exits here.
+	workerproc.Main(map[string]workerproc.Role{replicaRole: replica})
+	pgtest.Main(m)
+}
 
 // calls records the runs handlers received, by schedule and tick.
 type calls struct {

@@ -493,6 +493,8 @@ BEGIN
         v_state := 'pending';
         v_error := CASE WHEN pgcoord_schedule_live_handler(v_handler) THEN NULL
                         ELSE format('waiting for a process that runs the handler %s', quote_literal(v_handler)) END;
+    ELSIF v_busy AND p_pending AND p_cause = 'backfill' THEN
+        RETURN; -- a backfill runs its ticks one at a time, in order, whatever the overlap policy
     ELSIF v_busy AND v_job.overlap = 'forbid' THEN
         v_state := 'skipped';
         v_error := 'previous run still running';
