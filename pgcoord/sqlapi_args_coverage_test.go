@@ -68,6 +68,9 @@ var sqlExempt = map[string]string{
 	"pgcoord_ratelimit_period_ok":    "the period check itself (a predicate)",
 	"pgcoord_gc_core":                "pgcoord_gc's collectors of the primitives before rate limits, which check pgcoord_gc's arguments (its cases cover them)",
 	"pgcoord_gc_ratelimit":           "a collector pgcoord_gc calls after its core checked the arguments",
+	"pgcoord_cron_refuse":            "raises the schedule expression errors pgcoord_cron_check's cases check",
+	"pgcoord_cron_field_check":       "the field check of pgcoord_cron_check, whose cases cover it",
+	"pgcoord_cron_every_check":       "the @every check of pgcoord_cron_check, whose cases cover it",
 }
 
 // checkCoverage fails for a pgcoord function that takes arguments and is in none of

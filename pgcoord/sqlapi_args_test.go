@@ -126,6 +126,7 @@ var sqlFuncs = slices.Concat(
 	sqlOutboxFuncs,
 	sqlGCFuncs,
 	sqlRatelimitFuncs,
+	sqlCronFuncs,
 )
 
 // argsFixture commits the rows the valid arguments name: a held lease and its register,
