@@ -91,7 +91,10 @@ var cronCases = []cronCase{
 	ok("@every 60000000µs"),
 	ok("@every 1000000000ns"),
 	ok("@every +5s"),
-	ok("@every 1.0000000001s"), // Go drops what is below a nanosecond
+	ok("@every 1.0000000001s"),           // Go drops what is below a nanosecond
+	ok("@every 1.99999999999999999999s"), // keeping the fraction digits that fit in 2^63
+	ok("@every 0.3333333333333333333m"),  // and adding them in float64: 20s
+	ok("@every 0.01666666666666666666667h"),
 
 	// The whole expression.
 	no("", 1, "expression", "it is empty"),
@@ -190,6 +193,8 @@ var cronCases = []cronCase{
 	// @every: Go's durations, of whole seconds from 1 second to 366 days.
 	no("@every 1.5s", 8, "interval", "1.5s is not a whole number of seconds"),
 	no("@every 1500ms", 8, "interval", "not a whole number of seconds"),
+	no("@every 0.016666666666666666h", 8, "interval", "not a whole number of seconds"), // 59.999999999s in float64
+	no("@every 0.99999999999999999999m", 8, "interval", "not a whole number of seconds"),
 	no("@every 0", 8, "interval", "0 is below the minimum of 1 second"),
 	no("@every 0s", 8, "interval", "below the minimum of 1 second"),
 	no("@every 999ms", 8, "interval", "below the minimum of 1 second"),
@@ -203,6 +208,7 @@ var cronCases = []cronCase{
 	no("@every 1e3s", 9, "interval", `unknown unit "e"`),
 	no("@every 10", 10, "interval", "a unit is missing"),
 	no("@every 00", 10, "interval", "a unit is missing"),
+	no("@every 90s0", 12, "interval", "a unit is missing"), // "0" alone is zero, not a last part
 	no("@every 1.5.5s", 11, "interval", "a unit is missing"),
 	no("@every 1h.5", 12, "interval", "a unit is missing"),
 	no("@every  1h", 8, "interval", "a number is missing"),
