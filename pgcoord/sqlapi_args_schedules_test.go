@@ -3,16 +3,6 @@ package pgcoord_test
 // sqlScheduleFuncs holds sqlFuncs' entries for the functions of schedules as rows that
 // users call (the fixture's schedule is 'sched', "0 * * * *" in UTC, handler 'h').
 var sqlScheduleFuncs = []sqlFunc{
-	{name: "pgcoord_cron_check", family: "schedules", params: []param{
-		{name: "p_expr", valid: `'0 9 * * MON-FRI'`, what: "schedule expression",
-			bad: bad(`''`, `'61 0 * * *'`, `'CRON_TZ=UTC 0 * * * *'`, `'0 0 L * *'`, `'0 0 30 2 *'`, `'@every 1.5s'`, `repeat('* ', 200)`),
-			ok:  []string{`'*/5 * * * * *'`, `'@hourly'`, `'@every 90m'`, `'0 0 29 2 *'`}},
-	}},
-	{name: "pgcoord_zone_check", family: "schedules", params: []param{
-		{name: "p_zone", valid: `'Europe/Berlin'`, what: "schedule time zone",
-			bad: bad(`''`, `'Europe/Berlinn'`, `'../etc/passwd'`, `repeat('x', 65)`),
-			ok:  []string{`'UTC'`, `'Australia/Lord_Howe'`}},
-	}},
 	{name: "pgcoord_schedule_create", family: "schedules", params: scheduleDefinition(`'sched2'`)},
 	{name: "pgcoord_schedule_update", family: "schedules", params: append(scheduleDefinition(`'sched'`)[:12],
 		param{name: "p_version", valid: `NULL`, nullOK: true, what: "p_version", ok: []string{`1`, `99`}},

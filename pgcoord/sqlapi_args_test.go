@@ -127,6 +127,7 @@ var sqlFuncs = slices.Concat(
 	sqlGCFuncs,
 	sqlRatelimitFuncs,
 	sqlScheduleFuncs,
+	sqlCronFuncs,
 )
 
 // argsFixture commits the rows the valid arguments name: a held lease and its register,

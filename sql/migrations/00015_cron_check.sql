@@ -190,7 +190,10 @@ BEGIN
     IF v_rest = '' THEN
         PERFORM pgcoord_cron_refuse(p_expr, v_pos, 'interval', 'a duration is missing, as in @every 1h30m');
     END IF;
-    WHILE v_rest NOT IN ('', '0') LOOP -- "0" alone is zero
+    IF v_rest = '0' THEN -- "0" alone is zero, and needs no unit
+        v_rest := '';
+    END IF;
+    WHILE v_rest <> '' LOOP
         m := regexp_match(v_rest, '^([0-9]*)(\.([0-9]*))?([^0-9.]*)');
         IF m[1] = '' AND coalesce(m[3], '') = '' THEN
             PERFORM pgcoord_cron_refuse(p_expr, v_pos, 'interval', 'a number is missing, as in 90s, 1.5h or 1h30m');
