@@ -10,7 +10,6 @@ import (
 	"github.com/pgcoord/pgcoord/schedules"
 )
 
-
 // TestWaitsForItsHandler: a due tick whose handler no live process registered is recorded
 // pending with a note, and runs once when a scheduler with the handler starts.
 func TestWaitsForItsHandler(t *testing.T) {
