@@ -51,7 +51,9 @@
 //     pgcoord_audit in its own transaction and notifies the Schedulers.
 //   - Ticks older than the catch-up window when they are claimed are recorded as "missed"
 //     (one row standing for a run of them, with their count); within it, CatchUpLatest runs
-//     the newest due tick and records the others "skipped", CatchUpAll runs each in order.
+//     the newest due tick and records the others "skipped", CatchUpAll runs each in order
+//     (the first at once, the others queued "pending", each started when the one before
+//     it finished).
 //   - Overlap: OverlapSkip records a tick due while a run still runs as "skipped";
 //     OverlapBuffer keeps one such tick "pending" until the run finishes; OverlapAllow runs
 //     it beside; OverlapReplace marks the earlier run "replaced" (its context is cancelled at

@@ -33,7 +33,8 @@ type Run struct {
 	// when it was asked for), by the database clock.
 	Schedule string
 	Tick     time.Time
-	// Cause is why it runs: "schedule", "trigger" or "backfill".
+	// Cause is why it runs: "schedule", "catch-up" (a due tick queued behind another by
+	// CatchUpAll), "trigger" or "backfill".
 	Cause string
 	// Args is the schedule's JSON arguments.
 	Args json.RawMessage

@@ -63,7 +63,8 @@ const (
 	// CatchUpLatest runs the newest due tick only and records the others as skipped. The
 	// default.
 	CatchUpLatest CatchUpPolicy = "latest"
-	// CatchUpAll runs each due tick, in order.
+	// CatchUpAll runs each due tick, in order: the others wait for the run before them,
+	// whatever the overlap policy.
 	CatchUpAll CatchUpPolicy = "all"
 )
 
@@ -591,7 +592,7 @@ type RunInfo struct {
 
 // Trigger asks for a run of a schedule now, beside its scheduled ones: a pending run (Cause
 // "trigger") for the database's now, started by a Scheduler with the handler as soon as
-// the overlap policy lets it. The change is audited. It returns ErrNotFound when there is
+// no run of the schedule is running (whatever the overlap policy). The change is audited. It returns ErrNotFound when there is
 // no such schedule.
 func Trigger(ctx context.Context, db pgcoord.DBTX, name string, opts *ChangeOpts) (RunInfo, error) {
 	if err := check.DB(db); err != nil {

@@ -39,10 +39,11 @@ ALTER TABLE pgcoord_jobs ADD CONSTRAINT pgcoord_jobs_overlap_check CHECK (overla
 ALTER TABLE pgcoord_job_runs DROP CONSTRAINT pgcoord_job_runs_state_check;
 ALTER TABLE pgcoord_job_runs ADD CONSTRAINT pgcoord_job_runs_state_check
     CHECK (state IN ('running', 'succeeded', 'failed', 'skipped', 'replaced', 'pending', 'missed'));
--- Why the run exists: its tick came ('schedule'), it was triggered by hand ('trigger') or by
--- a backfill ('backfill'). A 'missed' or 'skipped' row may stand for several ticks.
+-- Why the run exists: its tick came ('schedule'), it is a due tick queued behind another by
+-- the catch-up policy 'all' ('catch-up'), it was triggered by hand ('trigger') or by a
+-- backfill ('backfill'). A 'missed' or 'skipped' row may stand for several ticks.
 ALTER TABLE pgcoord_job_runs ADD COLUMN cause text NOT NULL DEFAULT 'schedule'
-    CHECK (cause IN ('schedule', 'trigger', 'backfill'));
+    CHECK (cause IN ('schedule', 'catch-up', 'trigger', 'backfill'));
 ALTER TABLE pgcoord_job_runs ADD COLUMN ticks bigint NOT NULL DEFAULT 1 CHECK (ticks >= 1);
 CREATE INDEX pgcoord_job_runs_pending ON pgcoord_job_runs (job, scheduled_for) WHERE state = 'pending';
 
@@ -362,7 +363,8 @@ $$;
 -- The database judges each tick of p_ticks again by its clock: one older than the window
 -- counts as missed too, one in the future is refused (22023). By the catch-up policy,
 -- 'latest' runs the last of p_ticks and records the others as one 'skipped' row; 'all'
--- runs the first and leaves the next one as next_at. The tick to run is then started (when
+-- runs the first and queues the others as 'pending' runs (cause 'catch-up'), which start
+-- in order, each once the run before it finished. The tick to run is then started (when
 -- p_handlers has the schedule's handler) under the overlap policy, or recorded 'pending'
 -- (when no live process registered the handler: it starts when one does), or skipped
 -- (overlap 'forbid', or 'buffer' with one pending already).
@@ -379,7 +381,6 @@ DECLARE
     s pgcoord_schedules;
     v_ticks timestamptz[];
     v_run timestamptz;
-    v_rest timestamptz[];
     v_missed bigint := coalesce(p_missed, 0);
 BEGIN
     IF NOT pgcoord_name_ok(p_name) THEN
@@ -447,11 +448,9 @@ BEGIN
         END IF;
     ELSE
         v_run := v_ticks[1];
-        v_rest := v_ticks[2:];
     END IF;
-    -- Advance: to the next due tick still to run (policy 'all'), else to p_next, unless
-    -- it is after the end.
-    s.next_at := coalesce(v_rest[1], p_next);
+    -- Advance to p_next, unless it is after the end.
+    s.next_at := p_next;
     IF s.next_at > s.ends_at THEN
         s.next_at := NULL;
     END IF;
@@ -463,6 +462,13 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY SELECT * FROM pgcoord_schedule_begin(p_name, v_run, 'schedule', p_holder, p_handlers, p_ttl, false);
+    -- The catch-up policy 'all' queues the other due ticks, in order, behind the first.
+    IF s.catch_up_policy = 'all' AND cardinality(v_ticks) > 1 THEN
+        INSERT INTO pgcoord_job_runs (job, scheduled_for, state, fence_token, holder, started_at, cause, error)
+        SELECT p_name, t.at, 'pending', 0, p_holder, v_now, 'catch-up', 'queued by the catch-up policy all'
+          FROM unnest(v_ticks[2:]) t(at)
+        ON CONFLICT (job, scheduled_for) DO NOTHING;
+    END IF;
 END
 $$;
 -- +goose StatementEnd
@@ -493,8 +499,8 @@ BEGIN
         v_state := 'pending';
         v_error := CASE WHEN pgcoord_schedule_live_handler(v_handler) THEN NULL
                         ELSE format('waiting for a process that runs the handler %s', quote_literal(v_handler)) END;
-    ELSIF v_busy AND p_pending AND p_cause = 'backfill' THEN
-        RETURN; -- a backfill runs its ticks one at a time, in order, whatever the overlap policy
+    ELSIF v_busy AND p_pending AND p_cause IN ('catch-up', 'backfill', 'trigger') THEN
+        RETURN; -- queued ticks, a backfill's ticks and a trigger wait for the run in their way, whatever the overlap policy
     ELSIF v_busy AND v_job.overlap = 'forbid' THEN
         v_state := 'skipped';
         v_error := 'previous run still running';
@@ -587,7 +593,7 @@ BEGIN
      WHERE x.job = p_name AND x.state = 'running' AND x.expires_at <= v_now
      ORDER BY x.scheduled_for LIMIT 1;
     IF FOUND THEN
-        IF r.cause = 'schedule' AND r.scheduled_for < v_now - s.catch_up THEN
+        IF r.cause IN ('schedule', 'catch-up') AND r.scheduled_for < v_now - s.catch_up THEN
             UPDATE pgcoord_job_runs x
                SET state = 'failed', finished_at = v_now, expires_at = NULL,
                    error = 'abandoned: its runner stopped heartbeating, and the tick is older than the catch-up window'
@@ -608,7 +614,7 @@ BEGIN
     END IF;
     FOR r IN SELECT * FROM pgcoord_job_runs x WHERE x.job = p_name AND x.state = 'pending'
               ORDER BY x.scheduled_for LIMIT 100 LOOP
-        IF r.cause = 'schedule' AND r.scheduled_for < v_now - s.catch_up THEN
+        IF r.cause IN ('schedule', 'catch-up') AND r.scheduled_for < v_now - s.catch_up THEN
             UPDATE pgcoord_job_runs x
                SET state = 'missed', finished_at = v_now,
                    error = coalesce(x.error || '; ', '') || 'older than the catch-up window (' || s.catch_up || ') when it could start'
@@ -624,7 +630,7 @@ $$;
 
 -- pgcoord_schedule_trigger asks for a run now, beside the scheduled ones: a 'pending' run
 -- (cause 'trigger') for the database's now, started by a scheduler that runs the handler as
--- soon as the overlap policy lets it. Returns the pending run; no row when there is no
+-- soon as no run of the schedule is running (whatever the overlap policy). Returns the pending run; no row when there is no
 -- such schedule. Audited.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_schedule_trigger(p_name text, p_actor text DEFAULT NULL)
