@@ -18,6 +18,7 @@ import (
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/internal/listen"
+	"github.com/pgcoord/pgcoord/internal/tracing"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/singleton"
 )
@@ -326,10 +327,12 @@ func (s *Scheduler) claim(ctx context.Context, d dbsqlc.ScheduleDueRow) error {
 		return nil
 	}
 	sent := time.Now()
-	rows, err := queries.ScheduleClaim(ctx, s.cfg.Pool, dbsqlc.ScheduleClaimParams{
+	cctx, span := s.claimSpan(ctx, d.Name)
+	rows, err := queries.ScheduleClaim(cctx, s.cfg.Pool, dbsqlc.ScheduleClaimParams{
 		Name: d.Name, Version: d.Version, FromTick: d.NextAt, Missed: missed, Ticks: ticks, Next: next,
 		Holder: s.cfg.Holder, Handlers: s.handlers, Ttl: dbarg.Interval(s.cfg.RunTTL),
 	})
+	endClaim(span, err == nil && len(rows) > 0 && rows[0].State == "running", err)
 	if err != nil {
 		return fmt.Errorf("claim %q: %w", d.Name, base.TranslateError(err))
 	}
@@ -345,9 +348,11 @@ func (s *Scheduler) claim(ctx context.Context, d dbsqlc.ScheduleDueRow) error {
 // start.
 func (s *Scheduler) start(ctx context.Context, name string) (bool, error) {
 	sent := time.Now()
-	rows, err := queries.ScheduleStart(ctx, s.cfg.Pool, dbsqlc.ScheduleStartParams{
+	cctx, span := s.claimSpan(ctx, name)
+	rows, err := queries.ScheduleStart(cctx, s.cfg.Pool, dbsqlc.ScheduleStartParams{
 		Name: name, Holder: s.cfg.Holder, Handlers: s.handlers, Ttl: dbarg.Interval(s.cfg.RunTTL),
 	})
+	endClaim(span, err == nil && len(rows) > 0 && rows[0].State == "running", err)
 	if err != nil {
 		return false, fmt.Errorf("start %q: %w", name, base.TranslateError(err))
 	}
@@ -356,6 +361,23 @@ func (s *Scheduler) start(ctx context.Context, name string) (bool, error) {
 	}
 	s.launch(ctx, claimed(rows[0]), sent)
 	return true, nil
+}
+
+// claimSpan starts the span of a claim (of a due tick, or of a waiting run), if tracing.
+func (s *Scheduler) claimSpan(ctx context.Context, schedule string) (context.Context, tracing.Span) {
+	if s.cfg.Tracer == nil {
+		return ctx, tracing.Span{}
+	}
+	return tracing.Start(ctx, s.cfg.Tracer, tracing.TickClaim, tracing.Str(tracing.AttrJob, schedule),
+		tracing.Str(tracing.AttrHolder, s.cfg.Holder))
+}
+
+// endClaim ends a claim's span, saying whether it started a run.
+func endClaim(span tracing.Span, claimed bool, err error) {
+	if span.On() {
+		span.Set(tracing.Bool(tracing.AttrClaimed, claimed))
+	}
+	span.End(err)
 }
 
 // claimed is a run this process claimed, as the claim returned it.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -180,7 +181,7 @@ func (s Schedule) normalize() (Schedule, error) {
 		s.Zone = DefaultZone
 	}
 	if _, err := cronspec.Parse(s.Expr, s.Zone, anchorTime(s.StartsAt)); err != nil {
-		return s, check.Invalid("schedule %q: %w", s.Name, err)
+		return s, check.Invalid("schedule %q: %w", s.Name, unprefixed{err})
 	}
 	if len(s.Args) == 0 {
 		s.Args = json.RawMessage("{}")
@@ -224,6 +225,13 @@ func (s Schedule) normalize() (Schedule, error) {
 	}
 	return s, nil
 }
+
+// unprefixed is an error of internal/cronspec, whose text starts with this package's
+// prefix too, without it: "schedules: schedule "x": bad expression ...", once.
+type unprefixed struct{ err error }
+
+func (e unprefixed) Error() string { return strings.TrimPrefix(e.err.Error(), "schedules: ") }
+func (e unprefixed) Unwrap() error { return e.err }
 
 func checkActor(actor string) error {
 	if actor == "" {
@@ -527,7 +535,7 @@ func NextTicks(s Schedule, t time.Time, n int) ([]time.Time, error) {
 	}
 	spec, err := cronspec.Parse(s.Expr, s.Zone, anchorTime(s.StartsAt))
 	if err != nil {
-		return nil, check.Invalid("schedule %q: %w", s.Name, err)
+		return nil, check.Invalid("schedule %q: %w", s.Name, unprefixed{err})
 	}
 	if !s.StartsAt.IsZero() && t.Before(s.StartsAt) {
 		t = s.StartsAt.Add(-time.Nanosecond)
