@@ -18,6 +18,9 @@ type JobStatus struct {
 	// and "cron" for a schedule stored as a row (package schedules: a cron expression in
 	// a zone; Every and Origin are zero).
 	Kind string
+	// Cron is a schedule's expression and zone, "0 9 * * MON-FRI (Europe/Berlin)"; empty
+	// for Kind "interval".
+	Cron string
 	// Name, Every, Origin and Overlap are the job's schedule as last claimed.
 	Name    string
 	Every   time.Duration
@@ -150,7 +153,7 @@ func ListJobs(ctx context.Context, db pgcoord.DBTX, opts *ListJobsOpts) ([]JobSt
 
 func statusOf(r dbsqlc.ListJobsRow) JobStatus {
 	s := JobStatus{
-		Kind: r.Kind, Name: r.Name, Every: dbarg.Duration(r.Every), Origin: dbarg.Deref(r.Origin), Overlap: Overlap(r.Overlap),
+		Kind: r.Kind, Cron: r.ScheduleExpr, Name: r.Name, Every: dbarg.Duration(r.Every), Origin: dbarg.Deref(r.Origin), Overlap: Overlap(r.Overlap),
 		Token:         r.FenceToken,
 		LastStartedAt: dbarg.Deref(r.LastStartedAt), LastSuccessAt: dbarg.Deref(r.LastSuccessAt), LastFailureAt: dbarg.Deref(r.LastFailureAt),
 		LastError: dbarg.Deref(r.LastError), ConsecutiveFailures: int(r.ConsecutiveFailures),

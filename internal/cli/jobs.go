@@ -77,7 +77,11 @@ func judgeJob(s singleton.JobStatus, maxStaleness time.Duration) jobHealth {
 		default:
 			msg = "never succeeded"
 		}
-		msg += fmt.Sprintf("; runs every %s, allowed staleness %s", compactDuration(s.Every), compactDuration(maxStaleness))
+		when := "every " + jobSchedule(s)
+		if s.Cron != "" {
+			when = "on " + s.Cron
+		}
+		msg += fmt.Sprintf("; runs %s, allowed staleness %s", when, compactDuration(maxStaleness))
 		if s.MissedTicks > 0 {
 			msg += fmt.Sprintf("; %d ticks missed", s.MissedTicks)
 		}
@@ -95,6 +99,15 @@ func judgeJob(s singleton.JobStatus, maxStaleness time.Duration) jobHealth {
 		h.status = jobOK
 	}
 	return h
+}
+
+// jobSchedule is when a job runs: its slot, "1h" (a job of package singleton), or a
+// schedule's expression and zone, "0 9 * * MON-FRI (Europe/Berlin)".
+func jobSchedule(s singleton.JobStatus) string {
+	if s.Cron != "" {
+		return s.Cron
+	}
+	return compactDuration(s.Every)
 }
 
 // listAllJobs reads every job, page by page, in name order.
@@ -117,6 +130,8 @@ func listAllJobs(ctx context.Context, pool *pgxpool.Pool, prefix string) ([]sing
 // never happened, and a text that does not apply, is null.
 type jobJSON struct {
 	Name                string   `json:"name"`
+	Kind                string   `json:"kind"`
+	Cron                string   `json:"cron"`
 	EveryMS             int64    `json:"every_ms"`
 	Origin              *string  `json:"origin"`
 	Overlap             string   `json:"overlap"`
@@ -144,7 +159,7 @@ func toJobJSON(s singleton.JobStatus, h jobHealth) jobJSON {
 		problems = []string{}
 	}
 	return jobJSON{
-		Name: s.Name, EveryMS: s.Every.Milliseconds(), Origin: jsonTime(s.Origin), Overlap: string(s.Overlap),
+		Name: s.Name, Kind: s.Kind, Cron: s.Cron, EveryMS: s.Every.Milliseconds(), Origin: jsonTime(s.Origin), Overlap: string(s.Overlap),
 		FenceToken: s.Token, Status: h.status, Overdue: h.overdue, Failing: h.failing, Problems: problems,
 		LastStartedAt: jsonTime(s.LastStartedAt), LastSuccessAt: jsonTime(s.LastSuccessAt),
 		LastFailureAt: jsonTime(s.LastFailureAt), LastError: nullString(s.LastError),
@@ -163,17 +178,21 @@ func (a *app) jobsListCommand() *cobra.Command {
 		Short: "List jobs in name order: schedule, last success and failure, missed ticks, status",
 		Long: `List the jobs of the ledger (every job that claimed at least one tick) in name order:
 
-  EVERY         the length of a schedule slot
+  SCHEDULE      the length of a schedule slot (a job of package singleton), or a
+                schedule's cron expression and zone (package schedules)
   LAST SUCCESS  how long ago the last successful run finished ("-": never)
   LAST FAILURE  how long ago the last failed run finished ("-": never)
   FAILS         failed runs since the last success
-  MISSED        ticks from the first one to now that no replica claimed
+  MISSED        ticks from the first one to now that no replica claimed (a schedule's:
+                ticks recorded as missed, older than its catch-up window)
   RUNNING       runs in progress with a live lease
-  NEXT TICK     the next slot boundary, by the database clock
-  STATUS        failing (the last run failed), overdue (no success within EVERY plus
-                --max-staleness), or ok
+  NEXT TICK     the next slot boundary, or a schedule's next tick, by the database clock
+  STATUS        failing (the last run failed, or a schedule's tick was missed), overdue
+                (no success within the slot plus --max-staleness; a schedule: its next
+                tick unclaimed, or its last run not a success, for --max-staleness), or ok
 
-With --json: an array ([] when empty) of objects with the keys name, every_ms, origin,
+With --json: an array ([] when empty) of objects with the keys name, kind (interval or
+cron), cron (a schedule's expression and zone, else ""), every_ms, origin,
 overlap, fence_token, status, overdue, failing, problems, last_started_at,
 last_success_at, last_failure_at, last_error, consecutive_failures, last_state, running,
 missed_ticks, first_tick, next_tick, db_now. Times are RFC 3339 in UTC, null when never.`,
@@ -215,9 +234,9 @@ func (a *app) printJobs(ctx context.Context, pool *pgxpool.Pool, prefix string, 
 		return a.printJSON(js)
 	}
 	tw := a.table()
-	fmt.Fprintln(tw, "JOB\tEVERY\tLAST SUCCESS\tLAST FAILURE\tFAILS\tMISSED\tRUNNING\tNEXT TICK\tSTATUS")
+	fmt.Fprintln(tw, "JOB\tSCHEDULE\tLAST SUCCESS\tLAST FAILURE\tFAILS\tMISSED\tRUNNING\tNEXT TICK\tSTATUS")
 	for _, s := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, compactDuration(s.Every),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, jobSchedule(s),
 			ago(s.LastSuccessAt, s.DBNow), ago(s.LastFailureAt, s.DBNow), s.ConsecutiveFailures,
 			s.MissedTicks, s.Running, dash(rfc3339(s.NextTick)), judgeJob(s, maxStaleness).status)
 	}

@@ -30,9 +30,11 @@ func (a *app) jobsCheckCommand() *cobra.Command {
 		Long: `Check every job of the ledger (or only the --job ones) and exit 3 if any needs attention:
 
   failing  its last run failed (the error is shown)
-  overdue  it has not succeeded for its period (EVERY) plus --max-staleness, counting
+  overdue  it has not succeeded for its period (the slot) plus --max-staleness, counting
            from its last success, or from its first tick if it never succeeded: it
-           stopped running, or runs but never finishes
+           stopped running, or runs but never finishes; a schedule (package schedules)
+           is overdue when its next tick is --max-staleness past and unclaimed, or its
+           last run is not a success --max-staleness after it started
   missing  (with --job) the named job has never claimed a tick: it never ran at all
 
 Each job that needs attention is printed with why; exit 0 when all are healthy. Pick

@@ -77,8 +77,8 @@ func setUpJobs(t *testing.T, pool *pgxpool.Pool, names ...string) {
 	}
 }
 
-var jobKeys = []string{"consecutive_failures", "db_now", "every_ms", "failing", "fence_token", "first_tick",
-	"last_error", "last_failure_at", "last_started_at", "last_state", "last_success_at", "missed_ticks",
+var jobKeys = []string{"consecutive_failures", "cron", "db_now", "every_ms", "failing", "fence_token", "first_tick",
+	"kind", "last_error", "last_failure_at", "last_started_at", "last_state", "last_success_at", "missed_ticks",
 	"name", "next_tick", "origin", "overdue", "overlap", "problems", "running", "status"}
 
 type listedJob struct {
@@ -157,7 +157,7 @@ func TestJobsList(t *testing.T) {
 	code, out, _ = d.run(t, "jobs", "list")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != cli.ExitOK || len(lines) != 6 ||
-		strings.Join(strings.Fields(lines[0]), " ") != "JOB EVERY LAST SUCCESS LAST FAILURE FAILS MISSED RUNNING NEXT TICK STATUS" {
+		strings.Join(strings.Fields(lines[0]), " ") != "JOB SCHEDULE LAST SUCCESS LAST FAILURE FAILS MISSED RUNNING NEXT TICK STATUS" {
 		t.Fatalf("jobs list printed:\n%s", out)
 	}
 	rows := map[string][]string{}
@@ -165,7 +165,7 @@ func TestJobsList(t *testing.T) {
 		f := strings.Fields(l)
 		rows[f[0]] = f
 	}
-	// JOB EVERY SUCCESS [ago] FAILURE [ago] FAILS MISSED RUNNING NEXT STATUS; "Ns" is an age
+	// JOB SCHEDULE SUCCESS [ago] FAILURE [ago] FAILS MISSED RUNNING NEXT STATUS; "Ns" is an age
 	// in seconds, which depends on how long the machine took since the runs finished, and
 	// "*" a count of missed ticks, 0 or 1 as the listing falls before or after the next tick.
 	for name, want := range map[string][]string{

@@ -176,7 +176,8 @@ SELECT j.name, j.every, j.origin, j.overlap, j.fence_token, j.last_started_at, j
        (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name)::bigint AS ticks_recorded,
        -- Schedules (kind 'cron') record their missed ticks, and know their next one.
        (SELECT coalesce(sum(r.ticks), 0) FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state = 'missed')::bigint AS ticks_missed,
-       (SELECT s.next_at FROM pgcoord_schedules s WHERE s.name = j.name) AS schedule_next_at
+       (SELECT s.next_at FROM pgcoord_schedules s WHERE s.name = j.name) AS schedule_next_at,
+       coalesce((SELECT s.expr || ' (' || s.zone || ')' FROM pgcoord_schedules s WHERE s.name = j.name), '')::text AS schedule_expr
 FROM pgcoord_jobs j
 WHERE j.name > $1::text
   AND j.name >= $2::text AND starts_with(j.name, $2::text)
@@ -210,6 +211,7 @@ type ListJobsRow struct {
 	TicksRecorded       int64
 	TicksMissed         int64
 	ScheduleNextAt      *time.Time
+	ScheduleExpr        string
 }
 
 // prefix (” for all) as in ListLeases.
@@ -242,6 +244,7 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 			&i.TicksRecorded,
 			&i.TicksMissed,
 			&i.ScheduleNextAt,
+			&i.ScheduleExpr,
 		); err != nil {
 			return nil, err
 		}

@@ -42,7 +42,8 @@ SELECT j.*, pgcoord_now()::timestamptz AS db_now,
        (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = j.name)::bigint AS ticks_recorded,
        -- Schedules (kind 'cron') record their missed ticks, and know their next one.
        (SELECT coalesce(sum(r.ticks), 0) FROM pgcoord_job_runs r WHERE r.job = j.name AND r.state = 'missed')::bigint AS ticks_missed,
-       (SELECT s.next_at FROM pgcoord_schedules s WHERE s.name = j.name) AS schedule_next_at
+       (SELECT s.next_at FROM pgcoord_schedules s WHERE s.name = j.name) AS schedule_next_at,
+       coalesce((SELECT s.expr || ' (' || s.zone || ')' FROM pgcoord_schedules s WHERE s.name = j.name), '')::text AS schedule_expr
 FROM pgcoord_jobs j
 WHERE j.name > @after::text
   AND j.name >= @prefix::text AND starts_with(j.name, @prefix::text)
