@@ -338,10 +338,11 @@ COMMENT ON FUNCTION pgcoord_cron_check(text) IS
 -- pgcoord_zone_check raises SQLSTATE 22023 for a schedule's time zone that is not the name
 -- of a zone PostgreSQL knows, spelled as pg_timezone_names lists it (case matters, as it
 -- does for Go's time.LoadLocation on Linux), and 22004 for NULL. Abbreviations and POSIX
--- strings are refused unless they are such names ("EST5EDT" is one, "UTC+3" is not), and so
--- are localtime (the server's own zone, which another machine does not share) and posixrules.
--- Reading pg_timezone_names costs tens of milliseconds (it reads the whole tz database), so
--- the cheap checks come first and the view is asked about one name.
+-- strings are refused unless the server's tz database has a zone of that name ("UTC+3"
+-- never is; "EST5EDT" is on some servers, not others), and so are localtime (the server's
+-- own zone, which another machine does not share) and posixrules. Reading
+-- pg_timezone_names costs tens of milliseconds (it reads the whole tz database), so the
+-- cheap checks come first, and the view is asked about one name only.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_zone_check(p_zone text) RETURNS void LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 BEGIN
