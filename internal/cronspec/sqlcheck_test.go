@@ -67,7 +67,7 @@ var cronCases = []cronCase{
 	ok("0 0 * * FRİ"),                   // Go lowers U+0130 to i
 	ok(long),
 	// Days that meet their months: February 29 in leap years; either day field when both
-	// are restricted; a day of week */2 is restricted (robfig marks only * and */1).
+	// are restricted (a day field is unrestricted when its text starts with * or ?).
 	ok("0 0 29 2 *"),
 	ok("0 0 31 * *"),
 	ok("0 0 30,31 2,4 *"),
@@ -75,7 +75,8 @@ var cronCases = []cronCase{
 	ok("0 0 31 2-11/3 *"), // May and August
 	ok("0 0 30 2 1"),
 	ok("0 0 31 2 mon"),
-	ok("0 0 30 2 */2"),
+	ok("0 0 30 2 1,*"),
+	ok("0 0 */31 2 3"), // February 1 on a Wednesday: in 2023 and 2034; SQL does not judge years
 	// Descriptors, and @every with a Go duration of whole seconds from 1s to 366 days.
 	ok("@yearly"), ok("@annually"), ok("@monthly"), ok("@weekly"), ok("@daily"), ok("@midnight"), ok("@hourly"),
 	ok("@every 1s"),
@@ -169,13 +170,14 @@ var cronCases = []cronCase{
 	no("0 1, * * *", 5, "hour", "an empty list item"),
 	no("0 , * * *", 3, "hour", "an empty list item"),
 
-	// Never fires: the day of week is a star (*, ?, */1, or a list holding one), so a day
-	// must match both day fields, and no allowed month has the allowed days.
+	// Never fires: the day of week starts with * or ?, so a day must match both day fields,
+	// and no allowed month has the allowed days.
 	no("0 0 30 2 *", 5, "day of month", "it never fires: its earliest day of month, 30, is past the end of each of its months"),
 	no("0 0 31 4,6,9,11 *", 5, "day of month", "its earliest day of month, 31"),
 	no("0 0 31 FEB ?", 5, "day of month", "never fires"),
 	no("0 0 31 2 */1", 5, "day of month", "never fires"),
-	no("0 0 30 2 1,*", 5, "day of month", "never fires"),
+	no("0 0 30 2 */2", 5, "day of month", "never fires"),
+	no("0 0 30 2 ?/3", 5, "day of month", "never fires"),
 	no("0 0 0 30-31 2 *", 7, "day of month", "never fires"),
 	no("0 0 31 4-11/5 *", 5, "day of month", "never fires"), // April and September
 

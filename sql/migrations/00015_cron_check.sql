@@ -26,9 +26,10 @@
 -- what follows the "-"), @every below 1 second, above 366 days or not a whole number of
 -- seconds (robfig rounds), and an expression that never fires: when the day of week is
 -- unrestricted, the days of month must fall in some allowed month ("0 0 30 2 *" never
--- fires; "0 0 29 2 *" does, in leap years). As in robfig, a day field is unrestricted when
--- one of its items is * or ? without a step above 1 ("*/2" restricts; "1,*" does not);
--- when both day fields are restricted, a day matches when either matches.
+-- fires; "0 0 29 2 *" does, in leap years). A day field is unrestricted when its text
+-- starts with * or ? ("*/2" too, "1,*" not), as in Vixie cron and the Go side's Next
+-- (robfig's own Next differs: to it "*/2" restricts and "1,*" does not); when both day
+-- fields are restricted, a day matches when either matches.
 --
 -- Every refusal but NULL's is SQLSTATE 22023, with a message such as
 --   pgcoord: bad schedule expression "61 0 * * *" at column 1 (minute): 61 is above the maximum 59
@@ -59,11 +60,9 @@ $$;
 
 -- pgcoord_cron_field_check checks one field of an expression, p_field, which starts at
 -- character p_pos of p_expr and is the field p_name, and returns the values it allows as
--- bits (bit v for value v) and whether one of its items is * or ? without a step above 1
--- (robfig's "star", which decides how day of month and day of week combine).
+-- bits (bit v for value v).
 -- +goose StatementBegin
-CREATE FUNCTION pgcoord_cron_field_check(p_expr text, p_field text, p_pos int, p_name text,
-                                         OUT o_bits bigint, OUT o_star boolean)
+CREATE FUNCTION pgcoord_cron_field_check(p_expr text, p_field text, p_pos int, p_name text) RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     v_min int := CASE p_name WHEN 'day of month' THEN 1 WHEN 'month' THEN 1 ELSE 0 END;
@@ -79,10 +78,9 @@ DECLARE
     v_val numeric[]; -- low and high
     v_step numeric;
     v_star boolean;
+    v_bits bigint := 0;
     v numeric;
 BEGIN
-    o_bits := 0;
-    o_star := false;
     FOREACH v_item IN ARRAY regexp_split_to_array(p_field, ',') LOOP
         IF v_item = '' THEN
             PERFORM pgcoord_cron_refuse(p_expr, p_pos, p_name, 'an empty list item (two commas, or a comma at an end)');
@@ -147,17 +145,16 @@ BEGIN
             IF cardinality(v_range) = 1 THEN
                 v_val[2] := v_max;
             END IF;
-            v_star := v_star AND v_step = 1;
         END IF;
 
         v := v_val[1];
         WHILE v <= v_val[2] LOOP
-            o_bits := o_bits | (1::bigint << v::int);
+            v_bits := v_bits | (1::bigint << v::int);
             v := v + v_step;
         END LOOP;
-        o_star := o_star OR v_star;
         p_pos := p_pos + length(v_item) + 1;
     END LOOP;
+    RETURN v_bits;
 END
 $$;
 -- +goose StatementEnd
@@ -246,9 +243,7 @@ DECLARE
     v_at int[] := '{}'; -- where each field starts
     v_word text;
     v_bits bigint[] := '{}';
-    v_star boolean[] := '{}';
     v_first_day int;
-    r record;
 BEGIN
     IF p_expr IS NULL THEN
         PERFORM pgcoord_refuse('schedule expression', 'a cron expression or a descriptor such as @daily', NULL);
@@ -312,16 +307,16 @@ BEGIN
         v_at := ARRAY[0] || v_at;
     END IF;
     FOR i IN 1 .. 6 LOOP
-        r := pgcoord_cron_field_check(p_expr, v_fields[i], v_at[i], c_names[i]);
-        v_bits := v_bits || r.o_bits;
-        v_star := v_star || r.o_star;
+        v_bits := v_bits || pgcoord_cron_field_check(p_expr, v_fields[i], v_at[i], c_names[i]);
     END LOOP;
 
-    -- Never firing. When the day of week is a star, a day must match both day fields, so the
-    -- earliest allowed day of month must exist in some allowed month (February has 29 days
-    -- in leap years, and any 5 years hold one). Otherwise the days of week fire every week,
-    -- or the days of month every month.
-    IF v_star[6] THEN
+    -- Never firing. A day field whose text starts with * or ? is unrestricted (Vixie cron's
+    -- rule, which the Go side follows: even */2), and when one of the two is, a day must
+    -- match both. So with an unrestricted day of week, the earliest allowed day of month
+    -- must exist in some allowed month (February has 29 days in leap years, and any 5 years
+    -- hold one). Otherwise the days of week fire in every month, or an unrestricted day of
+    -- month holds day 1.
+    IF v_fields[6] ~ '^[*?]' THEN
         v_first_day := (SELECT min(d) FROM generate_series(1, 31) d WHERE v_bits[4] & (1::bigint << d) <> 0);
         IF v_first_day > (SELECT max(c_month_days[m]) FROM generate_series(1, 12) m WHERE v_bits[5] & (1::bigint << m) <> 0) THEN
             PERFORM pgcoord_cron_refuse(p_expr, v_at[4], 'day of month',
