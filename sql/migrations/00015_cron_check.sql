@@ -1,40 +1,41 @@
 -- Schedule expressions and zones, judged in the database (issue 30).
 --
--- Schedules are rows, written from Go, the CLI and the SQL API. The Go side parses an
--- expression with github.com/robfig/cron/v3 (SecondOptional | Minute | Hour | Dom | Month |
--- Dow | Descriptor) and refuses a few things that parser lets through; the SQL API must
--- refuse the same expressions before it writes anything, so pgcoord_cron_check accepts
--- exactly the language below, and pgcoord_zone_check the zones.
+-- Schedules are rows, written from Go, the CLI and the SQL API. The Go side
+-- (internal/cronspec) parses an expression with github.com/robfig/cron/v3 and its own
+-- checks; the SQL API must refuse the same expressions before it writes anything, so
+-- pgcoord_cron_check accepts the language below, which is cronspec's, and
+-- pgcoord_zone_check the zones.
 --
--- An expression is either
+-- Spaces and other Unicode white space at either end are ignored (Go's strings.TrimSpace);
+-- what remains is
 --   * 5 fields (minute hour day-of-month month day-of-week) or 6 (a leading second),
---     separated by spaces. A field is a comma list of items; an item is *, ?, N or N-M,
---     optionally followed by /step (step >= 1; N/step means N-max/step). Ranges: second and
---     minute 0-59, hour 0-23, day of month 1-31, month 1-12 or JAN-DEC, day of week 0-6 or
---     SUN-SAT (7 is not Sunday). Names are case-insensitive; a number may have leading zeros
---     and a leading +. Separators are the spaces Go's strings.Fields splits on, less the
---     control characters, which are refused: U+0020, U+00A0, U+1680, U+2000-U+200A, U+202F,
---     U+205F and U+3000; spaces before the first field and after the last are ignored.
---   * a descriptor, alone and unpadded: @yearly @annually @monthly @weekly @daily @midnight
---     @hourly, or "@every " and a Go duration (time.ParseDuration: 1h30m, 90s, 0.5m, no d)
---     of a whole number of seconds, from 1 second to 366 days.
--- Refused with a message of their own: NULL (SQLSTATE 22004), empty or blank, L, W and #
--- (robfig refuses them as garbage), and, where the Go side refuses what robfig accepts:
--- over 255 bytes, a control character (robfig splits on tabs and newlines), a TZ= or
--- CRON_TZ= prefix (the zone is a separate setting), an empty list item (robfig drops them:
--- "1,,2" is "1,2", and "," alone never fires), an item "*-..." or "?-..." (robfig ignores
--- what follows the "-"), @every below 1 second, above 366 days or not a whole number of
--- seconds (robfig rounds), and an expression that never fires: when the day of week is
--- unrestricted, the days of month must fall in some allowed month ("0 0 30 2 *" never
--- fires; "0 0 29 2 *" does, in leap years). As in robfig, a day field is unrestricted when
--- one of its items is * or ? without a step above 1 ("*/2" restricts; "1,*" does not);
--- when both day fields are restricted, a day matches when either matches.
+--     separated by spaces (U+0020 only). A field is a comma list of items; an item is *, ?,
+--     N or N-M, optionally followed by /step, from 1 to the field's count of values (N/step
+--     means N-max/step). Ranges: second and minute 0-59, hour 0-23, day of month 1-31, month
+--     1-12 or JAN-DEC, day of week 0-6 or SUN-SAT (7 is not Sunday). Names are
+--     case-insensitive; numbers are ASCII digits, leading zeros allowed, no sign.
+--   * or a descriptor, in any case: @yearly @annually @monthly @weekly @daily @midnight
+--     @hourly, or @every and a Go duration (time.ParseDuration: 1h30m, 90s, 0.5m, no d) of
+--     a whole number of seconds, from 1 second to 366 days.
+-- Refused with a message of their own: NULL (SQLSTATE 22004), empty or blank, over 255
+-- bytes, a control character, a TZ= or CRON_TZ= prefix (the zone is a separate setting),
+-- L, W and #, an empty list item (robfig drops them: "1,,2" is "1,2", and "," alone never
+-- fires), an item "*-..." or "?-..." (robfig ignores what follows the "-"), and an
+-- expression that never fires: when the day of week is unrestricted, the days of month
+-- must fall in some allowed month ("0 0 30 2 *" never fires; "0 0 29 2 *" does, in leap
+-- years). A day field is unrestricted when its text starts with * or ? ("*/2" too, "1,*"
+-- not), as in Vixie cron and cronspec's Next (robfig's own Next differs: to it "*/2"
+-- restricts and "1,*" does not); when both day fields are restricted, a day matches when
+-- either matches. cronspec also refuses an expression that fires, but not within five
+-- years of its anchor, which only a few perverse ones do ("0 0 */31 2 3": February 1 on a
+-- Wednesday, in 2023 and 2034): this function, which knows no anchor, accepts them.
 --
 -- Every refusal but NULL's is SQLSTATE 22023, with a message such as
 --   pgcoord: bad schedule expression "61 0 * * *" at column 1 (minute): 61 is above the maximum 59
 -- naming the byte column (from 1) where the bad part starts (column 1 when the whole
 -- expression is), and the field: second, minute, hour, day of month, month, day of week,
--- descriptor, interval (the duration of @every) or expression.
+-- descriptor, interval (the duration of @every) or expression. The expression shown and
+-- its columns are those of the trimmed expression, as in cronspec's errors.
 --
 -- The functions run with the caller's rights and search_path, like the other API functions
 -- (see 00012), and write nothing.
@@ -59,11 +60,9 @@ $$;
 
 -- pgcoord_cron_field_check checks one field of an expression, p_field, which starts at
 -- character p_pos of p_expr and is the field p_name, and returns the values it allows as
--- bits (bit v for value v) and whether one of its items is * or ? without a step above 1
--- (robfig's "star", which decides how day of month and day of week combine).
+-- bits (bit v for value v).
 -- +goose StatementBegin
-CREATE FUNCTION pgcoord_cron_field_check(p_expr text, p_field text, p_pos int, p_name text,
-                                         OUT o_bits bigint, OUT o_star boolean)
+CREATE FUNCTION pgcoord_cron_field_check(p_expr text, p_field text, p_pos int, p_name text) RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     v_min int := CASE p_name WHEN 'day of month' THEN 1 WHEN 'month' THEN 1 ELSE 0 END;
@@ -79,10 +78,9 @@ DECLARE
     v_val numeric[]; -- low and high
     v_step numeric;
     v_star boolean;
+    v_bits bigint := 0;
     v numeric;
 BEGIN
-    o_bits := 0;
-    o_star := false;
     FOREACH v_item IN ARRAY regexp_split_to_array(p_field, ',') LOOP
         IF v_item = '' THEN
             PERFORM pgcoord_cron_refuse(p_expr, p_pos, p_name, 'an empty list item (two commas, or a comma at an end)');
@@ -101,12 +99,11 @@ BEGIN
             PERFORM pgcoord_cron_refuse(p_expr, v_at[2] + length(v_range[2]), p_name, 'a range has one "-"');
         END IF;
 
-        -- Low and high: numbers, or names (ASCII, any case; Go lowers U+0130 to i, so
-        -- robfig reads "FRİ" as fri, and so does this).
+        -- Low and high: numbers, or names in any case.
         v_val := CASE WHEN v_star THEN ARRAY[v_min, v_max] END;
         FOR i IN 1 .. CASE WHEN v_star THEN 0 ELSE cardinality(v_range) END LOOP
-            v := CASE WHEN v_range[i] ~ '^\+?[0-9]+$' THEN v_range[i]::numeric
-                      ELSE array_position(v_names, lower(translate(v_range[i], 'İ', 'i') COLLATE "C")) - 1 + v_min END;
+            v := CASE WHEN v_range[i] ~ '^[0-9]+$' THEN v_range[i]::numeric
+                      ELSE array_position(v_names, lower(v_range[i] COLLATE "C")) - 1 + v_min END;
             IF v IS NULL THEN
                 PERFORM pgcoord_cron_refuse(p_expr, v_at[i], p_name,
                     CASE WHEN v_range[i] ~* '#|^[0-9]*[LW]$|^LW$'
@@ -129,11 +126,10 @@ BEGIN
                 format('the range %s runs backwards (%s is above %s)', v_parts[1], v_val[1], v_val[2]));
         END IF;
 
-        -- The step: a whole number as Go's strconv.Atoi reads it, from 1 up; N/step is
-        -- N-max/step.
+        -- The step: from 1 to the field's count of values; N/step is N-max/step.
         v_step := 1;
         IF cardinality(v_parts) = 2 THEN
-            IF v_parts[2] !~ '^[+-]?[0-9]+$' THEN
+            IF v_parts[2] !~ '^[0-9]+$' THEN
                 PERFORM pgcoord_cron_refuse(p_expr, v_at[3], p_name,
                     CASE WHEN v_parts[2] = '' THEN 'a step is missing after "/"'
                          ELSE format('the step "%s" is not a number', v_parts[2]) END);
@@ -141,39 +137,39 @@ BEGIN
             v_step := v_parts[2]::numeric;
             IF v_step < 1 THEN
                 PERFORM pgcoord_cron_refuse(p_expr, v_at[3], p_name, format('the step %s is below 1', v_step));
-            ELSIF v_step > 9223372036854775807 THEN
-                PERFORM pgcoord_cron_refuse(p_expr, v_at[3], p_name, format('the step %s is too large', v_step));
+            ELSIF v_step > v_max - v_min + 1 THEN
+                PERFORM pgcoord_cron_refuse(p_expr, v_at[3], p_name,
+                    format('the step %s is above the field''s %s values', v_step, v_max - v_min + 1));
             END IF;
             IF cardinality(v_range) = 1 THEN
                 v_val[2] := v_max;
             END IF;
-            v_star := v_star AND v_step = 1;
         END IF;
 
         v := v_val[1];
         WHILE v <= v_val[2] LOOP
-            o_bits := o_bits | (1::bigint << v::int);
+            v_bits := v_bits | (1::bigint << v::int);
             v := v + v_step;
         END LOOP;
-        o_star := o_star OR v_star;
         p_pos := p_pos + length(v_item) + 1;
     END LOOP;
+    RETURN v_bits;
 END
 $$;
 -- +goose StatementEnd
 
--- pgcoord_cron_every_check checks the duration of "@every <duration>" (p_expr), from
--- character 8, as Go's time.ParseDuration reads it: an optional sign, then one or more
+-- pgcoord_cron_every_check checks p_duration, the argument of @every in p_expr, which starts
+-- at character p_pos, as Go's time.ParseDuration reads it: an optional sign, then one or more
 -- numbers (digits, a fraction, or both) each with a unit: ns, us (or µs, μs), ms, s, m, h.
 -- A fraction is added as Go adds it — the digits that fit in 2^63, times unit / 10^digits in
 -- float8, truncated to a nanosecond — so that "whole seconds" means the same on both sides.
 -- The sum must be a whole number of seconds from 1 second to 366 days.
 -- +goose StatementBegin
-CREATE FUNCTION pgcoord_cron_every_check(p_expr text) RETURNS void
+CREATE FUNCTION pgcoord_cron_every_check(p_expr text, p_duration text, p_pos int) RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    v_rest text := substr(p_expr, 8);
-    v_pos int := 8;
+    v_rest text := p_duration;
+    v_pos int := p_pos;
     v_sign int := 1;
     v_ns numeric := 0;
     m text[]; -- integer digits, "." and fraction digits (or NULL), fraction digits, unit
@@ -188,7 +184,7 @@ BEGIN
         v_pos := v_pos + 1;
     END IF;
     IF v_rest = '' THEN
-        PERFORM pgcoord_cron_refuse(p_expr, v_pos, 'interval', 'a duration is missing, as in @every 1h30m');
+        PERFORM pgcoord_cron_refuse(p_expr, v_pos, 'interval', 'a number is missing after the sign');
     END IF;
     IF v_rest = '0' THEN -- "0" alone is zero, and needs no unit
         v_rest := '';
@@ -219,8 +215,8 @@ BEGIN
     END LOOP;
     v_ns := v_sign * v_ns;
     IF v_ns < 1e9 OR v_ns > 366 * 86400e9 OR v_ns % 1e9 <> 0 THEN
-        PERFORM pgcoord_cron_refuse(p_expr, 8, 'interval',
-            format('%s is %s', substr(p_expr, 8),
+        PERFORM pgcoord_cron_refuse(p_expr, p_pos, 'interval',
+            format('%s is %s', p_duration,
                    CASE WHEN v_ns < 1e9 THEN 'below the minimum of 1 second'
                         WHEN v_ns > 366 * 86400e9 THEN 'above the maximum of 366 days (8784h)'
                         ELSE 'not a whole number of seconds' END));
@@ -235,74 +231,69 @@ $$;
 CREATE FUNCTION pgcoord_cron_check(p_expr text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    -- The separators: Go's unicode.IsSpace, less the control characters (refused first).
-    c_gap constant text := '^[ \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]*';
-    c_word constant text := '^[^ \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]+';
+    -- Go's strings.TrimSpace trims the Unicode white space, control characters included.
+    c_ends constant text := '^[\x09-\x0d \x85\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+'
+                            '|[\x09-\x0d \x85\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$';
     c_names constant text[] := '{second,minute,hour,day of month,month,day of week}';
     c_month_days constant int[] := '{31,29,31,30,31,30,31,31,30,31,30,31}';
-    v_rest text := p_expr;
-    v_pos int := 1;
+    v_expr text := regexp_replace(p_expr, c_ends, '', 'g');
     v_fields text[] := '{}';
     v_at int[] := '{}'; -- where each field starts
+    v_pos int := 1;
     v_word text;
     v_bits bigint[] := '{}';
-    v_star boolean[] := '{}';
     v_first_day int;
-    r record;
 BEGIN
     IF p_expr IS NULL THEN
         PERFORM pgcoord_refuse('schedule expression', 'a cron expression or a descriptor such as @daily', NULL);
     END IF;
-    IF octet_length(p_expr) > 255 THEN
-        PERFORM pgcoord_cron_refuse(p_expr, 1, 'expression', format('it is %s bytes long, over the limit of 255', octet_length(p_expr)));
+    IF v_expr = '' THEN
+        PERFORM pgcoord_cron_refuse(v_expr, 1, 'expression', CASE WHEN p_expr = '' THEN 'it is empty' ELSE 'it is blank' END);
     END IF;
-    v_word := substring(p_expr FROM '[\x01-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]');
+    IF octet_length(v_expr) > 255 THEN
+        PERFORM pgcoord_cron_refuse(v_expr, 1, 'expression', format('it is %s bytes long, over the limit of 255', octet_length(v_expr)));
+    END IF;
+    v_word := substring(v_expr FROM '[\x01-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]');
     IF v_word IS NOT NULL THEN
-        PERFORM pgcoord_cron_refuse(p_expr, strpos(p_expr, v_word), 'expression',
+        PERFORM pgcoord_cron_refuse(v_expr, strpos(v_expr, v_word), 'expression',
                                     format('a control character (U+%s)', lpad(upper(to_hex(ascii(v_word))), 4, '0')));
     END IF;
 
-    -- A descriptor is the whole expression, compared as robfig compares it: unpadded.
-    IF p_expr LIKE '@%' THEN
-        v_word := substring(p_expr FROM c_word);
-        IF p_expr LIKE '@every %' THEN
-            PERFORM pgcoord_cron_every_check(p_expr);
-        ELSIF v_word NOT IN ('@yearly', '@annually', '@monthly', '@weekly', '@daily', '@midnight', '@hourly', '@every') THEN
-            PERFORM pgcoord_cron_refuse(p_expr, 1, 'descriptor',
+    -- The fields (or a descriptor and its argument), separated by spaces, and where each starts.
+    FOREACH v_word IN ARRAY string_to_array(v_expr, ' ') LOOP
+        IF v_word <> '' THEN
+            v_fields := v_fields || v_word;
+            v_at := v_at || v_pos;
+        END IF;
+        v_pos := v_pos + length(v_word) + 1;
+    END LOOP;
+    IF v_fields[1] ~* '^(CRON_)?TZ=' THEN
+        PERFORM pgcoord_cron_refuse(v_expr, 1, 'expression',
+                                    'a TZ= or CRON_TZ= prefix is not part of the expression: the zone is a separate setting');
+    END IF;
+
+    -- A descriptor, in any case (as Go's strings.ToLower lowers it: U+0130 to i, the Kelvin
+    -- sign to k).
+    IF v_fields[1] LIKE '@%' THEN
+        v_word := lower(translate(v_fields[1], E'\u0130\u212a', 'ik') COLLATE "C");
+        IF v_word = '@every' THEN
+            IF cardinality(v_fields) <> 2 THEN
+                PERFORM pgcoord_cron_refuse(v_expr, coalesce(v_at[3], 1), 'interval',
+                                            '@every takes one duration, as in @every 1h30m');
+            END IF;
+            PERFORM pgcoord_cron_every_check(v_expr, v_fields[2], v_at[2]);
+        ELSIF v_word NOT IN ('@yearly', '@annually', '@monthly', '@weekly', '@daily', '@midnight', '@hourly') THEN
+            PERFORM pgcoord_cron_refuse(v_expr, 1, 'descriptor',
                 format('unknown descriptor "%s" (known: @yearly, @annually, @monthly, @weekly, @daily, @midnight, '
-                       '@hourly and @every <duration>)', v_word));
-        ELSIF v_word = '@every' THEN
-            PERFORM pgcoord_cron_refuse(p_expr, 7, 'descriptor', '@every takes one space and a duration, as in @every 1h30m');
-        ELSIF p_expr <> v_word THEN
-            PERFORM pgcoord_cron_refuse(p_expr, length(v_word) + 1, 'descriptor', format('nothing may follow %s', v_word));
+                       '@hourly and @every <duration>)', v_fields[1]));
+        ELSIF cardinality(v_fields) > 1 THEN
+            PERFORM pgcoord_cron_refuse(v_expr, v_at[2], 'descriptor', format('nothing may follow %s', v_fields[1]));
         END IF;
         RETURN;
     END IF;
 
-    -- The fields, and where each starts.
-    LOOP
-        v_word := substring(v_rest FROM c_gap);
-        v_pos := v_pos + length(v_word);
-        v_rest := substr(v_rest, length(v_word) + 1);
-        EXIT WHEN v_rest = '';
-        v_word := substring(v_rest FROM c_word);
-        v_fields := v_fields || v_word;
-        v_at := v_at || v_pos;
-        v_pos := v_pos + length(v_word);
-        v_rest := substr(v_rest, length(v_word) + 1);
-    END LOOP;
-    IF cardinality(v_fields) = 0 THEN
-        PERFORM pgcoord_cron_refuse(p_expr, 1, 'expression', CASE WHEN p_expr = '' THEN 'it is empty' ELSE 'it is blank' END);
-    END IF;
-    IF v_fields[1] ~* '^(CRON_)?TZ=' THEN
-        PERFORM pgcoord_cron_refuse(p_expr, v_at[1], 'expression',
-                                    'a TZ= or CRON_TZ= prefix is not part of the expression: the zone is a separate setting');
-    END IF;
-    IF v_fields[1] LIKE '@%' THEN
-        PERFORM pgcoord_cron_refuse(p_expr, v_at[1], 'descriptor', 'a descriptor is the whole expression, with nothing before it');
-    END IF;
     IF cardinality(v_fields) NOT IN (5, 6) THEN
-        PERFORM pgcoord_cron_refuse(p_expr, CASE WHEN cardinality(v_fields) > 6 THEN v_at[7] ELSE 1 END, 'expression',
+        PERFORM pgcoord_cron_refuse(v_expr, CASE WHEN cardinality(v_fields) > 6 THEN v_at[7] ELSE 1 END, 'expression',
             format('expected 5 fields (minute hour day-of-month month day-of-week) or 6 (a second first), found %s',
                    cardinality(v_fields)));
     END IF;
@@ -312,19 +303,19 @@ BEGIN
         v_at := ARRAY[0] || v_at;
     END IF;
     FOR i IN 1 .. 6 LOOP
-        r := pgcoord_cron_field_check(p_expr, v_fields[i], v_at[i], c_names[i]);
-        v_bits := v_bits || r.o_bits;
-        v_star := v_star || r.o_star;
+        v_bits := v_bits || pgcoord_cron_field_check(v_expr, v_fields[i], v_at[i], c_names[i]);
     END LOOP;
 
-    -- Never firing. When the day of week is a star, a day must match both day fields, so the
-    -- earliest allowed day of month must exist in some allowed month (February has 29 days
-    -- in leap years, and any 5 years hold one). Otherwise the days of week fire every week,
-    -- or the days of month every month.
-    IF v_star[6] THEN
+    -- Never firing. A day field whose text starts with * or ? is unrestricted (Vixie cron's
+    -- rule, which the Go side follows: even */2), and when one of the two is, a day must
+    -- match both. So with an unrestricted day of week, the earliest allowed day of month
+    -- must exist in some allowed month (February has 29 days in leap years, and any 5 years
+    -- hold one). Otherwise the days of week fire in every month, or an unrestricted day of
+    -- month holds day 1.
+    IF v_fields[6] ~ '^[*?]' THEN
         v_first_day := (SELECT min(d) FROM generate_series(1, 31) d WHERE v_bits[4] & (1::bigint << d) <> 0);
         IF v_first_day > (SELECT max(c_month_days[m]) FROM generate_series(1, 12) m WHERE v_bits[5] & (1::bigint << m) <> 0) THEN
-            PERFORM pgcoord_cron_refuse(p_expr, v_at[4], 'day of month',
+            PERFORM pgcoord_cron_refuse(v_expr, v_at[4], 'day of month',
                 format('it never fires: its earliest day of month, %s, is past the end of each of its months', v_first_day));
         END IF;
     END IF;
@@ -338,10 +329,11 @@ COMMENT ON FUNCTION pgcoord_cron_check(text) IS
 -- pgcoord_zone_check raises SQLSTATE 22023 for a schedule's time zone that is not the name
 -- of a zone PostgreSQL knows, spelled as pg_timezone_names lists it (case matters, as it
 -- does for Go's time.LoadLocation on Linux), and 22004 for NULL. Abbreviations and POSIX
--- strings are refused unless they are such names ("EST5EDT" is one, "UTC+3" is not), and so
--- are localtime (the server's own zone, which another machine does not share) and posixrules.
--- Reading pg_timezone_names costs tens of milliseconds (it reads the whole tz database), so
--- the cheap checks come first and the view is asked about one name.
+-- strings are refused unless the server's tz database has a zone of that name ("UTC+3"
+-- never is; "EST5EDT" is on some servers, not others), and so are localtime (the server's
+-- own zone, which another machine does not share) and posixrules. Reading
+-- pg_timezone_names costs tens of milliseconds (it reads the whole tz database), so the
+-- cheap checks come first, and the view is asked about one name only.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_zone_check(p_zone text) RETURNS void LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 BEGIN
@@ -375,6 +367,6 @@ COMMENT ON FUNCTION pgcoord_zone_check(text) IS
 -- +goose Down
 DROP FUNCTION pgcoord_zone_check(text);
 DROP FUNCTION pgcoord_cron_check(text);
-DROP FUNCTION pgcoord_cron_every_check(text);
+DROP FUNCTION pgcoord_cron_every_check(text, text, int);
 DROP FUNCTION pgcoord_cron_field_check(text, text, int, text);
 DROP FUNCTION pgcoord_cron_refuse(text, int, text, text);
