@@ -122,6 +122,7 @@ func TestUISchedulesPages(t *testing.T) {
 	}
 	contains(t, "overview", d.page(t, "/"), `<h3><a href="/schedules">Schedules</a></h3>`,
 		"<dt>schedules</dt><dd>2</dd><dt>paused</dt><dd>1</dd><dt>failing</dt><dd>1</dd>")
+	contains(t, "the jobs page", d.page(t, "/jobs"), `<tr class="failing" data-job="weekly-report">`) // a schedule is a job
 
 	page := d.page(t, "/schedules/weekly-report")
 	contains(t, "the schedule's page", page,
@@ -138,7 +139,7 @@ func TestUISchedulesPages(t *testing.T) {
 	runs := between(t, page, `id="runs"`, "</table>")
 	contains(t, "the runs", runs,
 		`<span class="badge failed">failed</span></td><td>trigger</td><td class="num">1</td>`, `<td class="error-text">boom: upstream refused</td>`,
-		`<span class="badge pending">pending</span></td><td>trigger</td>`, `<td class="error-text">triggered by ops</td>`,
+		`<span class="badge pending">pending</span></td><td>trigger</td>`, `<td>triggered by ops</td>`,
 		`<tr class="pending"><td title="Fri 2026-02-27 09:00:00 CET">2026-02-27 08:00:00.000Z</td><td><span class="badge pending">pending</span></td><td>backfill</td>`,
 		`<td title="Mon 2026-03-02 09:00:00 CET">2026-03-02 08:00:00.000Z</td>`)
 	if n := strings.Count(runs, "<tr class="); n != 4 {
@@ -237,7 +238,7 @@ func TestUIScheduleActions(t *testing.T) {
 	}
 	audited(4, "schedule.trigger")
 	contains(t, "the page after the trigger", d.page(t, loc), "triggered schedule &#34;weekly-report&#34;",
-		`<span class="badge pending">pending</span></td><td>trigger</td>`, "triggered by alice (token:")
+		`<span class="badge pending">pending</span></td><td>trigger</td>`, "<td>triggered by alice (token:")
 
 	for _, c := range []struct {
 		action string

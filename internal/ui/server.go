@@ -65,7 +65,8 @@ type Config struct {
 	// each browser gives a name at login). Default "local".
 	Actor string
 	// AllowActions enables the operator actions (expire a lease, set a semaphore limit,
-	// retry a dead outbox message).
+	// retry dead outbox messages, reset a rate limit key, pause, resume or trigger a
+	// schedule).
 	AllowActions bool
 	// ShowPayloads shows message payloads and stored response bodies (outbox,
 	// idempotency); hidden by default.
