@@ -3,6 +3,7 @@ package ui_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -373,5 +374,29 @@ func TestUISchedulesEscape(t *testing.T) {
 	}
 	if i, err := schedules.Get(ctx, d.pool, evil); err != nil || i.Paused {
 		t.Fatalf("after the resume: %+v, %v", i, err)
+	}
+}
+
+// TestUISchedulesPaging: the list shows 50 schedules a page in name order, with a link to
+// the next page that keeps the filter.
+func TestUISchedulesPaging(t *testing.T) {
+	t.Parallel()
+	d := newDash(t, ui.Config{})
+	for i := range 51 {
+		if _, err := schedules.Create(t.Context(), d.pool, schedules.Schedule{Name: fmt.Sprintf("s-%02d", i), Expr: "@daily", Handler: "h"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := schedules.Create(t.Context(), d.pool, schedules.Schedule{Name: "t-00", Expr: "@daily", Handler: "h"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	first := d.page(t, "/schedules?prefix=s-")
+	contains(t, "the first page", first, `data-schedule="s-00"`, `data-schedule="s-49"`, `<a class="next" href="?prefix=s-&amp;after=s-49">`)
+	if n := strings.Count(first, "data-schedule="); n != 50 {
+		t.Errorf("the first page lists %d schedules, want 50", n)
+	}
+	second := d.page(t, "/schedules?prefix=s-&after=s-49")
+	if n := strings.Count(second, "data-schedule="); n != 1 || !strings.Contains(second, `data-schedule="s-50"`) || strings.Contains(second, `class="next"`) {
+		t.Errorf("the second page lists %d schedules, want s-50 alone and no next page:\n%s", n, second)
 	}
 }
