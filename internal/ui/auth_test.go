@@ -16,7 +16,7 @@ import (
 func TestUITokenAuth(t *testing.T) {
 	t.Parallel()
 	d := newDash(t, ui.Config{Token: testToken})
-	for _, p := range []string{"/", "/leases", "/jobs", "/semaphores", "/metrics"} {
+	for _, p := range []string{"/", "/leases", "/jobs", "/schedules", "/semaphores", "/metrics"} {
 		if code, _, resp := d.do(t, http.MethodGet, p, nil); code != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
 			t.Errorf("GET %s without token = %d, want 401 with WWW-Authenticate", p, code)
 		}

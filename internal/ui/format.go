@@ -26,6 +26,9 @@ var funcs = template.FuncMap{
 	"short":      shortPayload,
 	"trendScan":  func() int { return trendScan },
 	"detailRows": func() int { return detailRows },
+	// zoned and schedulePath are schedules.go's.
+	"zoned":        zoned,
+	"schedulePath": schedulePath,
 }
 
 // filterForm is what the "filter" template draws: a prefix filter of the list at Path.

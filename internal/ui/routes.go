@@ -13,10 +13,11 @@ import (
 // dashboard is the whole dashboard: its pages in navigation order, each with its card on
 // the Overview (summarize) and its operator actions. New builds the server from it.
 //
-// Every page is a GET of its path; "?fragment=1" is its periodic refresh (pageHandler).
-// Every action is a POST of its path, refused with 403 unless Config.AllowActions
-// (--allow-actions), CSRF-checked, confirmed, run in one transaction with its audit row,
-// and answered with a redirect to its page (actionHandler). Besides these, route serves
+// Every page is a GET of its path, and its detail page, if any, a GET of the detail's
+// path; "?fragment=1" is their periodic refresh (pageHandler). Every action is a POST of
+// its path, refused with 403 unless Config.AllowActions (--allow-actions), CSRF-checked,
+// confirmed, run in one transaction with its audit row, and answered with a redirect to
+// its page (actionHandler). Besides these, route serves
 // /static/ and /login without authentication (publicPath) and /metrics; the navigation
 // bar ends with a link to /metrics (layout.html).
 func dashboard() []page {
@@ -27,6 +28,13 @@ func dashboard() []page {
 				{path: "/actions/lease/expire", name: "lease.expire", run: expireLease},
 			}},
 		{path: "/jobs", title: "Jobs", tmpl: "jobs", load: loadJobs, summarize: summarizeJobs},
+		{path: "/schedules", title: "Schedules", tmpl: "schedules", load: loadSchedules, summarize: summarizeSchedules,
+			detail: &page{path: "/schedules/{name}", title: "Schedule", tmpl: "schedule", load: loadSchedule},
+			actions: []action{
+				{path: "/actions/schedule/pause", name: "schedule.pause", run: pauseSchedule, audited: true, back: scheduleBack},
+				{path: "/actions/schedule/resume", name: "schedule.resume", run: resumeSchedule, audited: true, back: scheduleBack},
+				{path: "/actions/schedule/trigger", name: "schedule.trigger", run: triggerSchedule, audited: true, back: scheduleBack},
+			}},
 		{path: "/semaphores", title: "Semaphores", tmpl: "semaphores", load: loadSemaphores, summarize: summarizeSemaphores,
 			actions: []action{
 				{path: "/actions/semaphore/set-limit", name: "semaphore.set_limit", run: setSemaphoreLimit},
@@ -62,7 +70,10 @@ func (s *Server) route(pages []page, metricsHandler http.Handler) {
 	s.pages = pages
 	for _, p := range pages {
 		s.nav = append(s.nav, navItem{Path: p.path, Title: p.title})
-		s.mux.HandleFunc("GET "+muxPath(p.path), s.pageHandler(p))
+		s.mux.HandleFunc("GET "+muxPath(p.path), s.pageHandler(p, p.path))
+		if p.detail != nil {
+			s.mux.HandleFunc("GET "+p.detail.path, s.pageHandler(*p.detail, p.path))
+		}
 		for _, a := range p.actions {
 			s.mux.HandleFunc("POST "+a.path, s.actionHandler(a, p.path))
 		}
@@ -87,7 +98,12 @@ type page struct {
 	// summarize, if set, counts the primitive for its card on the Overview (named and
 	// linked by title and path), with a bounded number of queries.
 	summarize func(ctx context.Context, s *Server) ([]count, error)
-	// actions are the operator actions taken from the page; each returns to it.
+	// detail, if set, is the page of one row, at a path below this one that ends with the
+	// wildcard {name} ("/schedules/{name}"): its load gets the name as the query parameter
+	// "name", and the navigation bar marks this page.
+	detail *page
+	// actions are the operator actions taken from the page (or its detail); each returns
+	// to it, or where its back says.
 	actions []action
 }
 
@@ -111,4 +127,11 @@ type action struct {
 	// run performs the action in tx from the form's fields and returns its target, the
 	// details to audit and a sentence for the operator. A *userError is shown as is.
 	run func(ctx context.Context, tx pgx.Tx, s *Server, form url.Values, actor string) (target string, details map[string]any, msg string, err error)
+	// audited says that run's own call writes the action's audit row in tx, with actor
+	// (package schedules audits each change it makes): the handler writes none, so that
+	// the action has exactly one row. That row has no client address.
+	audited bool
+	// back, if set, is the dashboard path the action returns to, from its form; by default
+	// its page's path.
+	back func(form url.Values) string
 }

@@ -27,7 +27,7 @@ func TestUIRefusesRebindingAndForeignOrigins(t *testing.T) {
 	holdLease(t, d.pool, "order:7", "worker-a", time.Minute, time.Time{}, nil)
 	port := d.url[strings.LastIndex(d.url, ":")+1:]
 	evil := "attacker.example:" + port
-	for _, p := range []string{"/", "/leases", "/outbox", "/metrics", "/static/app.css", "/login"} {
+	for _, p := range []string{"/", "/leases", "/outbox", "/schedules", "/schedules/nightly", "/metrics", "/static/app.css", "/login"} {
 		code, body, _ := d.do(t, http.MethodGet, p, nil, "Host", evil, "Accept", "text/html")
 		if code != http.StatusMisdirectedRequest || strings.Contains(body, "csrf") {
 			t.Errorf("GET %s with Host %s = %d, want 421 and nothing of the page", p, evil, code)
@@ -277,7 +277,7 @@ func TestUIShowsControlCharactersVisibly(t *testing.T) {
 
 // Issue 28, Low: a link cannot put its own text on a page. Every detail and filter
 // parameter of a GET — a lease, a job, a semaphore key, an idempotency key, an outbox topic
-// or key, a state, a page — is shown back only when it names something that exists; an
+// or key, a schedule, a state, a page — is shown back only when it names something that exists; an
 // unknown one is "not found", without its text.
 func TestUILinksCannotPutTextOnAPage(t *testing.T) {
 	t.Parallel()
@@ -289,7 +289,7 @@ func TestUILinksCannotPutTextOnAPage(t *testing.T) {
 		"/leases?name=" + q, "/jobs?job=" + q, "/semaphores?key=" + q,
 		"/idempotency?scope=" + q + "&key=" + q, "/idempotency?scope=payments&key=" + q, "/idempotency?state=" + q,
 		"/outbox?topic=" + q, "/outbox?topic=orders&key=" + q, "/outbox?key=" + q, "/outbox?after=" + q,
-		"/leases?name=job:" + q,
+		"/leases?name=job:" + q, "/schedules/" + url.PathEscape(lie), "/schedules?after=" + q,
 	} {
 		for _, accept := range []string{"text/html", "*/*"} {
 			code, body, _ := d.do(t, http.MethodGet, p, nil, "Accept", accept)

@@ -65,7 +65,8 @@ type Config struct {
 	// each browser gives a name at login). Default "local".
 	Actor string
 	// AllowActions enables the operator actions (expire a lease, set a semaphore limit,
-	// retry a dead outbox message).
+	// retry dead outbox messages, reset a rate limit key, pause, resume or trigger a
+	// schedule).
 	AllowActions bool
 	// ShowPayloads shows message payloads and stored response bodies (outbox,
 	// idempotency); hidden by default.
@@ -204,12 +205,17 @@ type view struct {
 	Error        string
 }
 
-func (s *Server) pageHandler(p page) http.HandlerFunc {
+// pageHandler serves page p, whose navigation entry is the one of path nav. The {name}
+// wildcard of a detail page's path reaches p.load as the query parameter "name".
+func (s *Server) pageHandler(p page, nav string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
+		if name := r.PathValue("name"); name != "" {
+			q.Set("name", name)
+		}
 		data, err := p.load(r.Context(), s, q)
 		v := view{
-			Title: p.title, Path: p.path, Nav: s.nav, Data: data,
+			Title: p.title, Path: nav, Nav: s.nav, Data: data,
 			CSRF: s.csrfToken(w, r), AllowActions: s.cfg.AllowActions, ShowPayloads: s.cfg.ShowPayloads,
 			RefreshMS: s.cfg.Refresh.Milliseconds(), Message: s.flashes.get(q.Get("flash"), time.Now()),
 			SignedIn: s.cfg.Token != "",
@@ -289,7 +295,8 @@ func (s *Server) templateFailed(w http.ResponseWriter, name string, err error) {
 }
 
 // actionHandler runs an action of the page at back: enabled, CSRF-checked and
-// confirmed, in one transaction with its audit row; then it returns to back.
+// confirmed, in one transaction with its audit row (written by the action itself when it
+// is audited); then it returns to back, or to the action's own back.
 func (s *Server) actionHandler(a action, back string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.cfg.AllowActions {
@@ -317,6 +324,9 @@ func (s *Server) actionHandler(a action, back string) http.HandlerFunc {
 				return err
 			}
 			msg = m
+			if a.audited {
+				return nil
+			}
 			_, err = audit.Record(r.Context(), tx, audit.Entry{
 				Actor: actor, RemoteAddr: r.RemoteAddr, Action: a.name, Target: target, Details: details,
 			})
@@ -336,6 +346,9 @@ func (s *Server) actionHandler(a action, back string) http.HandlerFunc {
 			return
 		}
 		s.cfg.Logger.Info("pgcoord ui: action", "action", a.name, "actor", actor, "remote_addr", r.RemoteAddr, "result", msg)
+		if a.back != nil {
+			back = a.back(r.PostForm)
+		}
 		http.Redirect(w, r, back+"?flash="+s.flashes.put(msg, time.Now()), http.StatusSeeOther)
 	}
 }
