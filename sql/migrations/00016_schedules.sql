@@ -780,7 +780,59 @@ END
 $$;
 -- +goose StatementEnd
 
+-- Retention: pgcoord_gc lists one kind more, schedule_handlers, after those of 00013. A
+-- scheduler that stops deletes its registrations, and every registration deletes those
+-- that ran out; the registrations of schedulers that were killed, when no other registers
+-- since, are left. pgcoord_gc_schedule_handlers deletes, by the database clock, up to
+-- p_batch registrations that ran out longer than p_older_than ago, skipping rows a
+-- scheduler holds; with p_dry_run it counts them. Until then they say which process ran
+-- which handler until when (pgcoord_schedule_handlers).
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_gc_schedule_handlers(p_older_than interval, p_batch integer, p_dry_run boolean)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_cutoff timestamptz := pgcoord_now() - p_older_than;
+    v_n bigint;
+BEGIN
+    IF p_dry_run THEN
+        SELECT count(*) INTO v_n FROM pgcoord_schedule_handlers h WHERE h.until < v_cutoff;
+        RETURN v_n;
+    END IF;
+    DELETE FROM pgcoord_schedule_handlers h
+     WHERE (h.handler, h.holder) IN (SELECT x.handler, x.holder FROM pgcoord_schedule_handlers x
+                                      WHERE x.until < v_cutoff LIMIT p_batch FOR UPDATE SKIP LOCKED)
+       AND h.until < v_cutoff;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgcoord_gc(p_older_than interval, p_batch integer DEFAULT 10000, p_dry_run boolean DEFAULT false)
+RETURNS TABLE (kind text, removed bigint) LANGUAGE plpgsql AS $$
+BEGIN
+    -- The core checks the arguments first.
+    RETURN QUERY SELECT g.kind, g.removed FROM pgcoord_gc_core(p_older_than, p_batch, p_dry_run) g;
+    kind := 'ratelimit'; removed := pgcoord_gc_ratelimit(p_batch, p_dry_run); RETURN NEXT;
+    kind := 'schedule_handlers'; removed := pgcoord_gc_schedule_handlers(p_older_than, p_batch, p_dry_run); RETURN NEXT;
+END
+$$;
+-- +goose StatementEnd
+
 -- +goose Down
+-- pgcoord_gc as 00013 made it.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgcoord_gc(p_older_than interval, p_batch integer DEFAULT 10000, p_dry_run boolean DEFAULT false)
+RETURNS TABLE (kind text, removed bigint) LANGUAGE plpgsql AS $$
+BEGIN
+    -- The core checks the arguments first.
+    RETURN QUERY SELECT g.kind, g.removed FROM pgcoord_gc_core(p_older_than, p_batch, p_dry_run) g;
+    kind := 'ratelimit'; removed := pgcoord_gc_ratelimit(p_batch, p_dry_run); RETURN NEXT;
+END
+$$;
+-- +goose StatementEnd
+DROP FUNCTION pgcoord_gc_schedule_handlers(interval, integer, boolean);
 DROP FUNCTION pgcoord_schedule_unregister(text);
 DROP FUNCTION pgcoord_schedule_register(text, text[], interval);
 DROP FUNCTION pgcoord_schedule_backfill(text, timestamptz[], text);
