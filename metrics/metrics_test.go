@@ -177,7 +177,7 @@ func TestMetricsSourceFails(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.Schema(t) // not migrated
 	text := scrape(t, newCollector(t, pool, &metrics.Opts{Logger: discard()}))
-	for _, src := range []string{"leases", "semaphores", "jobs", "outbox", "idempotency", "idempotency_keys"} {
+	for _, src := range []string{"leases", "semaphores", "jobs", "schedules", "outbox", "idempotency", "idempotency_keys"} {
 		if v := sample(t, text, fmt.Sprintf(`pgcoord_up{source=%q}`, src)); v != "0" {
 			t.Errorf("pgcoord_up{source=%q} = %s, want 0", src, v)
 		}

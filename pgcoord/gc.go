@@ -34,7 +34,7 @@ const (
 
 // GCKinds are the kinds of rows GC collects, in the order GCResult lists them.
 func GCKinds() []string {
-	return []string{"leases", "fences", "permits", "semaphores", "job_runs", "dedupe", "idempotency", "outbox", "inbox", "singletons", "outbox_keys", "ratelimit"}
+	return []string{"leases", "fences", "permits", "semaphores", "job_runs", "dedupe", "idempotency", "outbox", "inbox", "singletons", "outbox_keys", "ratelimit", "schedule_handlers"}
 }
 
 // GCOpts are the options of GC. A nil *GCOpts means all defaults.
@@ -110,10 +110,12 @@ func (r GCResult) Removed(kind string) int64 {
 //   - outbox_keys: the per-key order rows of outbox keys with no pending message, of any
 //     age, except those a writer holds (skipped, never waited for);
 //   - ratelimit: the rows of rate limit keys at rest (their arrival time is past: they
-//     carry no state), of any age, except those a call holds.
+//     carry no state), of any age, except those a call holds;
+//   - schedule_handlers: registrations of schedule handlers (package schedules) that ran
+//     out longer than R ago, left by Schedulers that stopped without unregistering.
 //
 // Job definitions, configured semaphore keys, dead messages and the audit log are never
-// collected.
+// collected, nor the pending runs of schedules (a run waiting to start has not finished).
 //
 // Collection never lets a fence token repeat, nor a stale one through: tokens come from
 // one schema-wide counter, so a collected name's next grant gets a higher token than any
@@ -153,7 +155,7 @@ func GC(ctx context.Context, db DBTX, opts *GCOpts) (GCResult, error) {
 		Batch:     int32(o.Batch),
 		DryRun:    o.DryRun,
 	}
-	res := GCResult{Kinds: make([]GCCount, 0, 9)}
+	res := GCResult{Kinds: make([]GCCount, 0, len(GCKinds()))}
 	for {
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("pgcoord: gc: %w", err)

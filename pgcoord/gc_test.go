@@ -129,6 +129,10 @@ func gcRows(t *testing.T, pool *pgxpool.Pool, prefix string) {
 	// ratelimit: a key charged once, at rest an hour later (a unit an hour, burst 2).
 	mustExec(t, pool, `SELECT pgcoord_ratelimit_set('gc', 1, '1 hour', 2)`)
 	mustExec(t, pool, `SELECT pgcoord_ratelimit_allow('gc', $1 || 'key')`, prefix)
+	// schedule_handlers: a scheduler's registration of a handler, for a minute (inserted as
+	// pgcoord_schedule_register does, which would also delete the others that ran out).
+	mustExec(t, pool, `INSERT INTO pgcoord_schedule_handlers (handler, holder, until)
+		VALUES ('h', $1 || 'holder', pgcoord_now() + interval '1 minute')`, prefix)
 }
 
 // Every kind is collected once older than the retention, and nothing younger, nothing
@@ -158,7 +162,8 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 		+ (SELECT count(*) FROM pgcoord_dedupe) + (SELECT count(*) FROM pgcoord_idempotency_keys)
 		+ (SELECT count(*) FROM pgcoord_idempotency_tombstones) + (SELECT count(*) FROM pgcoord_outbox)
 		+ (SELECT count(*) FROM pgcoord_outbox_inbox) + (SELECT count(*) FROM pgcoord_singletons)
-		+ (SELECT count(*) FROM pgcoord_outbox_keys) + (SELECT count(*) FROM pgcoord_ratelimit_state)`
+		+ (SELECT count(*) FROM pgcoord_outbox_keys) + (SELECT count(*) FROM pgcoord_ratelimit_state)
+		+ (SELECT count(*) FROM pgcoord_schedule_handlers)`
 	before := scalar[int64](t, pool, tables)
 	latestRuns := column(t, pool, `SELECT job || '@' || max(scheduled_for) FROM pgcoord_job_runs GROUP BY job`)
 	if len(latestRuns) != 2 {
@@ -172,6 +177,8 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 		"singletons": 1, "outbox_keys": 4,
 		// The old key is at rest; the young one's hour has not passed.
 		"ratelimit": 1,
+		// The old registration ran out; the young one is live.
+		"schedule_handlers": 1,
 	}
 	var dryProgress int
 	dry, err := pgcoord.GC(ctx, pool, &pgcoord.GCOpts{OlderThan: gcRetention, DryRun: true,
@@ -196,8 +203,8 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 	if got := counts(t, res); !reflect.DeepEqual(got, want) {
 		t.Errorf("GC removed %v, want %v", got, want)
 	}
-	if res.Total() != 19 || res.Removed("job_runs") != 1 {
-		t.Errorf("Total() = %d, Removed(job_runs) = %d; want 19 and 1", res.Total(), res.Removed("job_runs"))
+	if res.Total() != 20 || res.Removed("job_runs") != 1 {
+		t.Errorf("Total() = %d, Removed(job_runs) = %d; want 20 and 1", res.Total(), res.Removed("job_runs"))
 	}
 
 	// What is left: the young rows, configuration, demand and each job's latest run.
@@ -217,6 +224,7 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 		`SELECT job FROM pgcoord_singletons`:                       {"young-job"},
 		`SELECT key FROM pgcoord_outbox_keys`:                      {"old-pending", "young-pending"},
 		`SELECT key FROM pgcoord_ratelimit_state`:                  {"young-key"},
+		`SELECT holder FROM pgcoord_schedule_handlers`:             {"young-holder"},
 	}
 	for sql, want := range left {
 		if got := column(t, pool, sql); !reflect.DeepEqual(got, want) {
@@ -303,6 +311,35 @@ func TestGCNeverLetsATokenGoBack(t *testing.T) {
 	}
 	if scalar[bool](t, pool, `SELECT EXISTS (SELECT FROM pgcoord_fence_check('order:2', $1))`, old2) {
 		t.Fatal("the old holder of order:2 wrote after the new holder")
+	}
+}
+
+// A schedule's pending runs (a backfilled tick here) have not finished: GC keeps them
+// however old, as it keeps each job's latest run, and collects its other old runs.
+func TestGCKeepsPendingRuns(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	clock := frozenClock(t, pool)
+	mustExec(t, pool, `SELECT pgcoord_schedule_create('s', '@yearly', 'UTC', 'h')`)
+	// Two triggered runs an hour apart, each run and finished.
+	for range 2 {
+		mustExec(t, pool, `SELECT pgcoord_schedule_trigger('s')`)
+		mustExec(t, pool, `SELECT pgcoord_job_finish(job, scheduled_for, fence_token, NULL)
+			FROM pgcoord_schedule_start('s', 'w', ARRAY['h'], '1 minute')`)
+		clock.Advance(time.Hour)
+	}
+	// A tick of the day before, backfilled: pending until a scheduler starts it.
+	mustExec(t, pool, `SELECT pgcoord_schedule_backfill('s', ARRAY[pgcoord_now() - interval '1 day'])`)
+	clock.Advance(gcLater)
+	res, err := pgcoord.GC(ctx, pool, &pgcoord.GCOpts{OlderThan: gcRetention})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := column(t, pool, `SELECT state || ' ' || cause FROM pgcoord_job_runs WHERE job = 's'`)
+	if res.Removed("job_runs") != 1 || !reflect.DeepEqual(left, []string{"pending backfill", "succeeded trigger"}) {
+		t.Errorf("GC removed %d job runs, left %v; want the older finished run removed, the pending and the latest kept",
+			res.Removed("job_runs"), left)
 	}
 }
 

@@ -76,14 +76,8 @@ var sqlExempt = map[string]string{
 	"pgcoord_schedule_begin":         "the start step of pgcoord_schedule_claim and _start, which check its arguments",
 	"pgcoord_schedule_jitter":        "an IMMUTABLE hash of (name, tick) into [0, jitter), computed for stored values (schedules TestJitterIsFixedByNameAndTick)",
 	"pgcoord_schedule_live_handler":  "a predicate over the handler registrations",
-	// The Scheduler's protocol (package schedules): not yet in this table. Their name,
-	// holder and TTL arguments are checked like every function's; their ticks are checked
-	// against the database clock (see the migration).
-	"pgcoord_schedule_arm":        "the Scheduler's protocol (package schedules), not yet covered by this table",
-	"pgcoord_schedule_claim":      "the Scheduler's protocol (package schedules), not yet covered by this table",
-	"pgcoord_schedule_start":      "the Scheduler's protocol (package schedules), not yet covered by this table",
-	"pgcoord_schedule_register":   "the Scheduler's protocol (package schedules), not yet covered by this table",
-	"pgcoord_schedule_unregister": "the Scheduler's protocol (package schedules), not yet covered by this table",
+	"pgcoord_schedule_handlers_args": "argument check of the handlers of pgcoord_schedule_claim, _start and _register, whose cases cover it",
+	"pgcoord_gc_schedule_handlers":   "a collector pgcoord_gc calls after its core checked the arguments",
 }
 
 // checkCoverage fails for a pgcoord function that takes arguments and is in none of

@@ -1,7 +1,8 @@
 package pgcoord_test
 
-// sqlScheduleFuncs holds sqlFuncs' entries for the functions of schedules as rows that
-// users call (the fixture's schedule is 'sched', "0 * * * *" in UTC, handler 'h').
+// sqlScheduleFuncs holds sqlFuncs' entries for the functions of schedules as rows: those
+// users call, then the Scheduler's protocol (the fixture's schedule is 'sched', "0 * * * *"
+// in UTC, handler 'h', version 1, not armed yet, with a triggered run pending).
 var sqlScheduleFuncs = []sqlFunc{
 	{name: "pgcoord_schedule_create", family: "schedules", params: scheduleDefinition(`'sched2'`)},
 	{name: "pgcoord_schedule_update", family: "schedules", params: append(scheduleDefinition(`'sched'`)[:12],
@@ -25,6 +26,61 @@ var sqlScheduleFuncs = []sqlFunc{
 			ok: []string{`(SELECT array_agg(timestamptz '2026-01-01' + make_interval(secs => n)) FROM generate_series(1, 10000) n)`}},
 		actorParam(),
 	}},
+
+	// The Scheduler's protocol.
+	{name: "pgcoord_schedule_arm", family: "schedules", params: []param{
+		nameParam("p_name", "schedule name", `'sched'`),
+		versionParam(),
+		{name: "p_next", valid: `pgcoord_now() + interval '1 hour'`, nullOK: true, what: "next tick",
+			bad: bad(`timestamptz 'infinity'`, `timestamptz '-infinity'`)},
+	}},
+	{name: "pgcoord_schedule_claim", family: "schedules", params: []param{
+		nameParam("p_name", "schedule name", `'sched'`),
+		versionParam(),
+		{name: "p_from", valid: `timestamptz '2026-01-01 00:00+00'`, what: "first claimed tick",
+			bad: bad(`timestamptz 'infinity'`, `timestamptz '-infinity'`, `pgcoord_now() + interval '1 day'`)},
+		{name: "p_missed", valid: `0`, what: "missed ticks", bad: bad(`-1`), ok: []string{`3`}},
+		{name: "p_ticks", valid: `ARRAY[timestamptz '2026-01-01 00:00+00']`, what: "due ticks",
+			bad: bad(`ARRAY[]::timestamptz[]`, `ARRAY[NULL]::timestamptz[]`, `ARRAY[pgcoord_now() + interval '1 day']`,
+				`ARRAY[timestamptz '2025-12-31 23:00+00']`,
+				`ARRAY[timestamptz '2026-01-01 00:30+00', timestamptz '2026-01-01 00:10+00']`,
+				`ARRAY[timestamptz '2026-01-01 00:00+00', timestamptz '2026-01-01 00:00+00']`,
+				`(SELECT array_agg(timestamptz '2026-01-01' + make_interval(secs => n)) FROM generate_series(0, 1000) n)`),
+			ok: []string{`(SELECT array_agg(timestamptz '2026-01-01' + make_interval(secs => n)) FROM generate_series(0, 999) n)`}},
+		{name: "p_next", valid: `timestamptz '2026-01-01 01:00+00'`, nullOK: true, what: "next tick",
+			bad: bad(`timestamptz 'infinity'`, `timestamptz '2026-01-01 00:00+00'`)},
+		nameParam("p_holder", "schedule holder", `'runner'`),
+		handlersParam(),
+		ttlParam("p_ttl", "schedule run ttl", `interval '1 minute'`),
+	}},
+	{name: "pgcoord_schedule_start", family: "schedules", params: []param{
+		nameParam("p_name", "schedule name", `'sched'`),
+		nameParam("p_holder", "schedule holder", `'runner'`),
+		handlersParam(),
+		ttlParam("p_ttl", "schedule run ttl", `interval '1 minute'`),
+	}},
+	{name: "pgcoord_schedule_register", family: "schedules", params: []param{
+		nameParam("p_holder", "schedule holder", `'runner'`),
+		handlersParam(),
+		ttlParam("p_ttl", "handler registration ttl", `interval '1 minute'`),
+	}},
+	{name: "pgcoord_schedule_unregister", family: "schedules", params: []param{
+		nameParam("p_holder", "schedule holder", `'runner'`),
+	}},
+}
+
+// versionParam is the version of a schedule the Scheduler read: positive.
+func versionParam() param {
+	return param{name: "p_version", valid: `1`, what: "schedule version", bad: bad(`0`, `-1`), ok: []string{`99`}}
+}
+
+// handlersParam is the handlers a Scheduler runs: an array of at most 1000 names (empty,
+// or without the fixture's 'h': its run is left to another process).
+func handlersParam() param {
+	return param{name: "p_handlers", valid: `ARRAY['h']`, what: "schedule handlers",
+		bad: bad(`ARRAY['']`, `ARRAY[NULL]::text[]`, `ARRAY['h', repeat('x', 256)]`, `ARRAY[E'h\n']`,
+			`(SELECT array_agg('h' || n) FROM generate_series(1, 1001) n)`),
+		ok: []string{`ARRAY[]::text[]`, `ARRAY['other']`, `(SELECT array_agg('h' || n) FROM generate_series(1, 1000) n)`}}
 }
 
 // scheduleDefinition is the parameters of pgcoord_schedule_create, for the schedule name.

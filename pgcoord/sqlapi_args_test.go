@@ -150,6 +150,7 @@ func argsFixture(t *testing.T, pool *pgxpool.Pool) {
 		`SELECT count(*) FROM pgcoord_outbox_enqueue('orders', 'o-2', '{"n": 2}')`,
 		`SELECT count(*) FROM pgcoord_ratelimit_set('api', 10, '1 second', 5)`,
 		`SELECT count(*) FROM pgcoord_schedule_create('sched', '0 * * * *', 'UTC', 'h')`,
+		`SELECT count(*) FROM pgcoord_schedule_trigger('sched')`,
 	} {
 		var n int
 		if err := pool.QueryRow(t.Context(), q).Scan(&n); err != nil || n != 1 {

@@ -33,13 +33,26 @@ func TestWaitsForItsHandler(t *testing.T) {
 	if !strings.Contains(note, "waiting for a process that runs the handler 'late'") {
 		t.Errorf("the pending tick's note is %q, want it to say it waits for the handler", note)
 	}
+	checkInfo := func(when string, pending int64, live bool) {
+		t.Helper()
+		info, err := schedules.Get(t.Context(), pool, "late")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Pending != pending || info.HandlerLive != live {
+			t.Errorf("%s: Pending %d, HandlerLive %v; want %d, %v", when, info.Pending, info.HandlerLive, pending, live)
+		}
+	}
+	checkInfo("waiting for the handler", 1, false)
 	c := newCalls()
 	stop := start(t, pool, map[string]schedules.Handler{"late": c.handler()})
 	pgtest.Until(t, "the pending tick succeeded", func() bool {
 		states, _ := runStates(t, pool, "late")
 		return states[tick] == "succeeded"
 	})
+	checkInfo("with a scheduler running the handler", 0, true)
 	stop()
+	checkInfo("after that scheduler stopped", 0, false)
 	if len(c.all) != 1 || c.runs["late"][tick] != 1 || len(other.all) != 0 {
 		t.Errorf("runs %v (other handler: %v), want the 09:00 tick once", c.all, other.all)
 	}

@@ -146,6 +146,14 @@ type Info struct {
 	LastStartedAt, LastSuccessAt, LastFailureAt time.Time
 	LastError                                   string
 	ConsecutiveFailures                         int
+	// Pending counts its runs waiting to start (state "pending"): buffered behind a
+	// running one, queued by CatchUpAll, triggered, backfilled, or waiting for a process
+	// with the handler.
+	Pending int64
+	// HandlerLive says whether a live process (a running Scheduler) has registered
+	// Handler. While none has, due ticks are recorded pending, and missed once older
+	// than CatchUp.
+	HandlerLive bool
 	// DBNow is the database clock when it was read.
 	DBNow time.Time
 }
@@ -519,7 +527,7 @@ func infoOf(r dbsqlc.ScheduleListRow) Info {
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, UpdatedBy: r.UpdatedBy,
 		LastStartedAt: dbarg.Deref(r.LastStartedAt), LastSuccessAt: dbarg.Deref(r.LastSuccessAt),
 		LastFailureAt: dbarg.Deref(r.LastFailureAt), LastError: dbarg.Deref(r.LastError),
-		ConsecutiveFailures: int(r.ConsecutiveFailures), DBNow: r.DbNow,
+		ConsecutiveFailures: int(r.ConsecutiveFailures), Pending: r.Pending, HandlerLive: r.HandlerLive, DBNow: r.DbNow,
 	}
 }
 

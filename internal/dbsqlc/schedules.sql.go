@@ -323,7 +323,9 @@ func (q *Queries) ScheduleDue(ctx context.Context, db DBTX, arg ScheduleDueParam
 
 const scheduleGet = `-- name: ScheduleGet :many
 SELECT s.name, s.expr, s.zone, s.handler, s.args, s.catch_up, s.catch_up_policy, s.jitter, s.deadline, s.starts_at, s.ends_at, s.paused_at, s.paused_by, s.paused_note, s.version, s.next_at, s.due_at, s.arm_from, s.created_at, s.updated_at, s.updated_by, j.overlap, j.fence_token, j.last_started_at, j.last_success_at, j.last_failure_at, j.last_error,
-       j.consecutive_failures, pgcoord_now()::timestamptz AS db_now
+       j.consecutive_failures, pgcoord_now()::timestamptz AS db_now,
+       (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = s.name AND r.state = 'pending')::bigint AS pending,
+       pgcoord_schedule_live_handler(s.handler)::boolean AS handler_live
 FROM pgcoord_schedules s JOIN pgcoord_jobs j ON j.name = s.name
 WHERE s.name = $1::text
 `
@@ -358,6 +360,8 @@ type ScheduleGetRow struct {
 	LastError           *string
 	ConsecutiveFailures int32
 	DbNow               time.Time
+	Pending             int64
+	HandlerLive         bool
 }
 
 func (q *Queries) ScheduleGet(ctx context.Context, db DBTX, name string) ([]ScheduleGetRow, error) {
@@ -399,6 +403,8 @@ func (q *Queries) ScheduleGet(ctx context.Context, db DBTX, name string) ([]Sche
 			&i.LastError,
 			&i.ConsecutiveFailures,
 			&i.DbNow,
+			&i.Pending,
+			&i.HandlerLive,
 		); err != nil {
 			return nil, err
 		}
@@ -412,7 +418,9 @@ func (q *Queries) ScheduleGet(ctx context.Context, db DBTX, name string) ([]Sche
 
 const scheduleList = `-- name: ScheduleList :many
 SELECT s.name, s.expr, s.zone, s.handler, s.args, s.catch_up, s.catch_up_policy, s.jitter, s.deadline, s.starts_at, s.ends_at, s.paused_at, s.paused_by, s.paused_note, s.version, s.next_at, s.due_at, s.arm_from, s.created_at, s.updated_at, s.updated_by, j.overlap, j.fence_token, j.last_started_at, j.last_success_at, j.last_failure_at, j.last_error,
-       j.consecutive_failures, pgcoord_now()::timestamptz AS db_now
+       j.consecutive_failures, pgcoord_now()::timestamptz AS db_now,
+       (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = s.name AND r.state = 'pending')::bigint AS pending,
+       pgcoord_schedule_live_handler(s.handler)::boolean AS handler_live
 FROM pgcoord_schedules s JOIN pgcoord_jobs j ON j.name = s.name
 WHERE s.name > $1::text
   AND s.name >= $2::text AND starts_with(s.name, $2::text)
@@ -456,6 +464,8 @@ type ScheduleListRow struct {
 	LastError           *string
 	ConsecutiveFailures int32
 	DbNow               time.Time
+	Pending             int64
+	HandlerLive         bool
 }
 
 // prefix (” for all) as in ListLeases.
@@ -498,6 +508,8 @@ func (q *Queries) ScheduleList(ctx context.Context, db DBTX, arg ScheduleListPar
 			&i.LastError,
 			&i.ConsecutiveFailures,
 			&i.DbNow,
+			&i.Pending,
+			&i.HandlerLive,
 		); err != nil {
 			return nil, err
 		}

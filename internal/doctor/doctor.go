@@ -23,7 +23,7 @@ const (
 // Finding is the outcome of one check.
 type Finding struct {
 	// Check names the check: schema, notify, clock, time, transactions, replication,
-	// leases, semaphores, jobs, idempotency, outbox, retention, audit, advisory.
+	// leases, semaphores, jobs, schedules, idempotency, outbox, retention, audit, advisory.
 	Check string `json:"check"`
 	// Status grades it.
 	Status Status `json:"status"`
@@ -82,6 +82,7 @@ var checks = []check{
 	{"leases", checkLeases, true},
 	{"semaphores", checkSemaphores, true},
 	{"jobs", checkJobs, true},
+	{"schedules", checkSchedules, true},
 	{"idempotency", checkIdempotency, true},
 	{"outbox", checkOutbox, true},
 	{"retention", checkRetention, true},

@@ -54,7 +54,7 @@ func TestHealthySchema(t *testing.T) {
 			t.Errorf("%s needs attention in a fresh schema: %s", f.Check, f.Summary)
 		}
 	}
-	if got, want := strings.Join(checks, ","), "schema,notify,clock,time,transactions,replication,leases,semaphores,jobs,idempotency,outbox,retention,audit,advisory"; got != want {
+	if got, want := strings.Join(checks, ","), "schema,notify,clock,time,transactions,replication,leases,semaphores,jobs,schedules,idempotency,outbox,retention,audit,advisory"; got != want {
 		t.Errorf("checks %s, want %s", got, want)
 	}
 	if doctor.NeedsAttention(fs) != pooler {
@@ -81,7 +81,7 @@ func TestSchemaNotInstalledOrBehind(t *testing.T) {
 		if name == "behind" && !strings.Contains(s.Summary, "pending") {
 			t.Errorf("behind: %q does not say migrations are pending", s.Summary)
 		}
-		for _, c := range []string{"time", "leases", "semaphores", "jobs", "idempotency", "outbox", "retention"} {
+		for _, c := range []string{"time", "leases", "semaphores", "jobs", "schedules", "idempotency", "outbox", "retention"} {
 			if f, ok := byCheck[c]; ok {
 				t.Errorf("%s: check %s ran against a schema that is not current: %+v", name, c, f)
 			}

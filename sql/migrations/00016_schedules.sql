@@ -341,6 +341,12 @@ $$;
 CREATE FUNCTION pgcoord_schedule_arm(p_name text, p_version bigint, p_next timestamptz)
 RETURNS SETOF pgcoord_schedules LANGUAGE plpgsql AS $$
 BEGIN
+    IF NOT pgcoord_name_ok(p_name) THEN
+        PERFORM pgcoord_refuse_name('schedule name', p_name);
+    END IF;
+    IF p_version IS NULL OR p_version < 1 THEN
+        PERFORM pgcoord_refuse('schedule version', 'positive', p_version::text);
+    END IF;
     IF p_next IS NOT NULL AND NOT isfinite(p_next) THEN
         PERFORM pgcoord_refuse('next tick', 'a finite time or NULL', p_next::text);
     END IF;
@@ -350,6 +356,22 @@ BEGIN
      WHERE s.name = p_name AND s.version = p_version AND s.arm_from IS NOT NULL
        AND (p_next IS NULL OR p_next > s.arm_from)
     RETURNING s.*;
+END
+$$;
+-- +goose StatementEnd
+
+-- pgcoord_schedule_handlers_args refuses the handlers a scheduler runs (22004 or 22023):
+-- an array of at most 1000 names of 1 to 255 bytes.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_schedule_handlers_args(p_handlers text[]) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_handlers IS NULL OR cardinality(p_handlers) > 1000 THEN
+        PERFORM pgcoord_refuse('schedule handlers', 'an array of at most 1000 names', cardinality(p_handlers) || ' names');
+    END IF;
+    IF EXISTS (SELECT FROM unnest(p_handlers) h WHERE NOT pgcoord_name_ok(h)) THEN
+        PERFORM pgcoord_refuse('schedule handlers', 'names of 1 to 255 bytes without control characters',
+                               'a NULL, empty, longer or control-character name');
+    END IF;
 END
 $$;
 -- +goose StatementEnd
@@ -381,22 +403,22 @@ DECLARE
     s pgcoord_schedules;
     v_ticks timestamptz[];
     v_run timestamptz;
-    v_missed bigint := coalesce(p_missed, 0);
+    v_missed bigint := p_missed;
 BEGIN
     IF NOT pgcoord_name_ok(p_name) THEN
         PERFORM pgcoord_refuse_name('schedule name', p_name);
     END IF;
-    IF NOT pgcoord_name_ok(p_holder) THEN
-        PERFORM pgcoord_refuse_name('schedule holder', p_holder);
+    IF p_version IS NULL OR p_version < 1 THEN
+        PERFORM pgcoord_refuse('schedule version', 'positive', p_version::text);
     END IF;
-    IF NOT pgcoord_ttl_ok(p_ttl) THEN
-        PERFORM pgcoord_refuse('schedule run ttl', 'positive, at most 24 hours and without months', p_ttl::text);
+    IF p_from IS NULL OR NOT isfinite(p_from) OR p_from > v_now THEN
+        PERFORM pgcoord_refuse('first claimed tick', 'the schedule''s next tick, at most now (' || v_now || ')', p_from::text);
     END IF;
-    IF v_missed < 0 THEN
+    IF p_missed IS NULL OR p_missed < 0 THEN
         PERFORM pgcoord_refuse('missed ticks', 'zero or more', p_missed::text);
     END IF;
-    IF coalesce(cardinality(p_ticks), 0) > 1000 THEN
-        PERFORM pgcoord_refuse('ticks of one claim', 'at most 1000', cardinality(p_ticks)::text);
+    IF p_ticks IS NULL OR cardinality(p_ticks) > 1000 THEN
+        PERFORM pgcoord_refuse('due ticks', 'an array of at most 1000', cardinality(p_ticks)::text);
     END IF;
     IF EXISTS (SELECT FROM unnest(p_ticks) WITH ORDINALITY t(at, n)
                 WHERE t.at IS NULL OR t.at > v_now OR t.at < p_from
@@ -404,11 +426,18 @@ BEGIN
         PERFORM pgcoord_refuse('due ticks', 'ascending, from the next tick on, none after now (' || v_now || ')',
                                p_ticks::text);
     END IF;
+    IF v_missed = 0 AND cardinality(p_ticks) = 0 THEN
+        PERFORM pgcoord_refuse('due ticks', 'at least one when no tick is missed', '0');
+    END IF;
     IF p_next IS NOT NULL AND (NOT isfinite(p_next) OR p_next <= coalesce(p_ticks[cardinality(p_ticks)], p_from)) THEN
         PERFORM pgcoord_refuse('next tick', 'after the due ticks', p_next::text);
     END IF;
-    IF v_missed = 0 AND coalesce(cardinality(p_ticks), 0) = 0 THEN
-        PERFORM pgcoord_refuse('claim', 'of at least one tick, due or missed', '0');
+    IF NOT pgcoord_name_ok(p_holder) THEN
+        PERFORM pgcoord_refuse_name('schedule holder', p_holder);
+    END IF;
+    PERFORM pgcoord_schedule_handlers_args(p_handlers);
+    IF NOT pgcoord_ttl_ok(p_ttl) THEN
+        PERFORM pgcoord_refuse('schedule run ttl', 'positive, at most 24 hours and without months', p_ttl::text);
     END IF;
     -- Most claims lose (every replica claims every tick): decide them by a plain read.
     SELECT * INTO s FROM pgcoord_schedules x WHERE x.name = p_name;
@@ -574,11 +603,12 @@ BEGIN
     IF NOT pgcoord_name_ok(p_holder) THEN
         PERFORM pgcoord_refuse_name('schedule holder', p_holder);
     END IF;
+    PERFORM pgcoord_schedule_handlers_args(p_handlers);
     IF NOT pgcoord_ttl_ok(p_ttl) THEN
         PERFORM pgcoord_refuse('schedule run ttl', 'positive, at most 24 hours and without months', p_ttl::text);
     END IF;
     SELECT * INTO s FROM pgcoord_schedules x WHERE x.name = p_name;
-    IF NOT FOUND OR s.paused_at IS NOT NULL OR NOT (s.handler = ANY (coalesce(p_handlers, '{}'))) THEN
+    IF NOT FOUND OR s.paused_at IS NOT NULL OR NOT (s.handler = ANY (p_handlers)) THEN
         RETURN;
     END IF;
     IF pg_is_in_recovery() THEN
@@ -723,11 +753,9 @@ BEGIN
     IF NOT pgcoord_name_ok(p_holder) THEN
         PERFORM pgcoord_refuse_name('schedule holder', p_holder);
     END IF;
+    PERFORM pgcoord_schedule_handlers_args(p_handlers);
     IF NOT pgcoord_ttl_ok(p_ttl) THEN
         PERFORM pgcoord_refuse('handler registration ttl', 'positive, at most 24 hours and without months', p_ttl::text);
-    END IF;
-    IF p_handlers IS NULL OR cardinality(p_handlers) > 1000 OR EXISTS (SELECT FROM unnest(p_handlers) h WHERE NOT pgcoord_name_ok(h)) THEN
-        PERFORM pgcoord_refuse('handlers', 'at most 1000 names of 1 to 255 bytes', coalesce(cardinality(p_handlers)::text, 'NULL'));
     END IF;
     PERFORM set_config('synchronous_commit', 'off', true);
     DELETE FROM pgcoord_schedule_handlers h
@@ -744,12 +772,67 @@ $$;
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_schedule_unregister(p_holder text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+    IF NOT pgcoord_name_ok(p_holder) THEN
+        PERFORM pgcoord_refuse_name('schedule holder', p_holder);
+    END IF;
     DELETE FROM pgcoord_schedule_handlers h WHERE h.holder = p_holder;
 END
 $$;
 -- +goose StatementEnd
 
+-- Retention: pgcoord_gc lists one kind more, schedule_handlers, after those of 00013. A
+-- scheduler that stops deletes its registrations, and every registration deletes those
+-- that ran out; the registrations of schedulers that were killed, when no other registers
+-- since, are left. pgcoord_gc_schedule_handlers deletes, by the database clock, up to
+-- p_batch registrations that ran out longer than p_older_than ago, skipping rows a
+-- scheduler holds; with p_dry_run it counts them. Until then they say which process ran
+-- which handler until when (pgcoord_schedule_handlers).
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_gc_schedule_handlers(p_older_than interval, p_batch integer, p_dry_run boolean)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_cutoff timestamptz := pgcoord_now() - p_older_than;
+    v_n bigint;
+BEGIN
+    IF p_dry_run THEN
+        SELECT count(*) INTO v_n FROM pgcoord_schedule_handlers h WHERE h.until < v_cutoff;
+        RETURN v_n;
+    END IF;
+    DELETE FROM pgcoord_schedule_handlers h
+     WHERE (h.handler, h.holder) IN (SELECT x.handler, x.holder FROM pgcoord_schedule_handlers x
+                                      WHERE x.until < v_cutoff LIMIT p_batch FOR UPDATE SKIP LOCKED)
+       AND h.until < v_cutoff;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgcoord_gc(p_older_than interval, p_batch integer DEFAULT 10000, p_dry_run boolean DEFAULT false)
+RETURNS TABLE (kind text, removed bigint) LANGUAGE plpgsql AS $$
+BEGIN
+    -- The core checks the arguments first.
+    RETURN QUERY SELECT g.kind, g.removed FROM pgcoord_gc_core(p_older_than, p_batch, p_dry_run) g;
+    kind := 'ratelimit'; removed := pgcoord_gc_ratelimit(p_batch, p_dry_run); RETURN NEXT;
+    kind := 'schedule_handlers'; removed := pgcoord_gc_schedule_handlers(p_older_than, p_batch, p_dry_run); RETURN NEXT;
+END
+$$;
+-- +goose StatementEnd
+
 -- +goose Down
+-- pgcoord_gc as 00013 made it.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgcoord_gc(p_older_than interval, p_batch integer DEFAULT 10000, p_dry_run boolean DEFAULT false)
+RETURNS TABLE (kind text, removed bigint) LANGUAGE plpgsql AS $$
+BEGIN
+    -- The core checks the arguments first.
+    RETURN QUERY SELECT g.kind, g.removed FROM pgcoord_gc_core(p_older_than, p_batch, p_dry_run) g;
+    kind := 'ratelimit'; removed := pgcoord_gc_ratelimit(p_batch, p_dry_run); RETURN NEXT;
+END
+$$;
+-- +goose StatementEnd
+DROP FUNCTION pgcoord_gc_schedule_handlers(interval, integer, boolean);
 DROP FUNCTION pgcoord_schedule_unregister(text);
 DROP FUNCTION pgcoord_schedule_register(text, text[], interval);
 DROP FUNCTION pgcoord_schedule_backfill(text, timestamptz[], text);
@@ -757,6 +840,7 @@ DROP FUNCTION pgcoord_schedule_trigger(text, text);
 DROP FUNCTION pgcoord_schedule_start(text, text, text[], interval);
 DROP FUNCTION pgcoord_schedule_begin(text, timestamptz, text, text, text[], interval, boolean);
 DROP FUNCTION pgcoord_schedule_claim(text, bigint, timestamptz, bigint, timestamptz[], timestamptz, text, text[], interval);
+DROP FUNCTION pgcoord_schedule_handlers_args(text[]);
 DROP FUNCTION pgcoord_schedule_arm(text, bigint, timestamptz);
 DROP FUNCTION pgcoord_schedule_delete(text, text);
 DROP FUNCTION pgcoord_schedule_resume(text, text);

@@ -46,14 +46,18 @@ SELECT pgcoord_schedule_unregister(@holder::text);
 
 -- name: ScheduleGet :many
 SELECT s.*, j.overlap, j.fence_token, j.last_started_at, j.last_success_at, j.last_failure_at, j.last_error,
-       j.consecutive_failures, pgcoord_now()::timestamptz AS db_now
+       j.consecutive_failures, pgcoord_now()::timestamptz AS db_now,
+       (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = s.name AND r.state = 'pending')::bigint AS pending,
+       pgcoord_schedule_live_handler(s.handler)::boolean AS handler_live
 FROM pgcoord_schedules s JOIN pgcoord_jobs j ON j.name = s.name
 WHERE s.name = @name::text;
 
 -- name: ScheduleList :many
 -- prefix ('' for all) as in ListLeases.
 SELECT s.*, j.overlap, j.fence_token, j.last_started_at, j.last_success_at, j.last_failure_at, j.last_error,
-       j.consecutive_failures, pgcoord_now()::timestamptz AS db_now
+       j.consecutive_failures, pgcoord_now()::timestamptz AS db_now,
+       (SELECT count(*) FROM pgcoord_job_runs r WHERE r.job = s.name AND r.state = 'pending')::bigint AS pending,
+       pgcoord_schedule_live_handler(s.handler)::boolean AS handler_live
 FROM pgcoord_schedules s JOIN pgcoord_jobs j ON j.name = s.name
 WHERE s.name > @after::text
   AND s.name >= @prefix::text AND starts_with(s.name, @prefix::text)
