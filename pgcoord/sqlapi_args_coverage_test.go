@@ -72,6 +72,7 @@ var sqlExempt = map[string]string{
 	"pgcoord_cron_every_check":       "the @every form of pgcoord_cron_check, whose cases cover it",
 	"pgcoord_cron_refuse":            "raises pgcoord_cron_check's errors",
 	"pgcoord_schedule_args":          "argument checks of pgcoord_schedule_create and _update, whose cases cover it",
+	"pgcoord_schedule_lock":          "the row lock and clock read of the schedule changes, after their checks",
 	"pgcoord_schedule_changed":       "the audit row and notification of a schedule change, written after the change's checks",
 	"pgcoord_schedule_begin":         "the start step of pgcoord_schedule_claim and _start, which check its arguments",
 	"pgcoord_schedule_jitter":        "an IMMUTABLE hash of (name, tick) into [0, jitter), computed for stored values (schedules TestJitterIsFixedByNameAndTick)",

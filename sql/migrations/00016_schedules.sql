@@ -112,13 +112,14 @@ CREATE FUNCTION pgcoord_schedule_live_handler(p_handler text) RETURNS boolean
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$ SELECT EXISTS (SELECT FROM pgcoord_schedule_handlers h WHERE h.handler = p_handler AND h.until > pgcoord_now()) $$;
 
--- pgcoord_schedule_changed audits a change and wakes the schedulers.
+-- pgcoord_schedule_changed audits a change made at p_at (NULL: the transaction's now) and
+-- wakes the schedulers.
 -- +goose StatementBegin
-CREATE FUNCTION pgcoord_schedule_changed(p_name text, p_action text, p_actor text, p_details jsonb) RETURNS void
-LANGUAGE plpgsql AS $$
+CREATE FUNCTION pgcoord_schedule_changed(p_name text, p_action text, p_actor text, p_details jsonb, p_at timestamptz DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO pgcoord_audit (actor, action, target, details)
-    VALUES (p_actor, 'schedule.' || p_action, p_name, coalesce(p_details, '{}'));
+    INSERT INTO pgcoord_audit (at, actor, action, target, details)
+    VALUES (coalesce(p_at, pgcoord_now()), p_actor, 'schedule.' || p_action, p_name, coalesce(p_details, '{}'));
     PERFORM pg_notify(pgcoord_channel('schedules'), pgcoord_wake_tag(p_name));
 END
 $$;
@@ -211,6 +212,18 @@ END
 $$;
 -- +goose StatementEnd
 
+-- pgcoord_schedule_lock takes a schedule's row lock, which its claims take too, and returns
+-- the database clock once it holds it: a change is dated after every claim that committed
+-- before it, so "after the change" means after every claim made with the old definition.
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_schedule_lock(p_name text) RETURNS timestamptz LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM FROM pgcoord_schedules s WHERE s.name = p_name FOR NO KEY UPDATE;
+    RETURN pgcoord_clock();
+END
+$$;
+-- +goose StatementEnd
+
 -- pgcoord_schedule_update replaces a schedule's definition (every argument, as in
 -- pgcoord_schedule_create) and returns it; no row when there is no such schedule, or when
 -- p_version is given and the schedule's version is another (it changed since it was read).
@@ -224,15 +237,18 @@ CREATE FUNCTION pgcoord_schedule_update(
 ) RETURNS SETOF pgcoord_schedules LANGUAGE plpgsql AS $$
 DECLARE
     v_actor text := coalesce(p_actor, session_user);
+    v_at timestamptz;
     r pgcoord_schedules;
 BEGIN
     PERFORM pgcoord_schedule_args(p_name, p_expr, p_zone, p_handler, p_args, p_catch_up, p_catch_up_policy,
                                   p_overlap, p_jitter, p_deadline, p_starts_at, p_ends_at, v_actor);
+    -- The change is dated once it holds the schedule's row (see pgcoord_schedule_lock).
+    v_at := pgcoord_schedule_lock(p_name);
     UPDATE pgcoord_schedules s
        SET expr = btrim(p_expr), zone = p_zone, handler = p_handler, args = p_args, catch_up = p_catch_up,
            catch_up_policy = p_catch_up_policy, jitter = p_jitter, deadline = p_deadline,
            starts_at = p_starts_at, ends_at = p_ends_at, version = s.version + 1,
-           next_at = NULL, due_at = NULL, arm_from = pgcoord_now(), updated_at = pgcoord_now(), updated_by = v_actor
+           next_at = NULL, due_at = NULL, arm_from = v_at, updated_at = v_at, updated_by = v_actor
      WHERE s.name = p_name AND (p_version IS NULL OR s.version = p_version)
     RETURNING * INTO r;
     IF NOT FOUND THEN
@@ -240,7 +256,7 @@ BEGIN
     END IF;
     UPDATE pgcoord_jobs SET overlap = p_overlap WHERE name = p_name;
     PERFORM pgcoord_schedule_changed(p_name, 'update', v_actor,
-                                     to_jsonb(r) - 'next_at' - 'due_at' - 'arm_from' || jsonb_build_object('overlap', p_overlap));
+                                     to_jsonb(r) - 'next_at' - 'due_at' - 'arm_from' || jsonb_build_object('overlap', p_overlap), v_at);
     RETURN NEXT r;
 END
 $$;
@@ -248,13 +264,14 @@ $$;
 
 -- pgcoord_schedule_pause pauses a schedule (no tick runs while it is paused; runs already
 -- running go on) and returns it; pgcoord_schedule_resume resumes it from the first tick
--- after now. No row when there is no such schedule; pausing a paused schedule keeps its
--- first pause and note.
+-- after now. No row when there is no such schedule; pausing a paused schedule (or
+-- resuming an active one) changes nothing and writes no audit row.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_schedule_pause(p_name text, p_note text DEFAULT NULL, p_actor text DEFAULT NULL)
 RETURNS SETOF pgcoord_schedules LANGUAGE plpgsql AS $$
 DECLARE
     v_actor text := coalesce(p_actor, session_user);
+    v_at timestamptz;
     r pgcoord_schedules;
 BEGIN
     IF NOT pgcoord_name_ok(p_name) THEN
@@ -266,16 +283,19 @@ BEGIN
     IF octet_length(p_note) > 1000 THEN
         PERFORM pgcoord_refuse('pause note', 'at most 1000 bytes', octet_length(p_note) || ' bytes');
     END IF;
-    UPDATE pgcoord_schedules s
-       SET paused_at = coalesce(s.paused_at, pgcoord_now()), paused_by = coalesce(s.paused_by, v_actor),
-           paused_note = CASE WHEN s.paused_at IS NULL THEN p_note ELSE s.paused_note END,
-           version = s.version + CASE WHEN s.paused_at IS NULL THEN 1 ELSE 0 END
-     WHERE s.name = p_name
-    RETURNING * INTO r;
-    IF NOT FOUND THEN
+    v_at := pgcoord_schedule_lock(p_name);
+    SELECT * INTO r FROM pgcoord_schedules s WHERE s.name = p_name;
+    IF NOT FOUND OR r.paused_at IS NOT NULL THEN
+        IF FOUND THEN
+            RETURN NEXT r; -- paused already: nothing changes, nothing is audited
+        END IF;
         RETURN;
     END IF;
-    PERFORM pgcoord_schedule_changed(p_name, 'pause', v_actor, jsonb_build_object('note', p_note));
+    UPDATE pgcoord_schedules s
+       SET paused_at = v_at, paused_by = v_actor, paused_note = p_note, version = s.version + 1
+     WHERE s.name = p_name
+    RETURNING * INTO r;
+    PERFORM pgcoord_schedule_changed(p_name, 'pause', v_actor, jsonb_build_object('note', p_note), v_at);
     RETURN NEXT r;
 END
 $$;
@@ -286,6 +306,7 @@ CREATE FUNCTION pgcoord_schedule_resume(p_name text, p_actor text DEFAULT NULL)
 RETURNS SETOF pgcoord_schedules LANGUAGE plpgsql AS $$
 DECLARE
     v_actor text := coalesce(p_actor, session_user);
+    v_at timestamptz;
     r pgcoord_schedules;
 BEGIN
     IF NOT pgcoord_name_ok(p_name) THEN
@@ -294,16 +315,17 @@ BEGIN
     IF NOT pgcoord_name_ok(v_actor) THEN
         PERFORM pgcoord_refuse_name('actor', v_actor);
     END IF;
+    v_at := pgcoord_schedule_lock(p_name);
     UPDATE pgcoord_schedules s
        SET paused_at = NULL, paused_by = NULL, paused_note = NULL, version = s.version + 1,
-           next_at = NULL, due_at = NULL, arm_from = pgcoord_now()
+           next_at = NULL, due_at = NULL, arm_from = v_at
      WHERE s.name = p_name AND s.paused_at IS NOT NULL
     RETURNING * INTO r;
     IF NOT FOUND THEN
         RETURN QUERY SELECT * FROM pgcoord_schedules s WHERE s.name = p_name;
         RETURN;
     END IF;
-    PERFORM pgcoord_schedule_changed(p_name, 'resume', v_actor, '{}');
+    PERFORM pgcoord_schedule_changed(p_name, 'resume', v_actor, '{}', v_at);
     RETURN NEXT r;
 END
 $$;
@@ -845,13 +867,14 @@ DROP FUNCTION pgcoord_schedule_arm(text, bigint, timestamptz);
 DROP FUNCTION pgcoord_schedule_delete(text, text);
 DROP FUNCTION pgcoord_schedule_resume(text, text);
 DROP FUNCTION pgcoord_schedule_pause(text, text, text);
+DROP FUNCTION pgcoord_schedule_lock(text);
 DROP FUNCTION pgcoord_schedule_update(text, text, text, text, jsonb, interval, text, text, interval, interval,
                                       timestamptz, timestamptz, bigint, text);
 DROP FUNCTION pgcoord_schedule_create(text, text, text, text, jsonb, interval, text, text, interval, interval,
                                       timestamptz, timestamptz, text);
 DROP FUNCTION pgcoord_schedule_args(text, text, text, text, jsonb, interval, text, text, interval, interval,
                                     timestamptz, timestamptz, text);
-DROP FUNCTION pgcoord_schedule_changed(text, text, text, jsonb);
+DROP FUNCTION pgcoord_schedule_changed(text, text, text, jsonb, timestamptz);
 DROP FUNCTION pgcoord_schedule_live_handler(text);
 DROP FUNCTION pgcoord_schedule_jitter(text, timestamptz, interval);
 DROP TABLE pgcoord_schedule_handlers;
