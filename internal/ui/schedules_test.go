@@ -121,6 +121,10 @@ func TestUISchedulesPages(t *testing.T) {
 	if !strings.Contains(filtered, `data-schedule="weekly-report"`) || strings.Contains(filtered, `data-schedule="nightly"`) {
 		t.Errorf("the filter week lists:\n%s", filtered)
 	}
+	// Schedules are jobs of the ledger too: the Jobs page shows their expression and
+	// zone, linked to the schedule's page.
+	contains(t, "the jobs page", d.page(t, "/jobs"), `data-job="weekly-report"`,
+		`<td><a href="/schedules/weekly-report">0 9 * * MON-FRI (Europe/Berlin)</a></td>`)
 	contains(t, "overview", d.page(t, "/"), `<h3><a href="/schedules">Schedules</a></h3>`,
 		"<dt>schedules</dt><dd>2</dd><dt>paused</dt><dd>1</dd><dt>failing</dt><dd>1</dd>")
 	contains(t, "the jobs page", d.page(t, "/jobs"), `<tr class="failing" data-job="weekly-report">`) // a schedule is a job
