@@ -26,21 +26,15 @@ func TestDueScanPlansStayIndexed(t *testing.T) {
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
 	ex := pgtest.AutoExplain(t, pool)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := ex.Conn.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	exec(`ALTER TABLE pgcoord_jobs SET (autovacuum_enabled = off)`)
-	exec(`ALTER TABLE pgcoord_schedules SET (autovacuum_enabled = off)`)
-	exec(`INSERT INTO pgcoord_jobs (name, kind, overlap) SELECT 's' || g, 'cron', 'forbid' FROM generate_series(1, $1::int) g`, planSchedules)
+	ex.Exec(`ALTER TABLE pgcoord_jobs SET (autovacuum_enabled = off)`)
+	ex.Exec(`ALTER TABLE pgcoord_schedules SET (autovacuum_enabled = off)`)
+	ex.Exec(`INSERT INTO pgcoord_jobs (name, kind, overlap) SELECT 's' || g, 'cron', 'forbid' FROM generate_series(1, $1::int) g`, planSchedules)
 	// The first planDue due a minute ago, the others over the hour from an hour ahead.
-	exec(`INSERT INTO pgcoord_schedules (name, expr, zone, handler, catch_up, catch_up_policy, jitter, next_at, due_at, updated_by)
-	      SELECT 's' || g, '0 * * * * *', 'UTC', 'h', interval '1 hour', 'latest', interval '0', t.at, t.at, 'test'
-	        FROM generate_series(1, $1::int) g,
-	             LATERAL (SELECT CASE WHEN g <= $2 THEN pgcoord_now() - interval '1 minute'
-	                                  ELSE pgcoord_now() + interval '1 hour' + g * interval '1 hour' / $1::int END AS at) t`,
+	ex.Exec(`INSERT INTO pgcoord_schedules (name, expr, zone, handler, catch_up, catch_up_policy, jitter, next_at, due_at, updated_by)
+	         SELECT 's' || g, '0 * * * * *', 'UTC', 'h', interval '1 hour', 'latest', interval '0', t.at, t.at, 'test'
+	           FROM generate_series(1, $1::int) g,
+	                LATERAL (SELECT CASE WHEN g <= $2 THEN pgcoord_now() - interval '1 minute'
+	                                     ELSE pgcoord_now() + interval '1 hour' + g * interval '1 hour' / $1::int END AS at) t`,
 		planSchedules, planDue)
 	var q dbsqlc.Queries
 	handlers := []string{"h"}
@@ -68,9 +62,7 @@ func TestDueScanPlansStayIndexed(t *testing.T) {
 	}
 	for call := 1; call <= 7; call++ {
 		if call == 7 {
-			if _, err := ex.Conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
-				t.Fatal(err)
-			}
+			ex.Exec(`SET plan_cache_mode = force_generic_plan`)
 		}
 		var due []dbsqlc.ScheduleDueRow
 		plans := ex.Plans("ScheduleDue :many", func() {
