@@ -142,8 +142,8 @@ func setUnits(ctx context.Context, n int64) {
 }
 
 // recordLatency records d as the latency of one of the op's operations (a tick's lateness,
-// say), in place of the op's duration: an op that calls it (any number of times, none
-// included) adds to the latency percentiles only what it recorded.
+// say), in place of the op's duration: an op that calls it, once or more, adds to the
+// latency percentiles what it recorded and not its own duration.
 func recordLatency(ctx context.Context, d time.Duration) {
 	if r, ok := ctx.Value(reportKey{}).(*opReport); ok {
 		r.recorded = true
