@@ -33,7 +33,8 @@
 // the same run, alternating in short rounds (A B A B ...) on the same connections, because
 // the cost of a durable commit drifts by up to 10x within an hour on a shared machine: only
 // the ratio of the medians of the per-round throughputs is stable. Latency percentiles come
-// from a histogram of every operation of the scenario (about 1% precision). Allocations and
+// from a histogram of every operation of the scenario (about 1% precision), or of the
+// latencies its ops record themselves (schedules.lateness: each tick's lateness). Allocations and
 // bytes per operation are the whole process's (runtime.ReadMemStats before and after each of
 // the scenario's rounds, outside the timed part), which during a round are its workers'
 // client-side cost.
@@ -53,6 +54,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -68,7 +70,8 @@ type Scenario struct {
 	Description string
 	// Floor names the scenario that does the same work with the fewest plain SQL
 	// statements; the two are measured alternately and reported as a ratio. Empty means
-	// the scenario is its own reference (only "floor.select1" should be).
+	// the scenario is its own reference: "floor.select1", and a scenario whose rate is set
+	// by a clock rather than by its cost ("schedules.lateness", which reports latencies).
 	Floor string
 	// Setup, if set, runs once per Run before any measurement, with a pool whose
 	// search_path is the migrated bench schema. It creates what the scenario needs beyond
@@ -82,6 +85,10 @@ type Scenario struct {
 	// measures it at MaxConcurrency instead of any higher one asked for (once). A scenario
 	// whose op runs concurrent work of its own (several relays) sets it to 1.
 	MaxConcurrency int
+	// Round, if set, is the length of the scenario's rounds (and its floor's), instead of
+	// Options.Round: for a scenario whose ops follow a clock, such as one op per second of
+	// cron ticks, whose rounds cannot be shorter than an op.
+	Round time.Duration
 }
 
 // Worker is one of the concurrent clients of a measurement.
@@ -96,6 +103,35 @@ type Worker struct {
 	// floor runs on the same connections). Its search_path is the bench schema. It
 	// satisfies pgcoord.DBTX. An Op must leave it idle (no open transaction) on return.
 	Conn *pgxpool.Conn
+
+	cleanups *cleanups
+}
+
+// Cleanup registers f to be called when the measurement ends, after its last round and
+// before the next measurement starts (also when it failed), like testing.T's Cleanup: the
+// functions registered last are called first. A worker that starts work of its own beside
+// its ops (Schedulers running ticks) stops it there.
+func (w Worker) Cleanup(f func()) {
+	w.cleanups.mu.Lock()
+	defer w.cleanups.mu.Unlock()
+	w.cleanups.fs = append(w.cleanups.fs, f)
+}
+
+// cleanups are the functions the workers of a measurement registered with Cleanup.
+type cleanups struct {
+	mu sync.Mutex
+	fs []func()
+}
+
+// run calls the functions registered, the last first, and forgets them.
+func (c *cleanups) run() {
+	c.mu.Lock()
+	fs := c.fs
+	c.fs = nil
+	c.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
 }
 
 // Op performs one operation of a scenario. An error fails the whole bench: an op that

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -276,5 +277,62 @@ func TestRunRejectsBadInput(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), "bench: ") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Run error = %v, want one mentioning %q", name, err, tc.want)
 		}
+	}
+}
+
+// A scenario's Round sets the length of its rounds; what its workers register with Cleanup
+// runs once per measurement, after its last round and before the next measurement starts,
+// the last registered first.
+func TestRunRoundAndCleanup(t *testing.T) {
+	t.Parallel()
+	var (
+		events []string // appended by ops and cleanups alike, which never run at once
+		ops    atomic.Int64
+	)
+	s := bench.Scenario{
+		Name:        "test.cleanup",
+		Description: "registers cleanups",
+		Floor:       "floor.select1",
+		Round:       100 * time.Millisecond,
+		NewWorker: func(_ context.Context, w bench.Worker) (bench.Op, error) {
+			events = append(events, fmt.Sprintf("new %d/%d", w.ID, w.Concurrency))
+			for _, name := range []string{"first", "second"} {
+				w.Cleanup(func() {
+					events = append(events, fmt.Sprintf("%s cleanup %d/%d ops %d", name, w.ID, w.Concurrency, ops.Load()))
+				})
+			}
+			return func(ctx context.Context) error {
+				ops.Add(1)
+				_, err := w.Conn.Exec(ctx, "SELECT 1")
+				return err
+			}, nil
+		},
+	}
+	var seen []int64 // ops when each measurement's result came
+	results, err := bench.Run(t.Context(), poolConfig(t), []bench.Scenario{s}, &bench.Options{
+		Concurrency: []int{1, 2},
+		Duration:    time.Second,
+		OnResult:    func(bench.Result) { seen = append(seen, ops.Load()) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		if r.Rounds != 10 {
+			t.Errorf("c=%d: %d rounds of %s, want 10 (a second in rounds of 100ms, not the default 250ms)", r.Concurrency, r.Rounds, r.Scenario)
+		}
+	}
+	if len(seen) != 2 {
+		t.Fatalf("%d results, want 2", len(seen))
+	}
+	want := []string{
+		"new 0/1",
+		fmt.Sprintf("second cleanup 0/1 ops %d", seen[0]), fmt.Sprintf("first cleanup 0/1 ops %d", seen[0]),
+		"new 0/2", "new 1/2",
+		fmt.Sprintf("second cleanup 1/2 ops %d", seen[1]), fmt.Sprintf("first cleanup 1/2 ops %d", seen[1]),
+		fmt.Sprintf("second cleanup 0/2 ops %d", seen[1]), fmt.Sprintf("first cleanup 0/2 ops %d", seen[1]),
+	}
+	if !slices.Equal(events, want) {
+		t.Errorf("events\n%s\nwant\n%s", strings.Join(events, "\n"), strings.Join(want, "\n"))
 	}
 }

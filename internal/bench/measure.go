@@ -21,7 +21,11 @@ func rounds(d, round time.Duration) int {
 
 // measure runs p's scenario (and its floor, alternating) at concurrency c.
 func measure(ctx context.Context, pool *pgxpool.Pool, p pair, c int, o Options) (Result, error) {
-	n := rounds(o.Duration, o.Round)
+	round := o.Round
+	if p.a.Round > 0 {
+		round = p.a.Round
+	}
+	n := rounds(o.Duration, round)
 	per := o.Duration / time.Duration(n)
 	res := Result{Scenario: p.a.Name, Concurrency: c, Floor: p.a.Name, Rounds: n}
 	if p.floor != nil {
@@ -45,13 +49,15 @@ func measure(ctx context.Context, pool *pgxpool.Pool, p pair, c int, o Options) 
 		}
 		conns = append(conns, conn)
 	}
-	aOps, err := newWorkers(ctx, p.a, conns)
+	cl := &cleanups{}
+	defer cl.run()
+	aOps, err := newWorkers(ctx, p.a, conns, cl)
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", where, err)
 	}
 	var fOps []Op
 	if p.floor != nil {
-		if fOps, err = newWorkers(ctx, *p.floor, conns); err != nil {
+		if fOps, err = newWorkers(ctx, *p.floor, conns, cl); err != nil {
 			return res, fmt.Errorf("%s: floor %w", where, err)
 		}
 	}
@@ -99,10 +105,12 @@ func measure(ctx context.Context, pool *pgxpool.Pool, p pair, c int, o Options) 
 	return res, nil
 }
 
-func newWorkers(ctx context.Context, s Scenario, conns []*pgxpool.Conn) ([]Op, error) {
+// newWorkers creates the workers of s, one per connection; the functions they register
+// with Worker.Cleanup go to cl.
+func newWorkers(ctx context.Context, s Scenario, conns []*pgxpool.Conn, cl *cleanups) ([]Op, error) {
 	ops := make([]Op, len(conns))
 	for i, conn := range conns {
-		op, err := s.NewWorker(ctx, Worker{ID: i, Concurrency: len(conns), Conn: conn})
+		op, err := s.NewWorker(ctx, Worker{ID: i, Concurrency: len(conns), Conn: conn, cleanups: cl})
 		if err != nil {
 			return nil, fmt.Errorf("%s: worker %d: %w", s.Name, i, err)
 		}
@@ -114,14 +122,34 @@ func newWorkers(ctx context.Context, s Scenario, conns []*pgxpool.Conn) ([]Op, e
 	return ops, nil
 }
 
-// unitsKey keys, in an op's context, the number of operations the op counts as.
-type unitsKey struct{}
+// reportKey keys, in an op's context, the *opReport of the op.
+type reportKey struct{}
+
+// opReport is what an op says about itself: the operations it counts as, and the latencies
+// it recorded itself.
+type opReport struct {
+	units    int64
+	hist     *histogram // the worker's, or nil when the round records no latency
+	recorded bool       // the op recorded its latencies itself
+}
 
 // setUnits says that the op running with ctx did n operations (the messages it delivered,
 // say), not one: its round counts n. An op that does not call it counts as one.
 func setUnits(ctx context.Context, n int64) {
-	if p, ok := ctx.Value(unitsKey{}).(*int64); ok {
-		*p = n
+	if r, ok := ctx.Value(reportKey{}).(*opReport); ok {
+		r.units = n
+	}
+}
+
+// recordLatency records d as the latency of one of the op's operations (a tick's lateness,
+// say), in place of the op's duration: an op that calls it, once or more, adds to the
+// latency percentiles what it recorded and not its own duration.
+func recordLatency(ctx context.Context, d time.Duration) {
+	if r, ok := ctx.Value(reportKey{}).(*opReport); ok {
+		r.recorded = true
+		if r.hist != nil {
+			r.hist.record(d)
+		}
 	}
 }
 
@@ -129,8 +157,8 @@ func setUnits(ctx context.Context, n int64) {
 // started before then completes and counts). Each op runs at least once, however late its
 // goroutine starts on a busy machine: a round that measured nothing would be a lie. It returns the number of ops completed (each
 // counted as setUnits said) and their rate over the round's wall time. It records each
-// op's latency in hists[worker] when hists is not nil. The first error stops the round and
-// is returned.
+// op's latency (or those it recorded itself, with recordLatency) in hists[worker] when
+// hists is not nil. The first error stops the round and is returned.
 func runRound(ctx context.Context, ops []Op, d time.Duration, hists []histogram) (int64, float64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -148,14 +176,15 @@ func runRound(ctx context.Context, ops []Op, d time.Duration, hists []histogram)
 			h = &hists[i]
 		}
 		wg.Go(func() {
-			var n, units int64
-			opCtx := context.WithValue(ctx, unitsKey{}, &units)
+			var n int64
+			report := &opReport{hist: h}
+			opCtx := context.WithValue(ctx, reportKey{}, report)
 			for first := true; ; first = false {
 				t0 := time.Now()
 				if !first && !t0.Before(end) {
 					break
 				}
-				units = 1
+				report.units, report.recorded = 1, false
 				if err := op(opCtx); err != nil {
 					mu.Lock()
 					if firstErr == nil {
@@ -165,10 +194,10 @@ func runRound(ctx context.Context, ops []Op, d time.Duration, hists []histogram)
 					mu.Unlock()
 					break
 				}
-				if h != nil {
+				if h != nil && !report.recorded {
 					h.record(time.Since(t0))
 				}
-				n += units
+				n += report.units
 			}
 			counts[i] = n
 		})

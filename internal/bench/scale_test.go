@@ -39,6 +39,10 @@ func TestRunScale(t *testing.T) {
 		"scale.relays.4": {"scale.relays.1", 200}, "scale.relays.8": {"scale.relays.1", 200},
 		"scale.outbox_drain.0": {"floor.select1", 0}, "scale.outbox_drain.1m": {"scale.outbox_drain.0", 1000},
 		"scale.ratelimit.1k": {"floor.select1", 1}, "scale.ratelimit.1m": {"scale.ratelimit.1k", 1000},
+		"scale.schedules_due_scan.100": {"floor.select1", 1}, "scale.schedules_due_scan.1k": {"scale.schedules_due_scan.100", 1},
+		"scale.schedules_due_scan.10k": {"scale.schedules_due_scan.100", 10},
+		"scale.schedules_pass.100":     {"floor.select1", 1}, "scale.schedules_pass.1k": {"scale.schedules_pass.100", 1},
+		"scale.schedules_pass.10k": {"scale.schedules_pass.100", 10},
 	}
 	scenarios := bench.Select(bench.ScalePrefix)
 	if len(scenarios) != len(want) {
@@ -73,6 +77,9 @@ func TestRunScale(t *testing.T) {
 					"outbox_drain": `SELECT count(*) FROM %s.pgcoord_outbox WHERE state = 'delivered' AND claim_token IS NULL`,
 					// Loaded live (a day ahead), charged since: still live.
 					"ratelimit": `SELECT count(*) FROM %s.pgcoord_ratelimit_state WHERE policy = 'bench_scale' AND key LIKE 'k%%' AND tat > pgcoord_clock()`,
+					// Loaded armed, looked at since, never claimed.
+					"schedules_due_scan": `SELECT count(*) FROM %s.pgcoord_schedules WHERE name LIKE 'due/%%' AND due_at IS NOT NULL`,
+					"schedules_pass":     `SELECT count(*) FROM %s.pgcoord_schedules WHERE name LIKE 'due/%%' AND due_at IS NOT NULL`,
 				}[family]
 				var n int64
 				if err := pool.QueryRow(ctx, fmt.Sprintf(count, schema)).Scan(&n); err != nil {

@@ -81,6 +81,14 @@ func Soak(ctx context.Context, cfg *pgxpool.Config, scenarios []Scenario, opts *
 	}
 	err = inBenchSchema(ctx, cfg, len(scenarios)*o.Workers+2, scenarios, func(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 		ops := make([][]Op, len(scenarios))
+		var held []*pgxpool.Conn
+		defer func() {
+			for _, conn := range held {
+				conn.Release()
+			}
+		}()
+		cl := &cleanups{} // run before the connections are released
+		defer cl.run()
 		for i, s := range scenarios {
 			conns := make([]*pgxpool.Conn, 0, o.Workers)
 			for range o.Workers {
@@ -88,10 +96,10 @@ func Soak(ctx context.Context, cfg *pgxpool.Config, scenarios []Scenario, opts *
 				if err != nil {
 					return fmt.Errorf("bench: soak %s: acquire connection: %w", s.Name, err)
 				}
-				defer conn.Release()
+				held = append(held, conn)
 				conns = append(conns, conn)
 			}
-			if ops[i], err = newWorkers(ctx, s, conns); err != nil {
+			if ops[i], err = newWorkers(ctx, s, conns, cl); err != nil {
 				return fmt.Errorf("bench: soak: %w", err)
 			}
 		}

@@ -255,6 +255,48 @@ func TestRunRoundCountsUnits(t *testing.T) {
 	}
 }
 
+// An op that records latencies itself (recordLatency) adds those to the histogram in place
+// of its duration, however many; an op that does not adds its duration.
+func TestRunRoundRecordsOwnLatencies(t *testing.T) {
+	t.Parallel()
+	var hist [1]histogram
+	var calls int
+	op := func(ctx context.Context) error {
+		if calls++; calls%2 == 1 {
+			for range 3 {
+				recordLatency(ctx, time.Hour)
+			}
+		}
+		return nil
+	}
+	for round := 0; calls < 2; round++ {
+		if round == 100 {
+			t.Fatalf("the op ran %d times in 100 rounds", calls)
+		}
+		if _, _, err := runRound(t.Context(), []Op{op}, 5*time.Millisecond, hist[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recorded, own := uint64(3*((calls+1)/2)), uint64(calls/2)
+	if hist[0].n != recorded+own {
+		t.Fatalf("histogram holds %d latencies after %d calls, want %d recorded and %d durations", hist[0].n, calls, recorded, own)
+	}
+	// The hours are those recorded; the ops' own durations are far below.
+	var hours uint64
+	for i, c := range hist[0].counts {
+		if i >= bucketOf(uint64(59*time.Minute)) {
+			hours += c
+		}
+	}
+	if hours != recorded {
+		t.Errorf("%d latencies of about an hour, want the %d recorded", hours, recorded)
+	}
+	// Rounds without a histogram (the floor's) ignore what the op records.
+	if _, _, err := runRound(t.Context(), []Op{op}, time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A scenario with a MaxConcurrency is measured at each concurrency asked for, lowered to it,
 // once each; one without is measured at each.
 func TestScenarioConcurrencies(t *testing.T) {

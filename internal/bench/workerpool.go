@@ -51,12 +51,12 @@ func (k *workerPools) poolFor(ctx context.Context, w Worker) (*workerPool, error
 	k.mu.Lock()
 	wp, ok := k.m[key]
 	if !ok {
-		cc := key.Config() // a copy: search_path, application_name and all
-		cfg, err := pgxpool.ParseConfig(cc.ConnString())
+		cfg, err := connPoolConfig(key)
 		if err != nil {
 			k.mu.Unlock()
 			return nil, fmt.Errorf("bench: %s: %w", k.what, err)
 		}
+		cc := cfg.ConnConfig
 		if k.tracer != nil {
 			cc.Tracer = k.tracer(cc.Tracer)
 		}
@@ -68,10 +68,6 @@ func (k *workerPools) poolFor(ctx context.Context, w Worker) (*workerPool, error
 			}
 			cc.RuntimeParams["search_path"] = pgconfig.QuoteIdent(bench + "_" + k.schemaSuffix)
 		}
-		// The copy still delivers notifications to the worker connection's buffer (pgx sets
-		// OnNotification only when it is nil): let the pool's connection buffer its own.
-		cc.OnNotification = nil
-		cfg.ConnConfig = cc
 		cfg.MaxConns, cfg.MinConns = max(1, k.conns), 0
 		wp = &workerPool{kind: k, cfg: cfg, key: key}
 		if k.m == nil {
@@ -148,4 +144,19 @@ func (wp *workerPool) closeWhenIdle() {
 		p.Close()
 		return
 	}
+}
+
+// connPoolConfig returns the config of a pool of connections like conn: its search_path,
+// application_name and all.
+func connPoolConfig(conn *pgx.Conn) (*pgxpool.Config, error) {
+	cc := conn.Config() // a copy
+	cfg, err := pgxpool.ParseConfig(cc.ConnString())
+	if err != nil {
+		return nil, err
+	}
+	// The copy still delivers notifications to conn's buffer (pgx sets OnNotification only
+	// when it is nil): let the pool's connections buffer their own.
+	cc.OnNotification = nil
+	cfg.ConnConfig = cc
+	return cfg, nil
 }

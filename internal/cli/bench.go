@@ -72,8 +72,9 @@ scenario is measured beside it but reported only when it is selected itself.
 --scale runs the scale scenarios instead (scale.*; --only then selects among them): one
 operation at several sizes of the data beside it — tenants with demand for Next and
 AddDemand, rows of the leases and idempotency tables, delivered outbox messages not yet
-pruned, relays sharing one backlog, live rate limit keys — each size in a schema of its own, measured against
-the smallest size. They load up to a million rows per size (about a minute), and hold one
+pruned, relays sharing one backlog, live rate limit keys, stored schedules for a
+Scheduler's look for due ticks and its whole pass — each size in a schema of its own,
+measured against the smallest size. They load up to a million rows per size (about a minute), and hold one
 more connection per worker and size (per relay for the relays, which run with one worker
 only): the default --concurrency is then 1,8.
 

@@ -59,6 +59,14 @@ func AutoExplain(t testing.TB, pool *pgxpool.Pool) *Explainer {
 	return e
 }
 
+// Exec runs sql with args on the session, and fails the test if it fails.
+func (e *Explainer) Exec(sql string, args ...any) {
+	e.t.Helper()
+	if _, err := e.Conn.Exec(e.t.Context(), sql, args...); err != nil {
+		e.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
 // Plans runs fn and returns the plans of the statements it ran whose text contains
 // match.
 func (e *Explainer) Plans(match string, fn func()) []Explained {
