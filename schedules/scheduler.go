@@ -254,14 +254,8 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	for _, d := range due {
-		if !s.reserve() {
-			break
-		}
-		if err := s.claim(ctx, d); err != nil {
-			s.release()
-			return time.Time{}, err
-		}
+	if err := s.claimDue(ctx, due); err != nil {
+		return time.Time{}, err
 	}
 	waiting, err := queries.ScheduleWaiting(ctx, s.cfg.Pool, dbsqlc.ScheduleWaitingParams{Handlers: s.handlers, MaxRows: batch})
 	if err != nil {
@@ -309,39 +303,6 @@ func (s *Scheduler) release() {
 	case s.done <- struct{}{}:
 	default:
 	}
-}
-
-// claim claims the due ticks of one schedule, with a place reserved; the place goes to the
-// run it starts, if any.
-func (s *Scheduler) claim(ctx context.Context, d dbsqlc.ScheduleDueRow) error {
-	spec, err := cronspec.Parse(d.Expr, d.Zone, anchorTime(dbarg.Deref(d.StartsAt)))
-	if err != nil {
-		s.release()
-		s.cfg.Logger.Error("schedules: cannot claim a schedule", "schedule", d.Name, "err", err)
-		return nil
-	}
-	missed, ticks, next := dueTicks(spec, d.NextAt, d.DbNow.Add(-dbarg.Duration(d.CatchUp)), d.DbNow,
-		CatchUpPolicy(d.CatchUpPolicy), d.EndsAt)
-	if missed == 0 && len(ticks) == 0 {
-		s.release() // its jitter made it due, not its tick: cannot happen, as due_at >= next_at
-		return nil
-	}
-	sent := time.Now()
-	cctx, span := s.claimSpan(ctx, d.Name)
-	rows, err := queries.ScheduleClaim(cctx, s.cfg.Pool, dbsqlc.ScheduleClaimParams{
-		Name: d.Name, Version: d.Version, FromTick: d.NextAt, Missed: missed, Ticks: ticks, Next: next,
-		Holder: s.cfg.Holder, Handlers: s.handlers, Ttl: dbarg.Interval(s.cfg.RunTTL),
-	})
-	endClaim(span, err == nil && len(rows) > 0 && rows[0].State == "running", err)
-	if err != nil {
-		return fmt.Errorf("claim %q: %w", d.Name, base.TranslateError(err))
-	}
-	if len(rows) == 0 || rows[0].State != "running" {
-		s.release()
-		return nil
-	}
-	s.launch(ctx, claimed(dbsqlc.ScheduleStartRow(rows[0])), sent)
-	return nil
 }
 
 // start starts a waiting run of one schedule, with a place reserved; false when none could

@@ -178,6 +178,108 @@ func (q *Queries) ScheduleClaim(ctx context.Context, db DBTX, arg ScheduleClaimP
 	return items, nil
 }
 
+const scheduleClaimMany = `-- name: ScheduleClaimMany :many
+SELECT c.i::int AS entry, r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error, r.cause, r.ticks, s.handler, s.args, s.deadline, pgcoord_now()::timestamptz AS db_now
+FROM generate_series(1, cardinality($1::text[])) AS c(i)
+CROSS JOIN LATERAL pgcoord_schedule_claim(($1::text[])[c.i], ($2::bigint[])[c.i],
+    ($3::timestamptz[])[c.i], ($4::bigint[])[c.i],
+    ($5::timestamptz[])[($6::int[])[c.i] : ($6::int[])[c.i] + ($7::int[])[c.i] - 1],
+    CASE WHEN ($8::boolean[])[c.i] THEN ($9::timestamptz[])[c.i] END,
+    $10::text, $11::text[], $12::interval) r
+JOIN pgcoord_schedules s ON s.name = r.job
+ORDER BY c.i
+`
+
+type ScheduleClaimManyParams struct {
+	Names    []string
+	Versions []int64
+	Froms    []time.Time
+	Missed   []int64
+	Ticks    []time.Time
+	Firsts   []int32
+	Counts   []int32
+	HasNext  []bool
+	Nexts    []time.Time
+	Holder   string
+	Handlers []string
+	Ttl      pgtype.Interval
+}
+
+type ScheduleClaimManyRow struct {
+	Entry        int32
+	Job          string
+	ScheduledFor time.Time
+	State        string
+	FenceToken   int64
+	Attempt      int32
+	Holder       string
+	StartedAt    time.Time
+	ExpiresAt    *time.Time
+	FinishedAt   *time.Time
+	Error        *string
+	Cause        string
+	Ticks        int64
+	Handler      string
+	Args         json.RawMessage
+	Deadline     pgtype.Interval
+	DbNow        time.Time
+}
+
+// ScheduleClaim of several schedules in one statement and one commit: entry i claims
+// names[i] with ticks[firsts[i] : firsts[i] + counts[i] - 1] (1-based) and nexts[i] when
+// has_next[i]. A claim skips a schedule another transaction holds (pgcoord_schedule_claim),
+// so batches in any order never wait for each other.
+func (q *Queries) ScheduleClaimMany(ctx context.Context, db DBTX, arg ScheduleClaimManyParams) ([]ScheduleClaimManyRow, error) {
+	rows, err := db.Query(ctx, scheduleClaimMany,
+		arg.Names,
+		arg.Versions,
+		arg.Froms,
+		arg.Missed,
+		arg.Ticks,
+		arg.Firsts,
+		arg.Counts,
+		arg.HasNext,
+		arg.Nexts,
+		arg.Holder,
+		arg.Handlers,
+		arg.Ttl,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ScheduleClaimManyRow{}
+	for rows.Next() {
+		var i ScheduleClaimManyRow
+		if err := rows.Scan(
+			&i.Entry,
+			&i.Job,
+			&i.ScheduledFor,
+			&i.State,
+			&i.FenceToken,
+			&i.Attempt,
+			&i.Holder,
+			&i.StartedAt,
+			&i.ExpiresAt,
+			&i.FinishedAt,
+			&i.Error,
+			&i.Cause,
+			&i.Ticks,
+			&i.Handler,
+			&i.Args,
+			&i.Deadline,
+			&i.DbNow,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const scheduleCreate = `-- name: ScheduleCreate :one
 SELECT name, expr, zone, handler, args, catch_up, catch_up_policy, jitter, deadline, starts_at, ends_at, paused_at, paused_by, paused_note, version, next_at, due_at, arm_from, created_at, updated_at, updated_by FROM pgcoord_schedule_create($1::text, $2::text, $3::text, $4::text, $5::jsonb,
     $6::interval, $7::text, $8::text, $9::interval, $10::interval,
@@ -928,10 +1030,10 @@ func (q *Queries) ScheduleUpdate(ctx context.Context, db DBTX, arg ScheduleUpdat
 
 const scheduleWaiting = `-- name: ScheduleWaiting :many
 SELECT s.name FROM pgcoord_schedules s
-WHERE s.handler = ANY ($1::text[]) AND s.paused_at IS NULL
-  AND (EXISTS (SELECT FROM pgcoord_job_runs r WHERE r.job = s.name AND r.state = 'pending')
-       OR EXISTS (SELECT FROM pgcoord_job_runs r WHERE r.job = s.name AND r.state = 'running'
-                     AND r.expires_at <= pgcoord_now()))
+WHERE s.name IN (SELECT r.job FROM pgcoord_job_runs r WHERE r.state = 'pending'
+                 UNION
+                 SELECT r.job FROM pgcoord_job_runs r WHERE r.state = 'running' AND r.expires_at <= pgcoord_now())
+  AND s.handler = ANY ($1::text[]) AND s.paused_at IS NULL
 ORDER BY s.name
 LIMIT $2::int
 `
@@ -942,7 +1044,8 @@ type ScheduleWaitingParams struct {
 }
 
 // The schedules of these handlers with a run that may start: pending, or running with an
-// expired lease.
+// expired lease. Driven by the ledger's partial indexes of pending and running runs (few),
+// not by the schedules (many).
 func (q *Queries) ScheduleWaiting(ctx context.Context, db DBTX, arg ScheduleWaitingParams) ([]string, error) {
 	rows, err := db.Query(ctx, scheduleWaiting, arg.Handlers, arg.MaxRows)
 	if err != nil {

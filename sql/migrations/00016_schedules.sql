@@ -470,8 +470,12 @@ BEGIN
         PERFORM pgcoord_refuse_on_standby();
     END IF;
     -- The schedule's row serializes its claims, starts and changes: a claim that read the
-    -- definition before a change (or a pause) committed finds it changed here.
-    SELECT * INTO s FROM pgcoord_schedules x WHERE x.name = p_name FOR NO KEY UPDATE;
+    -- definition before a change (or a pause) committed finds it changed here. A claim
+    -- does not wait for the row: another replica holding it is claiming the same tick (or
+    -- a change is under way), and this one would find it taken; it writes nothing, and the
+    -- next look tries again if the tick is still due. (Replicas then never queue behind
+    -- each other's claims, and batches of claims in name order cannot deadlock.)
+    SELECT * INTO s FROM pgcoord_schedules x WHERE x.name = p_name FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND OR s.version <> p_version OR s.next_at IS DISTINCT FROM p_from OR s.paused_at IS NOT NULL THEN
         RETURN;
     END IF;

@@ -33,6 +33,21 @@ FROM pgcoord_schedule_claim(@name::text, @version::bigint, @from_tick::timestamp
     @ticks::timestamptz[], sqlc.narg('next')::timestamptz, @holder::text, @handlers::text[], @ttl::interval) r
 JOIN pgcoord_schedules s ON s.name = r.job;
 
+-- name: ScheduleClaimMany :many
+-- ScheduleClaim of several schedules in one statement and one commit: entry i claims
+-- names[i] with ticks[firsts[i] : firsts[i] + counts[i] - 1] (1-based) and nexts[i] when
+-- has_next[i]. A claim skips a schedule another transaction holds (pgcoord_schedule_claim),
+-- so batches in any order never wait for each other.
+SELECT c.i::int AS entry, r.*, s.handler, s.args, s.deadline, pgcoord_now()::timestamptz AS db_now
+FROM generate_series(1, cardinality(@names::text[])) AS c(i)
+CROSS JOIN LATERAL pgcoord_schedule_claim((@names::text[])[c.i], (@versions::bigint[])[c.i],
+    (@froms::timestamptz[])[c.i], (@missed::bigint[])[c.i],
+    (@ticks::timestamptz[])[(@firsts::int[])[c.i] : (@firsts::int[])[c.i] + (@counts::int[])[c.i] - 1],
+    CASE WHEN (@has_next::boolean[])[c.i] THEN (@nexts::timestamptz[])[c.i] END,
+    @holder::text, @handlers::text[], @ttl::interval) r
+JOIN pgcoord_schedules s ON s.name = r.job
+ORDER BY c.i;
+
 -- name: ScheduleStart :many
 SELECT r.*, s.handler, s.args, s.deadline, pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_schedule_start(@name::text, @holder::text, @handlers::text[], @ttl::interval) r
@@ -94,12 +109,13 @@ LIMIT @max_rows::int;
 
 -- name: ScheduleWaiting :many
 -- The schedules of these handlers with a run that may start: pending, or running with an
--- expired lease.
+-- expired lease. Driven by the ledger's partial indexes of pending and running runs (few),
+-- not by the schedules (many).
 SELECT s.name FROM pgcoord_schedules s
-WHERE s.handler = ANY (@handlers::text[]) AND s.paused_at IS NULL
-  AND (EXISTS (SELECT FROM pgcoord_job_runs r WHERE r.job = s.name AND r.state = 'pending')
-       OR EXISTS (SELECT FROM pgcoord_job_runs r WHERE r.job = s.name AND r.state = 'running'
-                     AND r.expires_at <= pgcoord_now()))
+WHERE s.name IN (SELECT r.job FROM pgcoord_job_runs r WHERE r.state = 'pending'
+                 UNION
+                 SELECT r.job FROM pgcoord_job_runs r WHERE r.state = 'running' AND r.expires_at <= pgcoord_now())
+  AND s.handler = ANY (@handlers::text[]) AND s.paused_at IS NULL
 ORDER BY s.name
 LIMIT @max_rows::int;
 
