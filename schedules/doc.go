@@ -78,6 +78,13 @@
 //     is sent at most once, and no tick before the one it holds as next.
 //   - A replica whose estimate of the database clock is late claims late (by the error
 //     of its estimate, measured over one round trip).
+//   - A claim does not wait for a schedule's row that another transaction holds (another
+//     process's claim, or a change): it writes nothing, and the next look tries again. A
+//     transaction left open after changing a schedule (Pause in the caller's own
+//     transaction, say) holds its ticks back until it ends.
+//   - A burst of ticks due at the same instant is claimed one statement per look of each
+//     process; the later ticks of a large burst start later (docs/benchmarks.md,
+//     schedules.lateness: 167 ticks a second over three processes, p50 about 40 ms).
 //   - A claim considers at most MaxTicksPerClaim due ticks: with CatchUpLatest the older
 //     ones of a schedule further behind are recorded as missed.
 //   - Behind PgBouncer in transaction mode, notifications do not arrive: Schedulers then
