@@ -241,6 +241,22 @@ type unprefixed struct{ err error }
 func (e unprefixed) Error() string { return strings.TrimPrefix(e.err.Error(), "schedules: ") }
 func (e unprefixed) Unwrap() error { return e.err }
 
+// changeArgs checks the arguments every change of a named schedule takes, before any
+// SQL runs, and returns the options (the defaults for nil).
+func changeArgs(db pgcoord.DBTX, name string, opts *ChangeOpts) (ChangeOpts, error) {
+	var o ChangeOpts
+	if opts != nil {
+		o = *opts
+	}
+	if err := check.DB(db); err != nil {
+		return o, err
+	}
+	if err := check.Name("schedule", name); err != nil {
+		return o, err
+	}
+	return o, checkActor(o.Actor)
+}
+
 func checkActor(actor string) error {
 	if actor == "" {
 		return nil
@@ -360,20 +376,11 @@ func Update(ctx context.Context, db pgcoord.DBTX, s Schedule, opts *UpdateOpts) 
 // the first pause's note. The change is audited. It returns ErrNotFound when there is no
 // such schedule.
 func Pause(ctx context.Context, db pgcoord.DBTX, name, note string, opts *ChangeOpts) (Info, error) {
-	if err := check.DB(db); err != nil {
-		return Info{}, err
-	}
-	if err := check.Name("schedule", name); err != nil {
-		return Info{}, err
-	}
 	if len(note) > MaxNoteLen {
 		return Info{}, check.Invalid("pause note is %d bytes, more than %d", len(note), MaxNoteLen)
 	}
-	var o ChangeOpts
-	if opts != nil {
-		o = *opts
-	}
-	if err := checkActor(o.Actor); err != nil {
+	o, err := changeArgs(db, name, opts)
+	if err != nil {
 		return Info{}, err
 	}
 	var n *string
@@ -395,17 +402,8 @@ func Pause(ctx context.Context, db pgcoord.DBTX, name, note string, opts *Change
 // paused changes nothing. The change is audited. It returns ErrNotFound when there is no
 // such schedule.
 func Resume(ctx context.Context, db pgcoord.DBTX, name string, opts *ChangeOpts) (Info, error) {
-	if err := check.DB(db); err != nil {
-		return Info{}, err
-	}
-	if err := check.Name("schedule", name); err != nil {
-		return Info{}, err
-	}
-	var o ChangeOpts
-	if opts != nil {
-		o = *opts
-	}
-	if err := checkActor(o.Actor); err != nil {
+	o, err := changeArgs(db, name, opts)
+	if err != nil {
 		return Info{}, err
 	}
 	rows, err := queries.ScheduleResume(ctx, db, dbsqlc.ScheduleResumeParams{Name: name, Actor: o.Actor})
@@ -425,17 +423,8 @@ func Resume(ctx context.Context, db pgcoord.DBTX, name string, opts *ChangeOpts)
 // heartbeats and finish fail with singleton.ErrLost). The change is audited. It returns
 // ErrNotFound when there is no such schedule.
 func Delete(ctx context.Context, db pgcoord.DBTX, name string, opts *ChangeOpts) error {
-	if err := check.DB(db); err != nil {
-		return err
-	}
-	if err := check.Name("schedule", name); err != nil {
-		return err
-	}
-	var o ChangeOpts
-	if opts != nil {
-		o = *opts
-	}
-	if err := checkActor(o.Actor); err != nil {
+	o, err := changeArgs(db, name, opts)
+	if err != nil {
 		return err
 	}
 	ok, err := queries.ScheduleDelete(ctx, db, dbsqlc.ScheduleDeleteParams{Name: name, Actor: o.Actor})
@@ -611,17 +600,8 @@ type RunInfo struct {
 // no run of the schedule is running (whatever the overlap policy). The change is audited. It returns ErrNotFound when there is
 // no such schedule.
 func Trigger(ctx context.Context, db pgcoord.DBTX, name string, opts *ChangeOpts) (RunInfo, error) {
-	if err := check.DB(db); err != nil {
-		return RunInfo{}, err
-	}
-	if err := check.Name("schedule", name); err != nil {
-		return RunInfo{}, err
-	}
-	var o ChangeOpts
-	if opts != nil {
-		o = *opts
-	}
-	if err := checkActor(o.Actor); err != nil {
+	o, err := changeArgs(db, name, opts)
+	if err != nil {
 		return RunInfo{}, err
 	}
 	rows, err := queries.ScheduleTrigger(ctx, db, dbsqlc.ScheduleTriggerParams{Name: name, Actor: o.Actor})
@@ -645,17 +625,8 @@ func Trigger(ctx context.Context, db pgcoord.DBTX, name string, opts *ChangeOpts
 // with more than MaxBackfill ticks or none, or to before from; ErrNotFound when there is no
 // such schedule.
 func Backfill(ctx context.Context, db pgcoord.DBTX, name string, from, to time.Time, opts *ChangeOpts) (int64, error) {
-	if err := check.DB(db); err != nil {
-		return 0, err
-	}
-	if err := check.Name("schedule", name); err != nil {
-		return 0, err
-	}
-	var o ChangeOpts
-	if opts != nil {
-		o = *opts
-	}
-	if err := checkActor(o.Actor); err != nil {
+	o, err := changeArgs(db, name, opts)
+	if err != nil {
 		return 0, err
 	}
 	if from.IsZero() || to.IsZero() || to.Before(from) {
