@@ -46,22 +46,25 @@ func (s *Scheduler) prepare(d dbsqlc.ScheduleDueRow) (dueClaim, bool) {
 const claimChunk = 100
 
 // claimDue claims the due ticks of the schedules of one look, as many as this process has
-// places for, claimChunk per statement and commit, and launches the runs it got. A claim
+// places for, claimChunk per statement and commit, launches the runs it got and says how
+// many. A claim
 // skips a schedule another process is claiming (pgcoord_schedule_claim), so processes
 // that see the same burst split it between them instead of queueing.
-func (s *Scheduler) claimDue(ctx context.Context, due []dbsqlc.ScheduleDueRow) error {
+func (s *Scheduler) claimDue(ctx context.Context, due []dbsqlc.ScheduleDueRow) (launched int, err error) {
 	for len(due) > 0 {
 		n := min(claimChunk, len(due))
-		if err := s.claimChunk(ctx, due[:n]); err != nil {
-			return err
+		k, err := s.claimChunk(ctx, due[:n])
+		launched += k
+		if err != nil {
+			return launched, err
 		}
 		due = due[n:]
 	}
-	return nil
+	return launched, nil
 }
 
 // claimChunk claims the due ticks of a few schedules in one statement.
-func (s *Scheduler) claimChunk(ctx context.Context, due []dbsqlc.ScheduleDueRow) error {
+func (s *Scheduler) claimChunk(ctx context.Context, due []dbsqlc.ScheduleDueRow) (int, error) {
 	var claims []dueClaim
 	for _, d := range due {
 		if !s.reserve() {
@@ -76,7 +79,7 @@ func (s *Scheduler) claimChunk(ctx context.Context, due []dbsqlc.ScheduleDueRow)
 	}
 	switch len(claims) {
 	case 0:
-		return nil
+		return 0, nil
 	case 1:
 		return s.claimOne(ctx, claims[0])
 	}
@@ -86,18 +89,22 @@ func (s *Scheduler) claimChunk(ctx context.Context, due []dbsqlc.ScheduleDueRow)
 	if errors.As(err, &pgErr) {
 		// The database refused one claim's arguments, and with it the statement: claim
 		// each alone, so that only that one fails.
+		n := 0
 		for _, c := range claims {
-			if err := s.claimOne(ctx, c); err != nil {
+			k, err := s.claimOne(ctx, c)
+			if err != nil {
 				s.warn(ctx, "claim a due tick", err)
 			}
+			n += k
 		}
-		return nil
+		return n, nil
 	}
-	launched := make([]bool, len(claims))
+	launched, n := make([]bool, len(claims)), 0
 	if err == nil {
 		for _, r := range rows {
 			if r.State == "running" && r.Entry >= 1 && int(r.Entry) <= len(claims) && !launched[r.Entry-1] {
 				launched[r.Entry-1] = true
+				n++
 				s.launch(ctx, claimed(dbsqlc.ScheduleStartRow{Job: r.Job, ScheduledFor: r.ScheduledFor, State: r.State,
 					FenceToken: r.FenceToken, Attempt: r.Attempt, Holder: r.Holder, StartedAt: r.StartedAt,
 					ExpiresAt: r.ExpiresAt, FinishedAt: r.FinishedAt, Error: r.Error, Cause: r.Cause, Ticks: r.Ticks,
@@ -111,9 +118,9 @@ func (s *Scheduler) claimChunk(ctx context.Context, due []dbsqlc.ScheduleDueRow)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("claim %d due schedules: %w", len(claims), base.TranslateError(err))
+		return n, fmt.Errorf("claim %d due schedules: %w", len(claims), base.TranslateError(err))
 	}
-	return nil
+	return n, nil
 }
 
 // claimMany sends the claims in one statement, each traced as a claim of its own.
@@ -146,8 +153,8 @@ func (s *Scheduler) claimMany(ctx context.Context, claims []dueClaim) ([]dbsqlc.
 }
 
 // claimOne claims one schedule's due ticks, with a place reserved; the place goes to the
-// run it starts, if any.
-func (s *Scheduler) claimOne(ctx context.Context, c dueClaim) error {
+// run it starts, if any. It says how many runs it started.
+func (s *Scheduler) claimOne(ctx context.Context, c dueClaim) (int, error) {
 	sent := time.Now()
 	cctx, span := s.claimSpan(ctx, c.name)
 	rows, err := queries.ScheduleClaim(cctx, s.cfg.Pool, dbsqlc.ScheduleClaimParams{
@@ -158,10 +165,10 @@ func (s *Scheduler) claimOne(ctx context.Context, c dueClaim) error {
 	if err != nil || len(rows) == 0 || rows[0].State != "running" {
 		s.release()
 		if err != nil {
-			return fmt.Errorf("claim %q: %w", c.name, base.TranslateError(err))
+			return 0, fmt.Errorf("claim %q: %w", c.name, base.TranslateError(err))
 		}
-		return nil
+		return 0, nil
 	}
 	s.launch(ctx, claimed(dbsqlc.ScheduleStartRow(rows[0])), sent)
-	return nil
+	return 1, nil
 }

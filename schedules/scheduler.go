@@ -234,7 +234,8 @@ func (s *Scheduler) warn(ctx context.Context, what string, err error) {
 }
 
 // pass arms the schedules a change left unarmed, claims the due ticks, starts the runs
-// that wait, and returns when, by the local clock, the next tick is due (zero: none).
+// that wait, and returns when, by the local clock, the next tick is due (zero: none; now:
+// the look read a full batch of due schedules, and more may be due).
 func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 	unarmed, err := queries.ScheduleUnarmed(ctx, s.cfg.Pool, batch)
 	if err != nil {
@@ -254,7 +255,8 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	if err := s.claimDue(ctx, due); err != nil {
+	launched, err := s.claimDue(ctx, due)
+	if err != nil {
 		return time.Time{}, err
 	}
 	waiting, err := queries.ScheduleWaiting(ctx, s.cfg.Pool, dbsqlc.ScheduleWaitingParams{Handlers: s.handlers, MaxRows: batch})
@@ -275,6 +277,11 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 				break
 			}
 		}
+	}
+	if len(due) == batch && launched > 0 {
+		// More may be due than one look reads: look again at once (while looks make
+		// progress; a batch of schedules held by others waits for the next wake-up).
+		return time.Now(), nil
 	}
 	sent := time.Now()
 	next, err := queries.ScheduleNextDue(ctx, s.cfg.Pool, s.handlers)
