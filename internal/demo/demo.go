@@ -2,7 +2,8 @@
 
 // Package demo replays the three incidents of pgcoord's mission with real processes — the
 // double charge, the weekly email sent three times, the tenant that starves the others —
-// first the naive way and then with pgcoord, and prints what happened side by side.
+// first the naive way and then with pgcoord, and prints what happened side by side; then
+// a schedule stored as a row, paused and resumed from the CLI while three replicas run it.
 //
 // cmd/pgcoord-demo runs it (`make demo`); its test runs it too and checks every outcome.
 package demo
@@ -36,9 +37,10 @@ type Config struct {
 
 // Result is what the demo observed, for its tests.
 type Result struct {
-	Payment PaymentResult
-	Emails  EmailResult
-	Tenants TenantResult
+	Payment   PaymentResult
+	Emails    EmailResult
+	Tenants   TenantResult
+	Schedules ScheduleResult
 }
 
 // demo is one run of the demo.
@@ -76,6 +78,10 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, fmt.Errorf("incident 3 (tenant starvation): %w", err)
 	}
 	res.Tenants.print(d.Out)
+	if res.Schedules, err = d.schedules(ctx); err != nil {
+		return res, fmt.Errorf("schedules as data: %w", err)
+	}
+	res.Schedules.print(d.Out)
 	return res, d.showState(ctx)
 }
 
@@ -128,7 +134,7 @@ func (d *demo) step(format string, args ...any) {
 // showState prints the live state left by the demo, with pgcoord's own CLI.
 func (d *demo) showState(ctx context.Context) error {
 	fmt.Fprintf(d.Out, "\nThe state pgcoord keeps, as an operator sees it:\n")
-	for _, args := range [][]string{{"leases", "list"}, {"jobs", "list"}, {"semaphores", "list"}, {"outbox", "stats"}} {
+	for _, args := range [][]string{{"leases", "list"}, {"jobs", "list"}, {"schedules", "list"}, {"semaphores", "list"}, {"outbox", "stats"}} {
 		fmt.Fprintf(d.Out, "\n$ pgcoord %s %s\n", args[0], args[1])
 		all := append([]string{"--database-url", d.url, "--schema", d.schema}, args...)
 		if code := cli.Run(ctx, all, d.Out, d.Out); code != cli.ExitOK {
@@ -168,6 +174,11 @@ CREATE TABLE demo_jobs (
 	mode        text        NOT NULL,
 	tenant      text        NOT NULL,
 	enqueued_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+-- Schedules as data: the runs of the digest schedule, by replica.
+CREATE TABLE demo_schedule_runs (
+	tick    timestamptz NOT NULL,
+	replica text        NOT NULL
 );
 CREATE TABLE demo_job_runs (
 	mode        text        NOT NULL,

@@ -67,7 +67,14 @@ func TestRun(t *testing.T) {
 		t.Errorf("FIFO: big ran at most %d jobs at once, want all 4 workers at some point", n)
 	}
 
+	sc := res.Schedules
+	if sc.Before < 1 || sc.After < 1 || sc.WhilePaused != 0 || sc.RanTwice != 0 {
+		t.Errorf("schedule: %d ticks before the pause, %d while paused, %d after the resume, %d ran twice; want some, none, some, none",
+			sc.Before, sc.WhilePaused, sc.After, sc.RanTwice)
+	}
+
 	for _, want := range []string{"charges of order 42", "emails per customer", "small's longest wait",
+		"$ pgcoord schedules pause digest", "$ pgcoord schedules resume digest", "$ pgcoord schedules list",
 		"$ pgcoord leases list", "weekly-report", "$ pgcoord semaphores list"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report lacks %q", want)

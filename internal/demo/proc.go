@@ -18,9 +18,10 @@ const stepTimeout = 30 * time.Second
 
 // roles maps a role name to the program a worker process runs.
 var roles = map[string]workerproc.Role{
-	paymentRole: paymentWorker,
-	emailRole:   emailWorker,
-	tenantRole:  tenantWorker,
+	paymentRole:  paymentWorker,
+	emailRole:    emailWorker,
+	tenantRole:   tenantWorker,
+	scheduleRole: scheduleWorker,
 }
 
 // WorkerMain runs the worker role named by the environment and exits, when this process was
