@@ -119,13 +119,22 @@ func TestWait(t *testing.T) {
 	}
 	before := st.ResetAfter
 
-	// A waiter whose context ends gives its slot back.
+	// A waiter whose context ends while it sleeps gives its slot back. It waits on a pool
+	// of its own, so that the test can tell it is asleep: its reservation is in the
+	// database and its connection is back in its pool (it read the reply). A cancel while
+	// the reply is still on its way would end the call before it knows its slot (the
+	// reservation then stays charged, as Wait's documentation says).
+	var schema string
+	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	waiterPool := pgtest.NewPool(t, pgtest.URL(t), schema)
 	cctx, cancelWait := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { _, err := ratelimit.Wait(cctx, pool, 1, h, nil); done <- err }()
-	pgtest.Until(t, "the waiter's reservation", func() bool {
+	go func() { _, err := ratelimit.Wait(cctx, waiterPool, 1, h, nil); done <- err }()
+	pgtest.Until(t, "the waiter's reservation, and the waiter asleep", func() bool {
 		st, err := ratelimit.State(ctx, pool, h[0])
-		return err == nil && st.ResetAfter > before+30*time.Minute
+		return err == nil && st.ResetAfter > before+30*time.Minute && waiterPool.Stat().AcquiredConns() == 0
 	})
 	cancelWait()
 	if err := <-done; !errors.Is(err, context.Canceled) {

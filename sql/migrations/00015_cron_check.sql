@@ -273,9 +273,11 @@ BEGIN
     END IF;
 
     -- A descriptor, in any case (as Go's strings.ToLower lowers it: U+0130 to i, the Kelvin
-    -- sign to k).
+    -- sign to k). The two are named by regular expression escapes, read when the statement
+    -- runs, not by string escapes (E'\u...'), which a database whose encoding is not UTF8
+    -- (SQL_ASCII) refuses when the function is created.
     IF v_fields[1] LIKE '@%' THEN
-        v_word := lower(translate(v_fields[1], E'\u0130\u212a', 'ik') COLLATE "C");
+        v_word := lower(regexp_replace(regexp_replace(v_fields[1], '\u0130', 'i', 'g'), '\u212a', 'k', 'g') COLLATE "C");
         IF v_word = '@every' THEN
             IF cardinality(v_fields) <> 2 THEN
                 PERFORM pgcoord_cron_refuse(v_expr, coalesce(v_at[3], 1), 'interval',
