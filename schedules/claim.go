@@ -39,32 +39,13 @@ func (s *Scheduler) prepare(d dbsqlc.ScheduleDueRow) (dueClaim, bool) {
 		missed > 0 || len(ticks) > 0
 }
 
-// claimChunk is how many due schedules one statement claims. Smaller chunks start a
-// burst's first runs sooner but cost a commit each: with 167 ticks a second over three
-// processes, chunks of 16 and 32 measured a later p50 than one statement per look
-// (schedules.lateness).
-const claimChunk = 100
-
-// claimDue claims the due ticks of the schedules of one look, as many as this process has
-// places for, claimChunk per statement and commit, launches the runs it got and says how
-// many. A claim
-// skips a schedule another process is claiming (pgcoord_schedule_claim), so processes
-// that see the same burst split it between them instead of queueing.
-func (s *Scheduler) claimDue(ctx context.Context, due []dbsqlc.ScheduleDueRow) (launched int, err error) {
-	for len(due) > 0 {
-		n := min(claimChunk, len(due))
-		k, err := s.claimChunk(ctx, due[:n])
-		launched += k
-		if err != nil {
-			return launched, err
-		}
-		due = due[n:]
-	}
-	return launched, nil
-}
-
-// claimChunk claims the due ticks of a few schedules in one statement.
-func (s *Scheduler) claimChunk(ctx context.Context, due []dbsqlc.ScheduleDueRow) (int, error) {
+// claimDue claims the due ticks of the schedules of one look (at most batch), as many as
+// this process has places for, in one statement and one commit, launches the runs it got
+// and says how many. A claim skips a schedule another process is claiming
+// (pgcoord_schedule_claim), so processes that see the same burst split it between them
+// instead of queueing. (Smaller statements start a burst's first runs sooner but cost a
+// commit each: chunks of 16 and 32 measured a later p50 in schedules.lateness.)
+func (s *Scheduler) claimDue(ctx context.Context, due []dbsqlc.ScheduleDueRow) (int, error) {
 	var claims []dueClaim
 	for _, d := range due {
 		if !s.reserve() {
