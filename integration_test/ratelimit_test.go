@@ -29,8 +29,10 @@ CREATE TABLE rl_line_calls (waiter text PRIMARY KEY, arrived_at timestamptz NOT 
 `
 
 // rlRun starts procs worker processes of mode with goroutines each, lets them run until
-// until returns true (polled), tells them to quit, and returns their "done" lines' fields.
-func rlRun(t *testing.T, pool *pgxpool.Pool, schema, mode string, procs, goroutines int, until func() bool) [][]string {
+// until reports done (polled; it also reports their progress, so that a busy machine's
+// slower run is not taken for a stuck one), tells them to quit, and returns their "done"
+// lines' fields.
+func rlRun(t *testing.T, pool *pgxpool.Pool, schema, mode string, procs, goroutines int, until func() (bool, int64)) [][]string {
 	t.Helper()
 	var ps []*workerproc.Proc
 	for i := range procs {
@@ -45,7 +47,7 @@ func rlRun(t *testing.T, pool *pgxpool.Pool, schema, mode string, procs, gorouti
 		}
 		ps = append(ps, p)
 	}
-	pgtest.Until(t, "the run's end", until)
+	pgtest.UntilProgress(t, "the run's end", until)
 	var done [][]string
 	for _, p := range ps {
 		if err := p.Send("quit"); err != nil {
@@ -75,7 +77,7 @@ func TestRatelimitExactAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	var first time.Time
-	rlRun(t, pool, schema, "exact", 3, 16, func() bool {
+	rlRun(t, pool, schema, "exact", 3, 16, func() (bool, int64) {
 		var n int
 		var at *time.Time
 		if err := pool.QueryRow(t.Context(), `SELECT count(*), min(before_at) FROM rl_exact_calls`).Scan(&n, &at); err != nil {
@@ -85,7 +87,7 @@ func TestRatelimitExactAcrossProcesses(t *testing.T) {
 			first = *at
 		}
 		// Ten seconds of the database clock since the first admission.
-		return at != nil && n >= 1010 && time.Since(first) > 0 && dbSince(t, pool, first) >= 10*time.Second
+		return at != nil && n >= 1010 && time.Since(first) > 0 && dbSince(t, pool, first) >= 10*time.Second, int64(n)
 	})
 
 	rows, err := pool.Query(t.Context(), `SELECT before_at, after_at FROM rl_exact_calls ORDER BY before_at`)
@@ -168,7 +170,7 @@ func TestRatelimitNestedChargesMatchAdmissions(t *testing.T) {
 	// pooler, where the server connections are PgBouncer's).
 	kills := 0
 	rng := rand.New(rand.NewPCG(3, 4))
-	done := rlRun(t, pool, schema, "nested", 3, 8, func() bool {
+	done := rlRun(t, pool, schema, "nested", 3, 8, func() (bool, int64) {
 		if !pgtest.BehindPooler() {
 			var killed bool
 			if err := pool.QueryRow(t.Context(), `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM (
@@ -185,7 +187,7 @@ func TestRatelimitNestedChargesMatchAdmissions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return st.Remaining < 3 // no call of cost 3 fits any more
+		return st.Remaining < 3, bursts["global"] - st.Remaining // no call of cost 3 fits any more
 	})
 	var refusedBy [3]int64
 	var failed int64
