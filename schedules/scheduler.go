@@ -417,9 +417,7 @@ func dueTicks(spec cronspec.Schedule, from, windowStart, now time.Time, policy C
 		ticks = append(ticks, t)
 		t = spec.Next(t)
 	}
-	if len(ticks) > 0 {
-		t = spec.Next(ticks[len(ticks)-1])
-	}
+	// t is now the first tick not sent: the next one.
 	if !t.IsZero() && (endsAt == nil || !t.After(*endsAt)) {
 		next = &t
 	}
