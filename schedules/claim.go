@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -40,11 +41,10 @@ func (s *Scheduler) prepare(d dbsqlc.ScheduleDueRow) (dueClaim, bool) {
 }
 
 // claimDue claims the due ticks of the schedules of one look (at most batch), as many as
-// this process has places for, in one statement and one commit, launches the runs it got
-// and says how many. A claim skips a schedule another process is claiming
-// (pgcoord_schedule_claim), so processes that see the same burst split it between them
-// instead of queueing. (Smaller statements start a burst's first runs sooner but cost a
-// commit each: chunks of 16 and 32 measured a later p50 in schedules.lateness.)
+// this process has places for, in one statement and one commit
+// (pgcoord_schedule_claim_many), launches the runs it got and says how many. A claim skips
+// a schedule another process is claiming, so processes never queue behind each other's
+// claims.
 func (s *Scheduler) claimDue(ctx context.Context, due []dbsqlc.ScheduleDueRow) (int, error) {
 	var claims []dueClaim
 	for _, d := range due {
@@ -81,16 +81,11 @@ func (s *Scheduler) claimDue(ctx context.Context, due []dbsqlc.ScheduleDueRow) (
 		return n, nil
 	}
 	launched, n := make([]bool, len(claims)), 0
-	if err == nil {
-		for _, r := range rows {
-			if r.State == "running" && r.Entry >= 1 && int(r.Entry) <= len(claims) && !launched[r.Entry-1] {
-				launched[r.Entry-1] = true
-				n++
-				s.launch(ctx, claimed(dbsqlc.ScheduleStartRow{Job: r.Job, ScheduledFor: r.ScheduledFor, State: r.State,
-					FenceToken: r.FenceToken, Attempt: r.Attempt, Holder: r.Holder, StartedAt: r.StartedAt,
-					ExpiresAt: r.ExpiresAt, FinishedAt: r.FinishedAt, Error: r.Error, Cause: r.Cause, Ticks: r.Ticks,
-					Handler: r.Handler, Args: r.Args, Deadline: r.Deadline, DbNow: r.DbNow}), sent)
-			}
+	for _, r := range rows {
+		if i, ok := started(claims, r); ok && !launched[i] {
+			launched[i] = true
+			n++
+			s.launch(ctx, claimed(dbsqlc.ScheduleStartRow(r)), sent)
 		}
 	}
 	for _, ok := range launched {
@@ -121,16 +116,25 @@ func (s *Scheduler) claimMany(ctx context.Context, claims []dueClaim) ([]dbsqlc.
 		_, spans[i] = s.claimSpan(ctx, c.name)
 	}
 	rows, err := queries.ScheduleClaimMany(ctx, s.cfg.Pool, p)
-	started := make([]bool, len(claims))
+	ran := make([]bool, len(claims))
 	for _, r := range rows {
-		if r.State == "running" && r.Entry >= 1 && int(r.Entry) <= len(claims) {
-			started[r.Entry-1] = true
+		if i, ok := started(claims, r); ok {
+			ran[i] = true
 		}
 	}
 	for i, span := range spans {
-		endClaim(span, started[i], err)
+		endClaim(span, ran[i], err)
 	}
 	return rows, err
+}
+
+// started says which claim a row of a batch claim started a run for, if it did.
+func started(claims []dueClaim, r dbsqlc.ScheduleClaimManyRow) (int, bool) {
+	if r.State != "running" {
+		return 0, false
+	}
+	i := slices.IndexFunc(claims, func(c dueClaim) bool { return c.name == r.Job })
+	return i, i >= 0
 }
 
 // claimOne claims one schedule's due ticks, with a place reserved; the place goes to the

@@ -56,8 +56,10 @@ const (
 	// maxMissedCount bounds the counting of missed ticks, one by one, in one claim; a
 	// schedule further behind records that many and goes on from its window.
 	maxMissedCount = 100000
-	// batch is how many schedules one look at the database handles of each kind.
-	batch = 100
+	// batch is how many schedules one look at the database handles of each kind, and
+	// maxLooks how many looks for due ticks one pass makes at most.
+	batch    = 100
+	maxLooks = 10
 )
 
 // Config configures a Scheduler.
@@ -235,7 +237,7 @@ func (s *Scheduler) warn(ctx context.Context, what string, err error) {
 
 // pass arms the schedules a change left unarmed, claims the due ticks, starts the runs
 // that wait, and returns when, by the local clock, the next tick is due (zero: none; now:
-// the look read a full batch of due schedules, and more may be due).
+// its looks read full batches of due schedules, and more may be due).
 func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 	unarmed, err := queries.ScheduleUnarmed(ctx, s.cfg.Pool, batch)
 	if err != nil {
@@ -251,13 +253,29 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 			return time.Time{}, err
 		}
 	}
-	due, err := queries.ScheduleDue(ctx, s.cfg.Pool, dbsqlc.ScheduleDueParams{Handlers: s.handlers, MaxRows: batch})
-	if err != nil {
-		return time.Time{}, err
-	}
-	launched, err := s.claimDue(ctx, due)
-	if err != nil {
-		return time.Time{}, err
+	// Claim the due ticks, look after look. A look reads at most batch schedules, and
+	// leaves out those the pass's earlier looks read (their claims started a run, or found
+	// them taken by another process or changed): processes that see the same burst spread
+	// over it instead of waiting for each other's claims to commit.
+	var seen []string
+	more, launched := false, 0 // more: the last look read a full batch, and more may be due
+	for {
+		due, err := queries.ScheduleDue(ctx, s.cfg.Pool, dbsqlc.ScheduleDueParams{Handlers: s.handlers, Skip: seen, MaxRows: batch})
+		if err != nil {
+			return time.Time{}, err
+		}
+		n, err := s.claimDue(ctx, due)
+		if err != nil {
+			return time.Time{}, err
+		}
+		launched += n
+		more = len(due) == batch
+		if !more || len(seen) >= maxLooks*batch || !s.hasPlace() {
+			break
+		}
+		for _, d := range due {
+			seen = append(seen, d.Name)
+		}
 	}
 	waiting, err := queries.ScheduleWaiting(ctx, s.cfg.Pool, dbsqlc.ScheduleWaitingParams{Handlers: s.handlers, MaxRows: batch})
 	if err != nil {
@@ -278,9 +296,9 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 			}
 		}
 	}
-	if len(due) == batch && launched > 0 {
-		// More may be due than one look reads: look again at once (while looks make
-		// progress; a batch of schedules held by others waits for the next wake-up).
+	if more && launched > 0 && s.hasPlace() {
+		// A new pass reads the schedules this one left out (while passes make progress:
+		// schedules held by others wait for the next wake-up).
 		return time.Now(), nil
 	}
 	sent := time.Now()
@@ -302,10 +320,26 @@ func (s *Scheduler) reserve() bool {
 	return true
 }
 
+// hasPlace says whether a run of this process may start now.
+func (s *Scheduler) hasPlace() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running < s.cfg.MaxRuns
+}
+
+// release gives back a place no run took.
 func (s *Scheduler) release() {
 	s.mu.Lock()
 	s.running--
 	s.mu.Unlock()
+}
+
+// finished gives back the place of a run that ended, and wakes Run: a buffered or pending
+// run may start now. (A claim that started no run wakes nothing: with places left, a look
+// that lost every claim to other processes would otherwise look again at once, and again,
+// taking the CPU the winners' claims need.)
+func (s *Scheduler) finished() {
+	s.release()
 	select {
 	case s.done <- struct{}{}:
 	default:
@@ -368,7 +402,7 @@ func (s *Scheduler) launch(ctx context.Context, c claimed, sent time.Time) {
 	s.runs.Add(1)
 	go func() {
 		defer s.runs.Done()
-		defer s.release()
+		defer s.finished()
 		fn := func(ctx context.Context, _ singleton.Run) error {
 			if h == nil { // the schedule changed its handler since the claim
 				return fmt.Errorf("schedules: this process has no handler %q", c.Handler)

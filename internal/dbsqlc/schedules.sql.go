@@ -179,15 +179,13 @@ func (q *Queries) ScheduleClaim(ctx context.Context, db DBTX, arg ScheduleClaimP
 }
 
 const scheduleClaimMany = `-- name: ScheduleClaimMany :many
-SELECT c.i::int AS entry, r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error, r.cause, r.ticks, s.handler, s.args, s.deadline, pgcoord_now()::timestamptz AS db_now
-FROM generate_series(1, cardinality($1::text[])) AS c(i)
-CROSS JOIN LATERAL pgcoord_schedule_claim(($1::text[])[c.i], ($2::bigint[])[c.i],
-    ($3::timestamptz[])[c.i], ($4::bigint[])[c.i],
-    ($5::timestamptz[])[($6::int[])[c.i] : ($6::int[])[c.i] + ($7::int[])[c.i] - 1],
-    CASE WHEN ($8::boolean[])[c.i] THEN ($9::timestamptz[])[c.i] END,
+SELECT r.job, r.scheduled_for, r.state, r.fence_token, r.attempt, r.holder, r.started_at, r.expires_at, r.finished_at, r.error, r.cause, r.ticks, s.handler, s.args, s.deadline, pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_schedule_claim_many($1::text[], $2::bigint[], $3::timestamptz[], $4::bigint[],
+    $5::int[], $6::int[], $7::timestamptz[],
+    ARRAY(SELECT CASE WHEN ($8::boolean[])[i] THEN ($9::timestamptz[])[i] END
+          FROM generate_subscripts($8::boolean[], 1) i ORDER BY i),
     $10::text, $11::text[], $12::interval) r
 JOIN pgcoord_schedules s ON s.name = r.job
-ORDER BY c.i
 `
 
 type ScheduleClaimManyParams struct {
@@ -195,9 +193,9 @@ type ScheduleClaimManyParams struct {
 	Versions []int64
 	Froms    []time.Time
 	Missed   []int64
-	Ticks    []time.Time
 	Firsts   []int32
 	Counts   []int32
+	Ticks    []time.Time
 	HasNext  []bool
 	Nexts    []time.Time
 	Holder   string
@@ -206,7 +204,6 @@ type ScheduleClaimManyParams struct {
 }
 
 type ScheduleClaimManyRow struct {
-	Entry        int32
 	Job          string
 	ScheduledFor time.Time
 	State        string
@@ -225,19 +222,18 @@ type ScheduleClaimManyRow struct {
 	DbNow        time.Time
 }
 
-// ScheduleClaim of several schedules in one statement and one commit: entry i claims
-// names[i] with ticks[firsts[i] : firsts[i] + counts[i] - 1] (1-based) and nexts[i] when
-// has_next[i]. A claim skips a schedule another transaction holds (pgcoord_schedule_claim),
-// so batches in any order never wait for each other.
+// ScheduleClaim of several schedules in one call (pgcoord_schedule_claim_many): entry i
+// claims names[i] with ticks[firsts[i] : firsts[i] + counts[i] - 1] (1-based), and nexts[i]
+// when has_next[i]. The rows name their schedule (job), in no order.
 func (q *Queries) ScheduleClaimMany(ctx context.Context, db DBTX, arg ScheduleClaimManyParams) ([]ScheduleClaimManyRow, error) {
 	rows, err := db.Query(ctx, scheduleClaimMany,
 		arg.Names,
 		arg.Versions,
 		arg.Froms,
 		arg.Missed,
-		arg.Ticks,
 		arg.Firsts,
 		arg.Counts,
+		arg.Ticks,
 		arg.HasNext,
 		arg.Nexts,
 		arg.Holder,
@@ -252,7 +248,6 @@ func (q *Queries) ScheduleClaimMany(ctx context.Context, db DBTX, arg ScheduleCl
 	for rows.Next() {
 		var i ScheduleClaimManyRow
 		if err := rows.Scan(
-			&i.Entry,
 			&i.Job,
 			&i.ScheduledFor,
 			&i.State,
@@ -368,12 +363,14 @@ SELECT s.name, s.expr, s.zone, s.version, s.next_at::timestamptz AS next_at, s.c
 FROM pgcoord_schedules s
 WHERE s.paused_at IS NULL AND s.due_at <= pgcoord_now()
   AND (s.handler = ANY ($1::text[]) OR NOT pgcoord_schedule_live_handler(s.handler))
+  AND s.name <> ALL (coalesce($2::text[], '{}'))
 ORDER BY s.due_at
-LIMIT $2::int
+LIMIT $3::int
 `
 
 type ScheduleDueParams struct {
 	Handlers []string
+	Skip     []string
 	MaxRows  int32
 }
 
@@ -391,9 +388,10 @@ type ScheduleDueRow struct {
 }
 
 // The schedules whose next tick is due, for a scheduler with these handlers (or with no
-// live process for their handler: the claim records the tick as waiting for one).
+// live process for their handler: the claim records the tick as waiting for one), but for
+// those in skip (the pass's earlier looks found them).
 func (q *Queries) ScheduleDue(ctx context.Context, db DBTX, arg ScheduleDueParams) ([]ScheduleDueRow, error) {
-	rows, err := db.Query(ctx, scheduleDue, arg.Handlers, arg.MaxRows)
+	rows, err := db.Query(ctx, scheduleDue, arg.Handlers, arg.Skip, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}

@@ -34,19 +34,16 @@ FROM pgcoord_schedule_claim(@name::text, @version::bigint, @from_tick::timestamp
 JOIN pgcoord_schedules s ON s.name = r.job;
 
 -- name: ScheduleClaimMany :many
--- ScheduleClaim of several schedules in one statement and one commit: entry i claims
--- names[i] with ticks[firsts[i] : firsts[i] + counts[i] - 1] (1-based) and nexts[i] when
--- has_next[i]. A claim skips a schedule another transaction holds (pgcoord_schedule_claim),
--- so batches in any order never wait for each other.
-SELECT c.i::int AS entry, r.*, s.handler, s.args, s.deadline, pgcoord_now()::timestamptz AS db_now
-FROM generate_series(1, cardinality(@names::text[])) AS c(i)
-CROSS JOIN LATERAL pgcoord_schedule_claim((@names::text[])[c.i], (@versions::bigint[])[c.i],
-    (@froms::timestamptz[])[c.i], (@missed::bigint[])[c.i],
-    (@ticks::timestamptz[])[(@firsts::int[])[c.i] : (@firsts::int[])[c.i] + (@counts::int[])[c.i] - 1],
-    CASE WHEN (@has_next::boolean[])[c.i] THEN (@nexts::timestamptz[])[c.i] END,
+-- ScheduleClaim of several schedules in one call (pgcoord_schedule_claim_many): entry i
+-- claims names[i] with ticks[firsts[i] : firsts[i] + counts[i] - 1] (1-based), and nexts[i]
+-- when has_next[i]. The rows name their schedule (job), in no order.
+SELECT r.*, s.handler, s.args, s.deadline, pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_schedule_claim_many(@names::text[], @versions::bigint[], @froms::timestamptz[], @missed::bigint[],
+    @firsts::int[], @counts::int[], @ticks::timestamptz[],
+    ARRAY(SELECT CASE WHEN (@has_next::boolean[])[i] THEN (@nexts::timestamptz[])[i] END
+          FROM generate_subscripts(@has_next::boolean[], 1) i ORDER BY i),
     @holder::text, @handlers::text[], @ttl::interval) r
-JOIN pgcoord_schedules s ON s.name = r.job
-ORDER BY c.i;
+JOIN pgcoord_schedules s ON s.name = r.job;
 
 -- name: ScheduleStart :many
 SELECT r.*, s.handler, s.args, s.deadline, pgcoord_now()::timestamptz AS db_now
@@ -81,13 +78,15 @@ LIMIT @max_rows::int;
 
 -- name: ScheduleDue :many
 -- The schedules whose next tick is due, for a scheduler with these handlers (or with no
--- live process for their handler: the claim records the tick as waiting for one).
+-- live process for their handler: the claim records the tick as waiting for one), but for
+-- those in skip (the pass's earlier looks found them).
 SELECT s.name, s.expr, s.zone, s.version, s.next_at::timestamptz AS next_at, s.catch_up, s.catch_up_policy,
        s.starts_at, s.ends_at,
        pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_schedules s
 WHERE s.paused_at IS NULL AND s.due_at <= pgcoord_now()
   AND (s.handler = ANY (@handlers::text[]) OR NOT pgcoord_schedule_live_handler(s.handler))
+  AND s.name <> ALL (coalesce(@skip::text[], '{}'))
 ORDER BY s.due_at
 LIMIT @max_rows::int;
 
