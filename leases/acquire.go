@@ -32,74 +32,139 @@ var check = base.Check("leases")
 //
 // If an attempt's reply is lost after the grant committed (a connection cut), Acquire asks
 // again at once as the same holder and gets its own grant back.
-func Acquire(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Duration, opts *AcquireOpts) (_ Lease, err error) {
-	if err := validate(name, ttl); err != nil {
+func Acquire(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Duration, opts *AcquireOpts) (Lease, error) {
+	a, err := startAcquire(ctx, pool, name, ttl, opts)
+	if err != nil {
 		return Lease{}, err
 	}
+	defer a.end()
+	// Only this loop and the Wait it parks in stay on the stack while Acquire waits: the
+	// statement, tracing and errors run in calls that have returned by then. A waiter's
+	// goroutine grows its stack for the statement (pgx goes deep); once it parks with
+	// little of it in use, the garbage collector halves it (issue 32: 10,000 waiters).
+	for {
+		wait, done := a.attempt()
+		if done {
+			break
+		}
+		if err := a.w.Wait(a.ctx, wait); err != nil {
+			a.fail(err)
+			break
+		}
+	}
+	if a.err != nil {
+		return Lease{}, a.err
+	}
+	return *a.lease, nil
+}
+
+// acquisition is the state of one Acquire call across its attempts: on the heap, where it
+// costs a waiter less than the stack it would keep from shrinking.
+type acquisition struct {
+	ctx          context.Context // the caller's, or the span's
+	pool         *pgxpool.Pool
+	name, holder string
+	syncCommit   string
+	ttl          time.Duration
+	poll, margin time.Duration // AcquireOpts.PollInterval and SafetyMargin
+	meta         metadata
+	w            *listen.Waiter
+	span         tracing.Span
+	attempts     int64
+	retried      bool   // the last attempt's error was ambiguous, and this one asks again
+	lease        *Lease // the grant, once granted
+	err          error
+}
+
+// startAcquire checks Acquire's arguments, starts its span and creates its waiter.
+func startAcquire(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Duration, opts *AcquireOpts) (*acquisition, error) {
+	if err := validate(name, ttl); err != nil {
+		return nil, err
+	}
 	if pool == nil {
-		return Lease{}, check.Invalid("nil pool")
+		return nil, check.Invalid("nil pool")
 	}
 	o, err := opts.withDefaults(ttl)
 	if err != nil {
-		return Lease{}, err
+		return nil, err
 	}
-	var span tracing.Span
-	attempts := int64(0)
+	a := &acquisition{ctx: ctx, pool: pool, name: name, holder: o.Holder, syncCommit: o.SyncCommit, ttl: ttl,
+		poll: o.PollInterval, margin: o.SafetyMargin}
 	if o.Tracer != nil {
-		ctx, span = tracing.Start(ctx, o.Tracer, tracing.LeaseAcquire,
+		a.ctx, a.span = tracing.Start(ctx, o.Tracer, tracing.LeaseAcquire,
 			tracing.Str(tracing.AttrLease, name), tracing.Str(tracing.AttrHolder, o.Holder))
-		defer func() {
-			span.Set(tracing.Int(tracing.AttrAttempts, attempts))
-			span.End(err)
-		}()
 	}
 	// The waiter exists before the first attempt, so a release between a failed attempt
 	// and the wait is not missed.
-	w, err := newWaiter(ctx, pool, name, o.NoListen)
-	if err != nil {
-		if ctx.Err() != nil {
-			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, ctx.Err())
+	if a.w, err = newWaiter(a.ctx, pool, name, o.NoListen); err != nil {
+		if a.ctx.Err() != nil {
+			err = a.ctx.Err()
+		} else {
+			err = base.TranslateError(err)
 		}
-		return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, base.TranslateError(err))
+		a.err = fmt.Errorf("leases: acquire %q: %w", name, err)
+		a.endSpan()
+		return nil, a.err
 	}
-	defer w.Close()
-	meta := encodeMetadata(o.Metadata)
-	retried := false
-	for {
-		attempts++
-		start := time.Now()
-		row, err := queries.WaitLease(ctx, pool, dbsqlc.WaitLeaseParams{
-			Name: name, Holder: o.Holder, Ttl: dbarg.Interval(ttl), Want: dbarg.Interval(2 * o.PollInterval),
-			Metadata: meta.json, SyncCommit: o.SyncCommit,
-		})
-		var wait time.Duration
-		switch {
-		case err == nil && row.Holder != nil && *row.Holder == o.Holder:
-			if span.On() {
-				span.Set(tracing.Int(tracing.AttrToken, row.FenceToken))
-			}
-			return leaseFrom(dbsqlc.AcquireLeaseRow(row), meta.values, start, o.SafetyMargin), nil
-		case err == nil && row.ExpiresAt != nil:
-			// Held by someone else: try again when the grant expires, on a notification,
-			// or after the poll interval, whichever comes first.
-			wait = min(listen.Jitter(o.PollInterval), row.ExpiresAt.Sub(row.DbNow)+time.Millisecond)
-			if span.On() && row.Holder != nil {
-				span.Event(tracing.EventWait, tracing.Str(tracing.AttrHeldBy, *row.Holder))
-			}
-		case err == nil || errors.Is(err, pgx.ErrNoRows):
-			wait = 0 // the lease changed hands under us: try again at once
-		case ctx.Err() != nil:
-			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, ctx.Err())
-		case !retried && listen.Ambiguous(ctx, err):
-			retried = true
-			continue // the grant may have committed: ask again as the same holder
-		default:
-			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, base.TranslateError(err))
+	a.meta = encodeMetadata(o.Metadata)
+	return a, nil
+}
+
+// attempt asks for the lease once. It returns done when the call is over (granted, or
+// failed: a.lease or a.err says which), else how long to wait before the next attempt.
+func (a *acquisition) attempt() (wait time.Duration, done bool) {
+	a.attempts++
+	start := time.Now()
+	row, err := queries.WaitLease(a.ctx, a.pool, dbsqlc.WaitLeaseParams{
+		Name: a.name, Holder: a.holder, Ttl: dbarg.Interval(a.ttl), Want: dbarg.Interval(2 * a.poll),
+		Metadata: a.meta.json, SyncCommit: a.syncCommit,
+	})
+	switch {
+	case err == nil && row.Holder != nil && *row.Holder == a.holder:
+		if a.span.On() {
+			a.span.Set(tracing.Int(tracing.AttrToken, row.FenceToken))
 		}
-		retried = false
-		if err := w.Wait(ctx, wait); err != nil {
-			return Lease{}, fmt.Errorf("leases: acquire %q: %w", name, err)
+		l := leaseFrom(dbsqlc.AcquireLeaseRow(row), a.meta.values, start, a.margin)
+		a.lease = &l
+		return 0, true
+	case err == nil && row.ExpiresAt != nil:
+		// Held by someone else: try again when the grant expires, on a notification,
+		// or after the poll interval, whichever comes first.
+		wait = min(listen.Jitter(a.poll), row.ExpiresAt.Sub(row.DbNow)+time.Millisecond)
+		if a.span.On() && row.Holder != nil {
+			a.span.Event(tracing.EventWait, tracing.Str(tracing.AttrHeldBy, *row.Holder))
 		}
+	case err == nil || errors.Is(err, pgx.ErrNoRows):
+		wait = 0 // the lease changed hands under us: try again at once
+	case a.ctx.Err() != nil:
+		a.fail(a.ctx.Err())
+		return 0, true
+	case !a.retried && listen.Ambiguous(a.ctx, err):
+		a.retried = true
+		return 0, false // the grant may have committed: ask again as the same holder
+	default:
+		a.fail(base.TranslateError(err))
+		return 0, true
+	}
+	a.retried = false
+	return wait, false
+}
+
+// fail ends the call with err.
+func (a *acquisition) fail(err error) {
+	a.err = fmt.Errorf("leases: acquire %q: %w", a.name, err)
+}
+
+// end closes the waiter and the span (with a.err as the call's outcome).
+func (a *acquisition) end() {
+	a.w.Close()
+	a.endSpan()
+}
+
+func (a *acquisition) endSpan() {
+	if a.span.On() {
+		a.span.Set(tracing.Int(tracing.AttrAttempts, a.attempts))
+		a.span.End(a.err)
 	}
 }
 

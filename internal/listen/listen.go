@@ -104,6 +104,8 @@ func (w *Waiter) Wait(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
+	// Nothing but this select is on the stack while a waiter sleeps (the spacing below runs
+	// in a call of its own), so that the stack of a parked caller can shrink.
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -113,9 +115,14 @@ func (w *Waiter) Wait(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-w.wake:
 	}
+	return w.space(ctx, t)
+}
+
+// space returns from a Wait woken by a notification: at once, or, when woken too often
+// lately (notifications anyone can forge), once this wake-up's turn comes (anything that
+// arrives meanwhile is folded into it), at the end of Wait's timer t, or when ctx ends.
+func (w *Waiter) space(ctx context.Context, t *time.Timer) error {
 	if delay := w.wakeDelay(time.Now()); delay > 0 {
-		// Woken too often lately (notifications anyone can forge): this wake-up waits its
-		// turn, and whatever arrives meanwhile is folded into it.
 		g := time.NewTimer(delay)
 		defer g.Stop()
 		select {
