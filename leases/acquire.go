@@ -37,23 +37,8 @@ func Acquire(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Dura
 	if err != nil {
 		return Lease{}, err
 	}
-	defer a.end()
-	// Only this loop and the Wait it parks in stay on the stack while Acquire waits: the
-	// statement, tracing and errors run in calls that have returned by then. A waiter's
-	// goroutine grows its stack for the statement (pgx goes deep); once it parks with
-	// little of it in use, the garbage collector halves it (issue 32: 10,000 waiters).
-	for {
-		wait, done := a.attempt()
-		if done {
-			break
-		}
-		if err := a.w.Wait(a.ctx, wait); err != nil {
-			a.fail(err)
-			break
-		}
-	}
-	if a.err != nil {
-		return Lease{}, a.err
+	if err := a.run(); err != nil {
+		return Lease{}, err
 	}
 	return *a.lease, nil
 }
@@ -74,6 +59,26 @@ type acquisition struct {
 	retried      bool   // the last attempt's error was ambiguous, and this one asks again
 	lease        *Lease // the grant, once granted
 	err          error
+}
+
+// run waits for the grant (a.lease) or the call's end (a.err, which it returns).
+//
+// Only run's loop, its callers and the Wait it parks in stay on the stack while it waits:
+// the statement, tracing and errors run in calls that have returned by then. A waiter's
+// goroutine grows its stack for the statement (pgx goes deep); once it parks with little of
+// it in use, the garbage collector halves it (issue 32: 10,000 waiters).
+func (a *acquisition) run() error {
+	defer a.end()
+	for {
+		wait, done := a.attempt()
+		if done {
+			return a.err
+		}
+		if err := a.w.Wait(a.ctx, wait); err != nil {
+			a.fail(err)
+			return a.err
+		}
+	}
 }
 
 // startAcquire checks Acquire's arguments, starts its span and creates its waiter.

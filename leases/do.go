@@ -63,21 +63,48 @@ type DoOpts struct {
 //   - otherwise fn's error, if fn failed;
 //   - otherwise the error of acquiring or releasing, or nil.
 func Do(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Duration, fn func(ctx context.Context, lease Lease) error, opts *DoOpts) (err error) {
-	var o DoOpts
-	if opts != nil {
-		o = *opts
+	d, err := startDo(ctx, pool, name, ttl, fn, opts)
+	if err != nil {
+		return err
 	}
+	defer d.endSpan(&err)
+	// Only this frame, small, and the acquisition's loop stay on the stack while Do waits
+	// for the lease (see acquisition.run).
+	if err := d.a.run(); err != nil {
+		return err
+	}
+	return d.hold()
+}
+
+// doCall is the state of one Do call.
+type doCall struct {
+	ctx  context.Context // the caller's, or the span's
+	pool *pgxpool.Pool
+	ttl  time.Duration
+	fn   func(ctx context.Context, lease Lease) error
+	o    DoOpts
+	span tracing.Span
+	a    *acquisition
+}
+
+// startDo checks Do's arguments, starts its span and the acquisition of its lease.
+func startDo(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Duration, fn func(ctx context.Context, lease Lease) error, opts *DoOpts) (*doCall, error) {
+	d := &doCall{ctx: ctx, pool: pool, ttl: ttl, fn: fn}
+	if opts != nil {
+		d.o = *opts
+	}
+	o := &d.o
 	if fn == nil {
-		return check.Invalid("nil function")
+		return nil, check.Invalid("nil function")
 	}
 	if err := validate(name, ttl); err != nil {
-		return err
+		return nil, err
 	}
 	if o.RenewEvery == 0 {
 		o.RenewEvery = ttl / 3
 	}
 	if o.RenewEvery <= 0 || o.RenewEvery >= ttl {
-		return check.Invalid("renew interval %v must be between 0 and the TTL %v", o.RenewEvery, ttl)
+		return nil, check.Invalid("renew interval %v must be between 0 and the TTL %v", o.RenewEvery, ttl)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -85,21 +112,31 @@ func Do(ctx context.Context, pool *pgxpool.Pool, name string, ttl time.Duration,
 	if o.Metrics == nil {
 		o.Metrics = &Metrics{} // counts nobody reads
 	}
-	var span tracing.Span
 	if o.Tracer != nil {
-		ctx, span = tracing.Start(ctx, o.Tracer, tracing.LeaseDo, tracing.Str(tracing.AttrLease, name))
-		defer func() { span.End(err) }()
+		d.ctx, d.span = tracing.Start(ctx, o.Tracer, tracing.LeaseDo, tracing.Str(tracing.AttrLease, name))
 	}
-	lease, err := Acquire(ctx, pool, name, ttl, &o.AcquireOpts)
+	a, err := startAcquire(d.ctx, pool, name, ttl, &o.AcquireOpts)
 	if err != nil {
-		return err
+		d.span.End(err)
+		return nil, err
 	}
+	d.a = a
+	return d, nil
+}
+
+// endSpan ends Do's span, if traced, with the call's error *err.
+func (d *doCall) endSpan(err *error) { d.span.End(*err) }
+
+// hold runs Do's fn while it holds the acquisition's grant, and releases it.
+func (d *doCall) hold() error {
+	ctx, pool, ttl, fn, o, span := d.ctx, d.pool, d.ttl, d.fn, &d.o, d.span
+	lease, name := *d.a.lease, d.a.name
 	if span.On() {
 		span.Set(tracing.Str(tracing.AttrHolder, lease.Holder), tracing.Int(tracing.AttrToken, lease.Token))
 	}
 
 	fnCtx, cancel := context.WithCancelCause(ctx)
-	k := keeper{pool: pool, ttl: ttl, opts: &o, cancel: cancel, stop: make(chan struct{}), done: make(chan Lease),
+	k := keeper{pool: pool, ttl: ttl, opts: o, cancel: cancel, stop: make(chan struct{}), done: make(chan Lease),
 		spanCtx: context.Background()}
 	if span.On() {
 		k.span, k.spanCtx = span, context.WithoutCancel(ctx)

@@ -107,15 +107,17 @@ func (w *Waiter) Wait(ctx context.Context, d time.Duration) error {
 	// Nothing but this select is on the stack while a waiter sleeps (the spacing below runs
 	// in a call of its own), so that the stack of a parked caller can shrink.
 	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		t.Stop()
 		return ctx.Err()
 	case <-t.C:
 		return nil
 	case <-w.wake:
 	}
-	return w.space(ctx, t)
+	err := w.space(ctx, t)
+	t.Stop()
+	return err
 }
 
 // space returns from a Wait woken by a notification: at once, or, when woken too often
