@@ -34,9 +34,11 @@ CREATE FUNCTION pgcoord_schedule_claim_many(
 ) RETURNS SETOF pgcoord_job_runs LANGUAGE plpgsql
 -- Its statements find at most 1000 rows each by primary key: a table scan is never the
 -- way, even on a table not analyzed yet (and a disabled scan's cost would JIT-compile the
--- statement).
+-- statement). Their plans do not depend on the arguments: planned once per connection,
+-- not for each of its first five calls.
 SET enable_seqscan = off
 SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now timestamptz := pgcoord_now();
@@ -120,7 +122,10 @@ BEGIN
              WHERE e.name = ANY (v_fast)
         ), advanced AS (
             UPDATE pgcoord_schedules x
-               SET next_at = f.next_at, due_at = f.next_at + pgcoord_schedule_jitter(x.name, f.next_at, x.jitter)
+               SET next_at = f.next_at,
+                   -- (pgcoord_schedule_jitter is a function call per row, even for no jitter.)
+                   due_at = f.next_at + CASE WHEN x.jitter > interval '0' THEN pgcoord_schedule_jitter(x.name, f.next_at, x.jitter)
+                                             ELSE interval '0' END
               FROM f
              WHERE x.name = f.name
         ), j AS (
