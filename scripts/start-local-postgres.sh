@@ -21,6 +21,13 @@ if [[ $status != online* ]]; then
   pg_ctlcluster "$version" "$cluster" start >&2
 fi
 psql_as_postgres() { runuser -u postgres -- psql -X -q -p "$port" -v ON_ERROR_STOP=1 "$@"; }
+# The tests create and drop a schema of pgcoord's objects per test, many at once; a DROP
+# SCHEMA (or a migration) locks every object it touches, and the default lock table (64
+# per connection) runs out ("out of shared memory") when a few dozen run together.
+if (($(psql_as_postgres -tAc "SHOW max_locks_per_transaction") < 256)); then
+  psql_as_postgres -c "ALTER SYSTEM SET max_locks_per_transaction = 256" >/dev/null
+  pg_ctlcluster "$version" "$cluster" restart >&2
+fi
 psql_as_postgres -c "ALTER ROLE postgres PASSWORD 'postgres'" >/dev/null
 if [[ $(psql_as_postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'") != 1 ]]; then
   psql_as_postgres -c "CREATE DATABASE $db" >/dev/null

@@ -1,0 +1,413 @@
+package partition_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgcoord/pgcoord/fenced"
+	"github.com/pgcoord/pgcoord/internal/pgtest"
+	"github.com/pgcoord/pgcoord/partition"
+	"github.com/pgcoord/pgcoord/pgcoord"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const ttl = 3 * time.Second
+
+// events records what a member's callbacks saw.
+type events struct {
+	mu       sync.Mutex
+	assigned map[int][]int64 // partition → tokens, in order
+	revoked  map[int]int
+}
+
+func newEvents() *events { return &events{assigned: map[int][]int64{}, revoked: map[int]int{}} }
+
+func (e *events) opts(o partition.Options) *partition.Options {
+	o.OnAssign = func(p partition.Partition) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.assigned[p.ID] = append(e.assigned[p.ID], p.Token)
+	}
+	if o.OnRevoke == nil {
+		o.OnRevoke = func(context.Context, partition.Partition) {}
+	}
+	revoke := o.OnRevoke
+	o.OnRevoke = func(ctx context.Context, p partition.Partition) {
+		revoke(ctx, p)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.revoked[p.ID]++
+	}
+	if o.TTL == 0 {
+		o.TTL = ttl
+	}
+	return &o
+}
+
+// join joins group as member name, leaving when the test ends.
+func join(t *testing.T, pool *pgxpool.Pool, group, name string, o partition.Options) (*partition.Member, *events) {
+	t.Helper()
+	e := newEvents()
+	o.Member = name
+	m, err := partition.Join(t.Context(), pool, group, e.opts(o))
+	if err != nil {
+		t.Fatalf("Join %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = m.Leave(context.Background()) })
+	return m, e
+}
+
+// holders returns each partition's live holder ("" when free), by the database clock.
+func holders(t *testing.T, pool *pgxpool.Pool, group string) map[int]string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT partition, CASE WHEN expires_at > pgcoord_now() THEN holder ELSE '' END
+		  FROM pgcoord_partitions WHERE group_name = $1`, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]string{}
+	for rows.Next() {
+		var p int
+		var h *string
+		if err := rows.Scan(&p, &h); err != nil {
+			t.Fatal(err)
+		}
+		if h != nil {
+			out[p] = *h
+		} else {
+			out[p] = ""
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// settled waits until every partition of group is held by the member the plan gives it to.
+func settled(t *testing.T, pool *pgxpool.Pool, group string) map[int]string {
+	t.Helper()
+	pgtest.Until(t, "every partition of "+group+" held by its planned member", func() bool {
+		var off int
+		err := pool.QueryRow(context.Background(), `
+			SELECT count(*) FROM pgcoord_partitions p JOIN pgcoord_partition_groups g ON g.name = p.group_name
+			 WHERE p.group_name = $1 AND (p.target IS NULL OR p.holder IS DISTINCT FROM p.target
+			       OR p.expires_at <= pgcoord_now() OR p.epoch <> g.epoch OR p.partition >= g.partitions)`, group).Scan(&off)
+		return err == nil && off == 0
+	})
+	return holders(t, pool, group)
+}
+
+func counts(h map[int]string) map[string]int {
+	c := map[string]int{}
+	for _, m := range h {
+		c[m]++
+	}
+	return c
+}
+
+// TestJoinAndLeaveMoveOnlyWhatMust: four members share 64 partitions 16 each; a fifth
+// joining moves at most ceil(64/5) = 13 of them, to itself, and leaves every member within
+// one of 64/5; its leaving moves only its own.
+func TestJoinAndLeaveMoveOnlyWhatMust(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	for i := range 4 {
+		join(t, pool, "g", fmt.Sprintf("m%d", i), partition.Options{Partitions: 64})
+	}
+	before := settled(t, pool, "g")
+	for m, n := range counts(before) {
+		if n != 16 {
+			t.Fatalf("%s holds %d partitions of 64 among 4, want 16: %v", m, n, counts(before))
+		}
+	}
+	fifth, _ := join(t, pool, "g", "m4", partition.Options{})
+	after := settled(t, pool, "g")
+	moved := 0
+	for p, h := range after {
+		if h != before[p] {
+			moved++
+			if h != "m4" {
+				t.Errorf("partition %d moved from %s to %s, not to the member that joined", p, before[p], h)
+			}
+		}
+	}
+	if moved > 13 {
+		t.Errorf("a join moved %d partitions, want at most 13", moved)
+	}
+	for m, n := range counts(after) {
+		if n < 12 || n > 13 {
+			t.Errorf("%s holds %d partitions of 64 among 5, want 12 or 13: %v", m, n, counts(after))
+		}
+	}
+	if err := fifth.Leave(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	final := settled(t, pool, "g")
+	for p, h := range final {
+		if after[p] != "m4" && h != after[p] {
+			t.Errorf("partition %d of %s moved to %s when m4 left", p, after[p], h)
+		}
+	}
+	for m, n := range counts(final) {
+		if n != 16 {
+			t.Errorf("after the leave %s holds %d, want 16: %v", m, n, counts(final))
+		}
+	}
+}
+
+// TestWeights: members of weights 1, 2 and 5 share 64 partitions within one of 8, 16 and 40.
+func TestWeights(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	for i, w := range []int{1, 2, 5} {
+		join(t, pool, "w", fmt.Sprintf("m%d", i), partition.Options{Partitions: 64, Weight: w})
+	}
+	c := counts(settled(t, pool, "w"))
+	for m, share := range map[string]float64{"m0": 8, "m1": 16, "m2": 40} {
+		if d := float64(c[m]) - share; d <= -1 || d >= 1 {
+			t.Errorf("%s holds %d, want within one of %v: %v", m, c[m], share, c)
+		}
+	}
+}
+
+// TestRevokeBeforeGrant: a partition moves to a joining member only after its owner's
+// OnRevoke returned; the new grant's token is higher, and from then on the old token is
+// refused by Member.Check and by the fence register of the partition's resource.
+func TestRevokeBeforeGrant(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	gate := make(chan struct{})
+	var once sync.Once
+	revoking := make(chan struct{})
+	a, ea := join(t, pool, "r", "a", partition.Options{Partitions: 8, RevokeGrace: ttl,
+		OnRevoke: func(ctx context.Context, p partition.Partition) {
+			once.Do(func() { close(revoking) })
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+		}})
+	old := a.Owned()
+	if len(old) != 8 {
+		t.Fatalf("the only member holds %d of 8 partitions", len(old))
+	}
+	b, eb := join(t, pool, "r", "b", partition.Options{})
+	<-revoking
+	// b heartbeats (every TTL/3) while a's OnRevoke waits: it gets none of a's partitions.
+	var renewed time.Time
+	pgtest.Until(t, "a heartbeat of b after a's revoke began", func() bool {
+		var at time.Time
+		_ = pool.QueryRow(context.Background(), `SELECT expires_at FROM pgcoord_partition_members WHERE group_name = 'r' AND member = 'b'`).Scan(&at)
+		if renewed.IsZero() {
+			renewed = at
+		}
+		return at.After(renewed)
+	})
+	if got := b.Owned(); len(got) != 0 {
+		t.Fatalf("b was granted %v while a's OnRevoke had not returned", got)
+	}
+	for p, h := range holders(t, pool, "r") {
+		if h != "a" {
+			t.Fatalf("partition %d is held by %q while a's OnRevoke waits", p, h)
+		}
+	}
+	close(gate)
+	settled(t, pool, "r")
+	if n := len(b.Owned()); n != 4 {
+		t.Fatalf("b holds %d partitions after the move, want 4", n)
+	}
+	for _, np := range b.Owned() {
+		var op partition.Partition
+		for _, p := range old {
+			if p.ID == np.ID {
+				op = p
+			}
+		}
+		if np.Token <= op.Token {
+			t.Errorf("partition %d: b's token %d is not above a's %d", np.ID, np.Token, op.Token)
+		}
+		if op.Context.Err() == nil {
+			t.Errorf("partition %d: a's context was not cancelled at the revoke", np.ID)
+		}
+		err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error { return a.Check(t.Context(), tx, op) })
+		if !errors.Is(err, partition.ErrRevoked) {
+			t.Errorf("a.Check of moved partition %d: %v, want ErrRevoked", np.ID, err)
+		}
+		err = pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error { return fenced.Check(t.Context(), tx, op.Resource(), op.Token) })
+		if !errors.Is(err, fenced.ErrStale) {
+			t.Errorf("fenced.Check of a's token for moved partition %d: %v, want ErrStale (before b wrote)", np.ID, err)
+		}
+		err = pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+			if err := b.Check(t.Context(), tx, np); err != nil {
+				return err
+			}
+			return fenced.Check(t.Context(), tx, np.Resource(), np.Token)
+		})
+		if err != nil {
+			t.Errorf("b's checks of partition %d: %v", np.ID, err)
+		}
+	}
+	ea.mu.Lock()
+	defer ea.mu.Unlock()
+	eb.mu.Lock()
+	defer eb.mu.Unlock()
+	for _, np := range b.Owned() {
+		if ea.revoked[np.ID] != 1 || len(eb.assigned[np.ID]) != 1 {
+			t.Errorf("partition %d: revoked %d times from a, assigned %d times to b; want once each", np.ID, ea.revoked[np.ID], len(eb.assigned[np.ID]))
+		}
+	}
+}
+
+// TestResizeRegrantsUnderTheNewCount: resizing 16 to 32 partitions while two members run
+// revokes every grant and grants all 32 anew, with higher tokens; no grant of the new
+// epoch lives while one of the old does.
+func TestResizeRegrantsUnderTheNewCount(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	a, _ := join(t, pool, "z", "a", partition.Options{Partitions: 16})
+	join(t, pool, "z", "b", partition.Options{})
+	settled(t, pool, "z")
+	var maxOld int64
+	if err := pool.QueryRow(t.Context(), `SELECT max(fence_token) FROM pgcoord_partitions WHERE group_name = 'z'`).Scan(&maxOld); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := partition.Resize(t.Context(), pool, "z", 32, "test"); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Until(t, "all 32 partitions granted under the new count", func() bool {
+		var mixed, live int
+		err := pool.QueryRow(context.Background(), `
+			SELECT count(DISTINCT epoch) FILTER (WHERE expires_at > pgcoord_now()),
+			       count(*) FILTER (WHERE expires_at > pgcoord_now() AND epoch = 2 AND partition < 32)
+			  FROM pgcoord_partitions WHERE group_name = 'z'`).Scan(&mixed, &live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mixed > 1 {
+			t.Fatalf("grants of two epochs live at once")
+		}
+		return live == 32
+	})
+	var minNew int64
+	if err := pool.QueryRow(t.Context(), `SELECT min(fence_token) FROM pgcoord_partitions WHERE group_name = 'z'`).Scan(&minNew); err != nil {
+		t.Fatal(err)
+	}
+	if minNew <= maxOld {
+		t.Errorf("a grant after the resize has token %d, not above the highest before it (%d)", minNew, maxOld)
+	}
+	pgtest.Until(t, "a member sees the new count", func() bool { return a.Partitions() == 32 })
+}
+
+// TestDrainMovesEverythingAway: a drained member keeps nothing; the drain is audited.
+func TestDrainMovesEverythingAway(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	a, _ := join(t, pool, "d", "a", partition.Options{Partitions: 8})
+	join(t, pool, "d", "b", partition.Options{})
+	settled(t, pool, "d")
+	ok, err := partition.Drain(t.Context(), pool, "d", "a", "ops")
+	if err != nil || !ok {
+		t.Fatalf("Drain: %v, %v", ok, err)
+	}
+	for p, h := range settled(t, pool, "d") {
+		if h != "b" {
+			t.Errorf("partition %d held by %s after a's drain", p, h)
+		}
+	}
+	pgtest.Until(t, "a owns nothing", func() bool { return len(a.Owned()) == 0 })
+	var n int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pgcoord_audit WHERE action = 'partitions.drain' AND target = 'd' AND actor = 'ops'`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("audit rows of the drain: %d, %v", n, err)
+	}
+	if ok, err := partition.Drain(t.Context(), pool, "d", "nobody", "ops"); err != nil || ok {
+		t.Errorf("Drain of an unknown member: %v, %v; want false, nil", ok, err)
+	}
+}
+
+// TestBadInput: bad options and names are refused before any SQL runs; an unknown group
+// and a size other than the group's are refused by the database; nothing is written.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	for name, c := range map[string]struct {
+		group string
+		o     partition.Options
+	}{
+		"no group":        {"", partition.Options{Partitions: 4}},
+		"long group":      {strings.Repeat("g", 201), partition.Options{Partitions: 4}},
+		"control char":    {"g\n", partition.Options{Partitions: 4}},
+		"negative count":  {"g", partition.Options{Partitions: -1}},
+		"too many":        {"g", partition.Options{Partitions: partition.MaxPartitions + 1}},
+		"weight 1001":     {"g", partition.Options{Partitions: 4, Weight: 1001}},
+		"negative weight": {"g", partition.Options{Partitions: 4, Weight: -1}},
+		"short ttl":       {"g", partition.Options{Partitions: 4, TTL: time.Millisecond}},
+		"long member":     {"g", partition.Options{Partitions: 4, Member: strings.Repeat("m", 256)}},
+		"grace over ttl":  {"g", partition.Options{Partitions: 4, TTL: time.Second, RevokeGrace: 2 * time.Second}},
+	} {
+		_, err := partition.Join(ctx, pool, c.group, &c.o)
+		if !errors.Is(err, pgcoord.ErrInvalidArgument) && !errors.Is(err, pgcoord.ErrInvalidName) {
+			t.Errorf("%s: %v, want an invalid-input error", name, err)
+		}
+	}
+	if _, err := partition.Join(ctx, pool, "nope", nil); !errors.Is(err, partition.ErrUnknownGroup) {
+		t.Errorf("Join of an unknown group: %v, want ErrUnknownGroup", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pgcoord_partition_groups) + (SELECT count(*) FROM pgcoord_partition_members)`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("refused joins wrote %d rows (%v)", n, err)
+	}
+	join(t, pool, "four", "a", partition.Options{Partitions: 4})
+	if _, err := partition.Join(ctx, pool, "four", &partition.Options{Partitions: 8}); !errors.Is(err, pgcoord.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "resize") {
+		t.Errorf("Join with another size: %v, want an invalid-argument error naming resize", err)
+	}
+	if _, err := partition.Resize(ctx, pool, "four", 0, "ops"); !errors.Is(err, pgcoord.ErrInvalidArgument) {
+		t.Errorf("Resize to 0: %v", err)
+	}
+	if _, err := partition.Resize(ctx, pool, "nope", 4, "ops"); !errors.Is(err, partition.ErrUnknownGroup) {
+		t.Errorf("Resize of an unknown group: %v", err)
+	}
+}
+
+// TestKeyPartitionMatchesSQL: KeyPartition and pgcoord_key_partition agree, and growing the
+// count moves a key only to a new partition.
+func TestKeyPartitionMatchesSQL(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	keys := []string{"", "a", "é", "order:42", strings.Repeat("k", 1000)}
+	for i := range 2000 {
+		keys = append(keys, fmt.Sprintf("key-%d", i))
+	}
+	for _, n := range []int{1, 2, 7, 64, 1000, partition.MaxPartitions} {
+		var got []int32
+		if err := pool.QueryRow(t.Context(), `SELECT array_agg(pgcoord_key_partition(k, $2) ORDER BY i)
+			FROM unnest($1::text[]) WITH ORDINALITY u(k, i)`, keys, n).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		for i, k := range keys {
+			if want := partition.KeyPartition(k, n); int(got[i]) != want {
+				t.Fatalf("key %q among %d: SQL %d, Go %d", k, n, got[i], want)
+			}
+		}
+	}
+	for _, k := range keys {
+		if p, q := partition.KeyPartition(k, 64), partition.KeyPartition(k, 128); q != p && q < 64 {
+			t.Fatalf("key %q moved from %d to %d, not to a new partition", k, p, q)
+		}
+	}
+	if partition.KeyPartition("a", 0) != -1 {
+		t.Error("KeyPartition with no partitions did not return -1")
+	}
+}
