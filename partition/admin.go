@@ -16,7 +16,7 @@ type Group struct {
 	// Epoch counts the group's sizes (a resize adds one), Generation its plans.
 	Epoch, Generation int64
 	// Members is how many members are live, Unowned how many partitions have no live grant.
-	Members, Unowned  int
+	Members, Unowned int
 	Created, Updated time.Time
 }
 

@@ -128,6 +128,7 @@ var sqlFuncs = slices.Concat(
 	sqlRatelimitFuncs,
 	sqlScheduleFuncs,
 	sqlCronFuncs,
+	sqlPartitionFuncs,
 )
 
 // argsFixture commits the rows the valid arguments name: a held lease and its register,
@@ -151,6 +152,8 @@ func argsFixture(t *testing.T, pool *pgxpool.Pool) {
 		`SELECT count(*) FROM pgcoord_ratelimit_set('api', 10, '1 second', 5)`,
 		`SELECT count(*) FROM pgcoord_schedule_create('sched', '0 * * * *', 'UTC', 'h')`,
 		`SELECT count(*) FROM pgcoord_schedule_trigger('sched')`,
+		`SELECT count(*) FROM pgcoord_partition_create('grid', 8)`,
+		`SELECT count(*) FROM pgcoord_partition_heartbeat('grid', 'w1', 1, '1 hour')`,
 	} {
 		var n int
 		if err := pool.QueryRow(t.Context(), q).Scan(&n); err != nil || n != 1 {

@@ -174,6 +174,41 @@ type PgcoordOutboxRelay struct {
 type PgcoordOutboxWakeup struct {
 }
 
+// pgcoord: each partition's planned owner and current grant
+type PgcoordPartition struct {
+	GroupName  string
+	Partition  int32
+	Target     *string
+	Holder     *string
+	FenceToken int64
+	Epoch      int64
+	AcquiredAt *time.Time
+	ExpiresAt  *time.Time
+	FreeSince  *time.Time
+	Grants     int64
+}
+
+// pgcoord: partition groups, their size and epoch
+type PgcoordPartitionGroup struct {
+	Name       string
+	Partitions int32
+	Epoch      int64
+	Generation int64
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// pgcoord: the members of partition groups and their leases
+type PgcoordPartitionMember struct {
+	GroupName  string
+	Member     string
+	Weight     int32
+	JoinedAt   time.Time
+	ExpiresAt  time.Time
+	DrainingAt *time.Time
+	DrainingBy *string
+}
+
 // pgcoord: rate limit policies (GCRA: rate per period, burst)
 type PgcoordRatelimitPolicy struct {
 	Name          string

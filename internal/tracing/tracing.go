@@ -37,6 +37,7 @@ const (
 	OutboxEnqueue   = "pgcoord.outbox.enqueue"
 	OutboxDeliver   = "pgcoord.outbox.deliver"
 	RateTake        = "pgcoord.ratelimit.take"
+	PartHeartbeat   = "pgcoord.partition.heartbeat"
 	EventWait       = "pgcoord.wait"                // an attempt was refused: the call waits
 	EventLeaseLost  = "pgcoord.lease.lost"          // Do's lease was lost while fn ran
 	EventTickLost   = "pgcoord.tick.lost"           // RunTick's run was lost while fn ran
@@ -63,6 +64,10 @@ const (
 	AttrRatePolicy  = "pgcoord.ratelimit.policy"    // string: the first limit's policy
 	AttrRateKey     = "pgcoord.ratelimit.key"       // string: the first limit's key
 	AttrRateCost    = "pgcoord.ratelimit.cost"      // int64: the units asked
+	AttrGroup       = "pgcoord.partition.group"     // string
+	AttrOwned       = "pgcoord.partition.owned"     // int64: partitions the member holds after the call
+	AttrGranted     = "pgcoord.partition.granted"   // int64: partitions the call granted
+	AttrRevoked     = "pgcoord.partition.revoked"   // int64: partitions the call asked the member to release
 )
 
 // Span is a pgcoord.Span that may be absent: the zero Span (a call without a Tracer)
