@@ -34,7 +34,7 @@ const (
 
 // GCKinds are the kinds of rows GC collects, in the order GCResult lists them.
 func GCKinds() []string {
-	return []string{"leases", "fences", "permits", "semaphores", "job_runs", "dedupe", "idempotency", "outbox", "inbox", "singletons", "outbox_keys", "ratelimit", "schedule_handlers"}
+	return []string{"leases", "fences", "permits", "semaphores", "job_runs", "dedupe", "idempotency", "outbox", "inbox", "singletons", "outbox_keys", "ratelimit", "schedule_handlers", "partition_members"}
 }
 
 // GCOpts are the options of GC. A nil *GCOpts means all defaults.
@@ -112,9 +112,11 @@ func (r GCResult) Removed(kind string) int64 {
 //   - ratelimit: the rows of rate limit keys at rest (their arrival time is past: they
 //     carry no state), of any age, except those a call holds;
 //   - schedule_handlers: registrations of schedule handlers (package schedules) that ran
-//     out longer than R ago, left by Schedulers that stopped without unregistering.
+//     out longer than R ago, left by Schedulers that stopped without unregistering;
+//   - partition_members: members of partition groups (package partition) whose lease ran
+//     out longer than R ago, left in groups no member heartbeats any more.
 //
-// Job definitions, configured semaphore keys, dead messages and the audit log are never
+// Job definitions, configured semaphore keys, partition groups, dead messages and the audit log are never
 // collected, nor the pending runs of schedules (a run waiting to start has not finished).
 //
 // Collection never lets a fence token repeat, nor a stale one through: tokens come from

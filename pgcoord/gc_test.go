@@ -133,6 +133,10 @@ func gcRows(t *testing.T, pool *pgxpool.Pool, prefix string) {
 	// pgcoord_schedule_register does, which would also delete the others that ran out).
 	mustExec(t, pool, `INSERT INTO pgcoord_schedule_handlers (handler, holder, until)
 		VALUES ('h', $1 || 'holder', pgcoord_now() + interval '1 minute')`, prefix)
+	// partition_members: a member of a group for a minute, and nobody heartbeats after it
+	// (its grant of the one partition records its token in the register of 'group#0').
+	mustExec(t, pool, `SELECT count(*) FROM pgcoord_partition_create($1 || 'group', 1)`, prefix)
+	mustExec(t, pool, `SELECT count(*) FROM pgcoord_partition_heartbeat($1 || 'group', 'm', 1, '1 minute')`, prefix)
 }
 
 // Every kind is collected once older than the retention, and nothing younger, nothing
@@ -163,7 +167,7 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 		+ (SELECT count(*) FROM pgcoord_idempotency_tombstones) + (SELECT count(*) FROM pgcoord_outbox)
 		+ (SELECT count(*) FROM pgcoord_outbox_inbox) + (SELECT count(*) FROM pgcoord_singletons)
 		+ (SELECT count(*) FROM pgcoord_outbox_keys) + (SELECT count(*) FROM pgcoord_ratelimit_state)
-		+ (SELECT count(*) FROM pgcoord_schedule_handlers)`
+		+ (SELECT count(*) FROM pgcoord_schedule_handlers) + (SELECT count(*) FROM pgcoord_partition_members)`
 	before := scalar[int64](t, pool, tables)
 	latestRuns := column(t, pool, `SELECT job || '@' || max(scheduled_for) FROM pgcoord_job_runs GROUP BY job`)
 	if len(latestRuns) != 2 {
@@ -171,7 +175,7 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 	}
 
 	want := map[string]int64{
-		"leases": 2, "fences": 1, "permits": 2, "semaphores": 2, "job_runs": 1,
+		"leases": 2, "fences": 2, "permits": 2, "semaphores": 2, "job_runs": 1,
 		"dedupe": 1, "idempotency": 2, "outbox": 1, "inbox": 1,
 		// The order rows of every key with no pending message, old or young.
 		"singletons": 1, "outbox_keys": 4,
@@ -179,6 +183,8 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 		"ratelimit": 1,
 		// The old registration ran out; the young one is live.
 		"schedule_handlers": 1,
+		// The old member's lease ran out; the young one is live.
+		"partition_members": 1,
 	}
 	var dryProgress int
 	dry, err := pgcoord.GC(ctx, pool, &pgcoord.GCOpts{OlderThan: gcRetention, DryRun: true,
@@ -203,14 +209,14 @@ func TestGCCollectsOldRowsOfEveryKind(t *testing.T) {
 	if got := counts(t, res); !reflect.DeepEqual(got, want) {
 		t.Errorf("GC removed %v, want %v", got, want)
 	}
-	if res.Total() != 20 || res.Removed("job_runs") != 1 {
-		t.Errorf("Total() = %d, Removed(job_runs) = %d; want 20 and 1", res.Total(), res.Removed("job_runs"))
+	if res.Total() != 22 || res.Removed("job_runs") != 1 {
+		t.Errorf("Total() = %d, Removed(job_runs) = %d; want 22 and 1", res.Total(), res.Removed("job_runs"))
 	}
 
 	// What is left: the young rows, configuration, demand and each job's latest run.
 	left := map[string][]string{
 		`SELECT name FROM pgcoord_leases`:                            {"young-held", "young-released"},
-		`SELECT resource FROM pgcoord_fences`:                        {"young-resource"},
+		`SELECT resource FROM pgcoord_fences`:                        {"young-group#0", "young-resource"},
 		`SELECT key || '/' || holder FROM pgcoord_semaphore_permits`: {"young-sem/h1"},
 		`SELECT key || '/' || holder FROM pgcoord_semaphore_waiters`: {"young-sem/h2"},
 		`SELECT key FROM pgcoord_semaphores`: {"old-configured", "old-demand", "young-configured",

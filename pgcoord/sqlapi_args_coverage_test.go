@@ -79,6 +79,7 @@ var sqlExempt = map[string]string{
 	"pgcoord_schedule_live_handler":  "a predicate over the handler registrations",
 	"pgcoord_schedule_handlers_args": "argument check of the handlers of pgcoord_schedule_claim, _start and _register, whose cases cover it",
 	"pgcoord_gc_schedule_handlers":   "a collector pgcoord_gc calls after its core checked the arguments",
+	"pgcoord_gc_partition_members":   "a collector pgcoord_gc calls after its core checked the arguments",
 	"pgcoord_partition_changed":      "the audit row and notification of a partition group change, written after the change's checks",
 	"pgcoord_partition_group_args":   "argument checks of the partition functions, whose cases cover it",
 	"pgcoord_partition_lock":         "the group's row lock of the partition functions, after their checks (an unknown group is a case of theirs)",

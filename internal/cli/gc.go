@@ -56,9 +56,11 @@ default 30d):
   ratelimit    rows of rate limit keys at rest, which carry no state (any age)
   schedule_handlers
                registrations of schedule handlers that ran out longer than R ago
+  partition_members
+               members of partition groups whose lease ran out longer than R ago
 
-Job definitions, configured semaphore keys, dead messages, the pending runs of schedules
-and the audit log are never collected. Collection never lets a fence token repeat or a stale one through; the one
+Job definitions, configured semaphore keys, partition groups, dead messages, the pending
+runs of schedules and the audit log are never collected. Collection never lets a fence token repeat or a stale one through; the one
 write it may refuse although no newer holder wrote is one with a grant older than R, to a
 resource without a fence register (never written, or collected). Choose R longer than any
 retry, redelivery or holder pause can last.

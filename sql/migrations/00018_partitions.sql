@@ -517,7 +517,65 @@ END
 $$;
 -- +goose StatementEnd
 
+-- Retention: pgcoord_gc lists one kind more, partition_members, after those of 00016. A
+-- member that leaves deletes its row, and every re-plan of its group deletes the rows of
+-- members whose lease expired; a group nobody heartbeats any more keeps the rows of its
+-- last members. pgcoord_gc_partition_members deletes, by the database clock, up to
+-- p_batch member rows whose lease expired longer than p_older_than ago, skipping groups
+-- a member is changing; with p_dry_run it counts them. Groups and their partitions are
+-- kept: they are configuration (their last tokens live on in the fence registers).
+-- +goose StatementBegin
+CREATE FUNCTION pgcoord_gc_partition_members(p_older_than interval, p_batch integer, p_dry_run boolean)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_cutoff timestamptz := pgcoord_now() - p_older_than;
+    v_n bigint;
+BEGIN
+    IF p_dry_run THEN
+        SELECT count(*) INTO v_n FROM pgcoord_partition_members m WHERE m.expires_at < v_cutoff;
+        RETURN v_n;
+    END IF;
+    DELETE FROM pgcoord_partition_members m
+     WHERE (m.group_name, m.member) IN (
+               SELECT x.group_name, x.member FROM pgcoord_partition_members x
+                WHERE x.expires_at < v_cutoff
+                  AND x.group_name IN (SELECT g.name FROM pgcoord_partition_groups g
+                                        WHERE g.name = x.group_name FOR NO KEY UPDATE SKIP LOCKED)
+                LIMIT p_batch)
+       AND m.expires_at < v_cutoff;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgcoord_gc(p_older_than interval, p_batch integer DEFAULT 10000, p_dry_run boolean DEFAULT false)
+RETURNS TABLE (kind text, removed bigint) LANGUAGE plpgsql AS $$
+BEGIN
+    -- The core checks the arguments first.
+    RETURN QUERY SELECT g.kind, g.removed FROM pgcoord_gc_core(p_older_than, p_batch, p_dry_run) g;
+    kind := 'ratelimit'; removed := pgcoord_gc_ratelimit(p_batch, p_dry_run); RETURN NEXT;
+    kind := 'schedule_handlers'; removed := pgcoord_gc_schedule_handlers(p_older_than, p_batch, p_dry_run); RETURN NEXT;
+    kind := 'partition_members'; removed := pgcoord_gc_partition_members(p_older_than, p_batch, p_dry_run); RETURN NEXT;
+END
+$$;
+-- +goose StatementEnd
+
 -- +goose Down
+-- pgcoord_gc as 00016 made it.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgcoord_gc(p_older_than interval, p_batch integer DEFAULT 10000, p_dry_run boolean DEFAULT false)
+RETURNS TABLE (kind text, removed bigint) LANGUAGE plpgsql AS $$
+BEGIN
+    -- The core checks the arguments first.
+    RETURN QUERY SELECT g.kind, g.removed FROM pgcoord_gc_core(p_older_than, p_batch, p_dry_run) g;
+    kind := 'ratelimit'; removed := pgcoord_gc_ratelimit(p_batch, p_dry_run); RETURN NEXT;
+    kind := 'schedule_handlers'; removed := pgcoord_gc_schedule_handlers(p_older_than, p_batch, p_dry_run); RETURN NEXT;
+END
+$$;
+-- +goose StatementEnd
+DROP FUNCTION pgcoord_gc_partition_members(interval, integer, boolean);
 DROP FUNCTION pgcoord_partition_resize(text, integer, text);
 DROP FUNCTION pgcoord_partition_rebalance(text, text);
 DROP FUNCTION pgcoord_partition_drain(text, text, text);
