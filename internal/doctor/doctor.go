@@ -83,6 +83,7 @@ var checks = []check{
 	{"semaphores", checkSemaphores, true},
 	{"jobs", checkJobs, true},
 	{"schedules", checkSchedules, true},
+	{"partitions", checkPartitions, true},
 	{"idempotency", checkIdempotency, true},
 	{"outbox", checkOutbox, true},
 	{"retention", checkRetention, true},

@@ -54,7 +54,7 @@ func TestHealthySchema(t *testing.T) {
 			t.Errorf("%s needs attention in a fresh schema: %s", f.Check, f.Summary)
 		}
 	}
-	if got, want := strings.Join(checks, ","), "schema,notify,clock,time,transactions,replication,leases,semaphores,jobs,schedules,idempotency,outbox,retention,audit,advisory"; got != want {
+	if got, want := strings.Join(checks, ","), "schema,notify,clock,time,transactions,replication,leases,semaphores,jobs,schedules,partitions,idempotency,outbox,retention,audit,advisory"; got != want {
 		t.Errorf("checks %s, want %s", got, want)
 	}
 	if doctor.NeedsAttention(fs) != pooler {
