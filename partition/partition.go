@@ -453,7 +453,9 @@ func (m *Member) apply(r dbsqlc.PartitionHeartbeatRow, sent time.Time, released 
 	m.mu.Lock()
 	m.partitions = int(r.Partitions)
 	m.deadline = sent.Add(r.ExpiresAt.Sub(r.DbNow))
-	m.wakeAt = sent.Add(r.WakeAt.Sub(r.DbNow))
+	// (sent is before the database's now: a few milliseconds later, the expiry has passed
+	// by the database clock too.)
+	m.wakeAt = sent.Add(r.WakeAt.Sub(r.DbNow)).Add(10 * time.Millisecond)
 	m.release = slices.DeleteFunc(m.release, func(p int32) bool { return slices.Contains(released, p) })
 	var lost, added, revoke []*grant
 	for id, g := range m.owned {

@@ -338,7 +338,9 @@ BEGIN
            draining_by = CASE WHEN p_join THEN NULL ELSE x.draining_by END;
     IF v_changed THEN
         PERFORM pgcoord_partition_plan(p_group);
-    ELSIF v_released > 0 THEN
+    END IF;
+    IF v_released > 0 THEN
+        -- The members the released partitions go to are waiting for them.
         PERFORM pg_notify(pgcoord_channel('partitions'), pgcoord_wake_tag(p_group));
     END IF;
 
