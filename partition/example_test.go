@@ -53,7 +53,11 @@ func ExampleJoin() {
 	if err := a.Leave(ctx); err != nil {
 		panic(err)
 	}
-	waitUntil(func() bool { return len(b.Owned()) == 16 })
+	waitUntil(func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(workers["b"]) == 16 // OnAssign ran for each
+	})
 	mu.Lock()
 	fmt.Println("after a left, b works on", len(workers["b"]), "partitions, a on", len(workers["a"]))
 	mu.Unlock()
