@@ -261,7 +261,8 @@ func (m *Member) Owned() []Partition {
 // by the database clock), and holds it until tx ends: no other grant of the partition can
 // be made meanwhile, so tx's writes are made while this member owns the partition. It
 // returns ErrRevoked when the grant is not current: roll tx back. Keep such transactions
-// short: the partition's next grant (and this member's heartbeat) waits for them.
+// short: the partition's next grant waits for them (the group's other partitions, plans
+// and renewals do not).
 func (m *Member) Check(ctx context.Context, tx pgx.Tx, p Partition) error {
 	if err := check.DB(tx); err != nil {
 		return err

@@ -80,6 +80,9 @@ COMMENT ON TABLE pgcoord_partitions IS 'pgcoord: each partition''s planned owner
 
 CREATE INDEX pgcoord_partitions_target ON pgcoord_partitions (group_name, target);
 CREATE INDEX pgcoord_partitions_holder ON pgcoord_partitions (group_name, holder) WHERE holder IS NOT NULL;
+-- A heartbeat asks whether a grant of an older epoch lasts: without this, a read of every
+-- held partition of the group.
+CREATE INDEX pgcoord_partitions_epoch ON pgcoord_partitions (group_name, epoch) WHERE holder IS NOT NULL;
 
 CREATE TRIGGER pgcoord_refuse_truncate BEFORE TRUNCATE ON pgcoord_partitions
     FOR EACH STATEMENT EXECUTE FUNCTION pgcoord_refuse_truncate();
@@ -179,15 +182,19 @@ $$;
 -- when a target changed, and says whether one did.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_partition_plan(p_group text) RETURNS boolean LANGUAGE plpgsql
--- Its statements read one group's rows by primary key or through its indexes: never a
--- table scan, even on tables not analyzed yet.
+-- It reads one group's rows by primary key or through its indexes, never by a table scan,
+-- and joins its steps (estimated at a row each, as CTEs and arrays are) by hashing, never
+-- by a nested loop that would rescan one step per row of another: its cost grows with M,
+-- not M squared, even on tables not analyzed yet.
 SET enable_seqscan = off
+SET enable_nestloop = off
 SET jit = off
 AS $$
 DECLARE
     v_now timestamptz := pgcoord_now();
     v_m integer;
-    v_changed integer;
+    v_parts integer[];
+    v_targets text[];
 BEGIN
     SELECT g.partitions INTO v_m FROM pgcoord_partition_groups g WHERE g.name = p_group;
     DELETE FROM pgcoord_partition_members m WHERE m.group_name = p_group AND m.expires_at <= v_now;
@@ -201,46 +208,51 @@ BEGIN
         SELECT p.partition, CASE WHEN p.holder IS NOT NULL AND p.expires_at > v_now THEN p.holder ELSE p.target END AS owner
           FROM pgcoord_partitions p
          WHERE p.group_name = p_group AND p.partition < v_m
+    ), owns AS (
+        SELECT c.owner AS member, count(*) AS n FROM cur c WHERE c.owner IS NOT NULL GROUP BY c.owner
     ), share AS (
         SELECT l.member, (v_m::bigint * l.weight) / t.w AS base, (v_m::bigint * l.weight) % t.w AS rem,
-               (SELECT count(*) FROM cur c WHERE c.owner = l.member) AS owns
-          FROM live l CROSS JOIN total t
+               coalesce(o.n, 0) AS owns
+          FROM live l CROSS JOIN total t LEFT JOIN owns o ON o.member = l.member
     ), quota AS (
         SELECT s.member,
                s.base + CASE WHEN row_number() OVER (ORDER BY s.rem DESC, s.owns DESC, s.member)
                                   <= v_m - sum(s.base) OVER () THEN 1 ELSE 0 END AS quota
           FROM share s
+    ), ranked AS (
+        SELECT c.partition, c.owner, row_number() OVER (PARTITION BY c.owner ORDER BY c.partition) AS k
+          FROM cur c WHERE c.owner IS NOT NULL
     ), kept AS (
-        SELECT r.partition, r.owner
-          FROM (SELECT c.partition, c.owner, row_number() OVER (PARTITION BY c.owner ORDER BY c.partition) AS k
-                  FROM cur c JOIN quota q ON q.member = c.owner) r
-          JOIN quota q ON q.member = r.owner
-         WHERE r.k <= q.quota
+        SELECT r.partition, r.owner FROM ranked r JOIN quota q ON q.member = r.owner WHERE r.k <= q.quota
+    ), kept_n AS (
+        SELECT k.owner AS member, count(*) AS n FROM kept k GROUP BY k.owner
     ), slots AS (
         SELECT q.member, row_number() OVER (ORDER BY q.member, s.n) AS i
-          FROM quota q
-         CROSS JOIN LATERAL generate_series(1, q.quota - (SELECT count(*) FROM kept k WHERE k.owner = q.member)) s(n)
+          FROM quota q LEFT JOIN kept_n kn ON kn.member = q.member
+         CROSS JOIN LATERAL generate_series(1, q.quota - coalesce(kn.n, 0)) s(n)
     ), freed AS (
         SELECT c.partition, row_number() OVER (ORDER BY c.partition) AS i
-          FROM cur c WHERE NOT EXISTS (SELECT FROM kept k WHERE k.partition = c.partition)
+          FROM cur c LEFT JOIN kept k ON k.partition = c.partition
+         WHERE k.partition IS NULL
     ), plan AS (
         SELECT k.partition, k.owner AS target FROM kept k
         UNION ALL
         SELECT f.partition, s.member FROM freed f LEFT JOIN slots s ON s.i = f.i
         UNION ALL
         SELECT p.partition, NULL FROM pgcoord_partitions p WHERE p.group_name = p_group AND p.partition >= v_m
-    ), moved AS (
-        UPDATE pgcoord_partitions p SET target = plan.target
-          FROM plan
-         WHERE p.group_name = p_group AND p.partition = plan.partition AND p.target IS DISTINCT FROM plan.target
-        RETURNING 1
     )
-    SELECT count(*) INTO v_changed FROM moved;
-    IF v_changed > 0 THEN
-        UPDATE pgcoord_partition_groups g SET generation = g.generation + 1, updated_at = v_now WHERE g.name = p_group;
-        PERFORM pg_notify(pgcoord_channel('partitions'), pgcoord_wake_tag(p_group));
+    SELECT array_agg(pl.partition), array_agg(pl.target) INTO v_parts, v_targets
+      FROM plan pl JOIN pgcoord_partitions p ON p.group_name = p_group AND p.partition = pl.partition
+     WHERE p.target IS DISTINCT FROM pl.target;
+    IF v_parts IS NULL THEN
+        RETURN false;
     END IF;
-    RETURN v_changed > 0;
+    UPDATE pgcoord_partitions p SET target = u.target
+      FROM unnest(v_parts, v_targets) u(partition, target)
+     WHERE p.group_name = p_group AND p.partition = u.partition;
+    UPDATE pgcoord_partition_groups g SET generation = g.generation + 1, updated_at = v_now WHERE g.name = p_group;
+    PERFORM pg_notify(pgcoord_channel('partitions'), pgcoord_wake_tag(p_group));
+    RETURN true;
 END
 $$;
 -- +goose StatementEnd
@@ -303,6 +315,8 @@ DECLARE
     m pgcoord_partition_members;
     v_changed boolean;
     v_released integer;
+    v_grant integer[];
+    v_registers text[];
 BEGIN
     IF NOT pgcoord_name_ok(p_member) THEN
         PERFORM pgcoord_refuse_name('partition member', p_member);
@@ -348,21 +362,43 @@ BEGIN
      WHERE p.group_name = p_group AND p.holder = p_member AND p.expires_at > v_now;
     IF NOT EXISTS (SELECT FROM pgcoord_partitions p
                     WHERE p.group_name = p_group AND p.holder IS NOT NULL AND p.expires_at > v_now AND p.epoch < g.epoch) THEN
+        -- The free partitions the plan gives this member, but those a transaction holds: a
+        -- pgcoord_partition_check of the last holder (FOR KEY SHARE, which this FOR UPDATE
+        -- waits for) or a fence check of the partition's register. They are skipped, never
+        -- waited for: this transaction holds the group's row, and waiting would stall
+        -- every heartbeat of the group. The next heartbeat tries them again.
+        v_grant := ARRAY(
+            SELECT p.partition FROM pgcoord_partitions p
+             WHERE p.group_name = p_group AND p.target = p_member AND p.partition < g.partitions
+               AND (p.holder IS NULL OR p.expires_at <= v_now)
+             ORDER BY p.partition
+               FOR UPDATE SKIP LOCKED);
+        v_registers := ARRAY(
+            SELECT f.resource FROM pgcoord_fences f
+             WHERE f.resource = ANY (ARRAY(SELECT pgcoord_partition_resource(p_group, x) FROM unnest(v_grant) x))
+             ORDER BY f.resource
+               FOR UPDATE SKIP LOCKED);
+        v_grant := ARRAY(
+            SELECT x FROM unnest(v_grant) x
+             WHERE pgcoord_partition_resource(p_group, x) = ANY (v_registers)
+                OR NOT EXISTS (SELECT FROM pgcoord_fences f WHERE f.resource = pgcoord_partition_resource(p_group, x)));
         -- Each grant's token goes to its resource's fence register at once.
         WITH x AS (
             UPDATE pgcoord_partitions p
                SET holder = p_member, fence_token = pgcoord_next_token(), epoch = g.epoch, acquired_at = v_now,
                    expires_at = v_now + p_ttl, free_since = NULL, grants = p.grants + 1
-             WHERE p.group_name = p_group AND p.target = p_member AND p.partition < g.partitions
-               AND (p.holder IS NULL OR p.expires_at <= v_now)
+             WHERE p.group_name = p_group AND p.partition = ANY (v_grant)
             RETURNING p.partition, p.fence_token
         )
         SELECT count(pgcoord_fence_record(pgcoord_partition_resource(p_group, x.partition), x.fence_token))
           INTO v_released FROM x;
     END IF;
-    -- Partitions past a resize down go once free.
+    -- Partitions past a resize down go once free (and no transaction holds them).
     DELETE FROM pgcoord_partitions p
-     WHERE p.group_name = p_group AND p.partition >= g.partitions AND (p.holder IS NULL OR p.expires_at <= v_now);
+     WHERE (p.group_name, p.partition) IN (
+               SELECT x.group_name, x.partition FROM pgcoord_partitions x
+                WHERE x.group_name = p_group AND x.partition >= g.partitions AND (x.holder IS NULL OR x.expires_at <= v_now)
+                  FOR UPDATE SKIP LOCKED);
 
     RETURN QUERY
     SELECT coalesce(array_agg(p.partition ORDER BY p.partition), '{}'),
@@ -412,8 +448,9 @@ $$;
 -- pgcoord_partition_check returns the partition's row, locked until the caller's
 -- transaction ends, when p_member holds it under p_token (the grant is current, by the
 -- database clock); no row otherwise: the partition moved on, and the caller must not write
--- for it. While the row is locked no other grant of the partition can be made (nor this one
--- renewed): keep such transactions short.
+-- for it. While the row is locked no other grant of the partition is made (a grant locks
+-- the row FOR UPDATE, and skips it while it is held); its plan and renewals, which lock it
+-- FOR NO KEY UPDATE, go on, so a checking transaction never stalls the group.
 -- +goose StatementBegin
 CREATE FUNCTION pgcoord_partition_check(p_group text, p_partition integer, p_member text, p_token bigint)
 RETURNS SETOF pgcoord_partitions LANGUAGE plpgsql AS $$
@@ -433,7 +470,7 @@ BEGIN
       JOIN pgcoord_partition_groups g ON g.name = p.group_name
      WHERE p.group_name = p_group AND p.partition = p_partition AND p.holder = p_member AND p.fence_token = p_token
        AND p.expires_at > pgcoord_now() AND p.epoch = g.epoch AND p.partition < g.partitions
-       FOR SHARE OF p;
+       FOR KEY SHARE OF p;
 END
 $$;
 -- +goose StatementEnd
