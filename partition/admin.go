@@ -2,8 +2,11 @@ package partition
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/pgcoord"
@@ -17,6 +20,13 @@ type Group struct {
 	Epoch, Generation int64
 	// Members is how many members are live, Unowned how many partitions have no live grant.
 	Members, Unowned int
+	// UnownedFor is how long the partition longest without a live grant has been without
+	// one (since it was released, or since its grant lapsed), by the database clock; zero
+	// when every partition has one.
+	UnownedFor time.Duration
+	// Grants counts the grants made to the group's partitions so far (each move is one;
+	// partitions dropped by a resize down take theirs along).
+	Grants           int64
 	Created, Updated time.Time
 }
 
@@ -65,10 +75,31 @@ func Groups(ctx context.Context, db pgcoord.DBTX, after string, limit int) ([]Gr
 	}
 	gs := make([]Group, len(rows))
 	for i, r := range rows {
-		gs[i] = Group{Name: r.Name, Partitions: int(r.Partitions), Epoch: r.Epoch, Generation: r.Generation,
-			Members: int(r.Members), Unowned: int(r.Unowned), Created: r.CreatedAt, Updated: r.UpdatedAt}
+		gs[i] = toGroup(dbsqlc.PartitionGroupRow(r))
 	}
 	return gs, nil
+}
+
+// GetGroup returns the group named group as Groups lists it: ErrUnknownGroup when there is
+// none.
+func GetGroup(ctx context.Context, db pgcoord.DBTX, group string) (Group, error) {
+	if err := checkGroup(db, group); err != nil {
+		return Group{}, err
+	}
+	r, err := queries.PartitionGroup(ctx, db, group)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Group{}, fmt.Errorf("%w: %q", ErrUnknownGroup, group)
+	}
+	if err != nil {
+		return Group{}, fmt.Errorf("partition: group %q: %w", group, translate(err))
+	}
+	return toGroup(r), nil
+}
+
+func toGroup(r dbsqlc.PartitionGroupRow) Group {
+	return Group{Name: r.Name, Partitions: int(r.Partitions), Epoch: r.Epoch, Generation: r.Generation,
+		Members: int(r.Members), Unowned: int(r.Unowned), UnownedFor: time.Duration(r.UnownedSeconds * float64(time.Second)),
+		Grants: r.Grants, Created: r.CreatedAt, Updated: r.UpdatedAt}
 }
 
 // Members lists the members of group, live or not yet forgotten, in name order.

@@ -101,15 +101,71 @@ func (q *Queries) PartitionDrain(ctx context.Context, db DBTX, arg PartitionDrai
 	return drained, err
 }
 
+const partitionGroup = `-- name: PartitionGroup :one
+SELECT g.name, g.partitions, g.epoch, g.generation, g.created_at, g.updated_at,
+       (SELECT count(*) FROM pgcoord_partition_members m
+         WHERE m.group_name = g.name AND m.expires_at > pgcoord_now())::bigint AS members,
+       s.unowned::bigint AS unowned, s.unowned_seconds::float8 AS unowned_seconds, s.grants::bigint AS grants,
+       pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_partition_groups g
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE p.partition < g.partitions AND (p.holder IS NULL OR p.expires_at <= pgcoord_now())) AS unowned,
+           coalesce(extract(epoch FROM pgcoord_now() - min(coalesce(p.free_since, p.expires_at))
+                    FILTER (WHERE p.partition < g.partitions AND (p.holder IS NULL OR p.expires_at <= pgcoord_now()))), 0) AS unowned_seconds,
+           coalesce(sum(p.grants), 0) AS grants
+      FROM pgcoord_partitions p WHERE p.group_name = g.name
+) s
+WHERE g.name = $1::text
+`
+
+type PartitionGroupRow struct {
+	Name           string
+	Partitions     int32
+	Epoch          int64
+	Generation     int64
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	Members        int64
+	Unowned        int64
+	UnownedSeconds float64
+	Grants         int64
+	DbNow          time.Time
+}
+
+// The group named group_name as PartitionGroups reads it (no row: there is none).
+func (q *Queries) PartitionGroup(ctx context.Context, db DBTX, groupName string) (PartitionGroupRow, error) {
+	row := db.QueryRow(ctx, partitionGroup, groupName)
+	var i PartitionGroupRow
+	err := row.Scan(
+		&i.Name,
+		&i.Partitions,
+		&i.Epoch,
+		&i.Generation,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Members,
+		&i.Unowned,
+		&i.UnownedSeconds,
+		&i.Grants,
+		&i.DbNow,
+	)
+	return i, err
+}
+
 const partitionGroups = `-- name: PartitionGroups :many
 SELECT g.name, g.partitions, g.epoch, g.generation, g.created_at, g.updated_at,
        (SELECT count(*) FROM pgcoord_partition_members m
          WHERE m.group_name = g.name AND m.expires_at > pgcoord_now())::bigint AS members,
-       (SELECT count(*) FROM pgcoord_partitions p
-         WHERE p.group_name = g.name AND p.partition < g.partitions
-           AND (p.holder IS NULL OR p.expires_at <= pgcoord_now()))::bigint AS unowned,
+       s.unowned::bigint AS unowned, s.unowned_seconds::float8 AS unowned_seconds, s.grants::bigint AS grants,
        pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_partition_groups g
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE p.partition < g.partitions AND (p.holder IS NULL OR p.expires_at <= pgcoord_now())) AS unowned,
+           coalesce(extract(epoch FROM pgcoord_now() - min(coalesce(p.free_since, p.expires_at))
+                    FILTER (WHERE p.partition < g.partitions AND (p.holder IS NULL OR p.expires_at <= pgcoord_now()))), 0) AS unowned_seconds,
+           coalesce(sum(p.grants), 0) AS grants
+      FROM pgcoord_partitions p WHERE p.group_name = g.name
+) s
 WHERE g.name > $1::text
 ORDER BY g.name
 LIMIT $2::int
@@ -121,18 +177,22 @@ type PartitionGroupsParams struct {
 }
 
 type PartitionGroupsRow struct {
-	Name       string
-	Partitions int32
-	Epoch      int64
-	Generation int64
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-	Members    int64
-	Unowned    int64
-	DbNow      time.Time
+	Name           string
+	Partitions     int32
+	Epoch          int64
+	Generation     int64
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	Members        int64
+	Unowned        int64
+	UnownedSeconds float64
+	Grants         int64
+	DbNow          time.Time
 }
 
-// Groups after after (name order), with their live members and partitions without a live grant.
+// Groups after after (name order), with their live members, their partitions without a live
+// grant, how long the oldest of these has been without one (since it was freed, or since
+// its grant lapsed), and the grants made so far.
 func (q *Queries) PartitionGroups(ctx context.Context, db DBTX, arg PartitionGroupsParams) ([]PartitionGroupsRow, error) {
 	rows, err := db.Query(ctx, partitionGroups, arg.After, arg.MaxRows)
 	if err != nil {
@@ -151,6 +211,8 @@ func (q *Queries) PartitionGroups(ctx context.Context, db DBTX, arg PartitionGro
 			&i.UpdatedAt,
 			&i.Members,
 			&i.Unowned,
+			&i.UnownedSeconds,
+			&i.Grants,
 			&i.DbNow,
 		); err != nil {
 			return nil, err

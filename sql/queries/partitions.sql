@@ -30,18 +30,42 @@ SELECT g.* FROM pgcoord_partition_resize(@group_name::text, @partitions::int, nu
 SELECT pgcoord_channel('partitions')::text AS channel;
 
 -- name: PartitionGroups :many
--- Groups after after (name order), with their live members and partitions without a live grant.
+-- Groups after after (name order), with their live members, their partitions without a live
+-- grant, how long the oldest of these has been without one (since it was freed, or since
+-- its grant lapsed), and the grants made so far.
 SELECT g.name, g.partitions, g.epoch, g.generation, g.created_at, g.updated_at,
        (SELECT count(*) FROM pgcoord_partition_members m
          WHERE m.group_name = g.name AND m.expires_at > pgcoord_now())::bigint AS members,
-       (SELECT count(*) FROM pgcoord_partitions p
-         WHERE p.group_name = g.name AND p.partition < g.partitions
-           AND (p.holder IS NULL OR p.expires_at <= pgcoord_now()))::bigint AS unowned,
+       s.unowned::bigint AS unowned, s.unowned_seconds::float8 AS unowned_seconds, s.grants::bigint AS grants,
        pgcoord_now()::timestamptz AS db_now
 FROM pgcoord_partition_groups g
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE p.partition < g.partitions AND (p.holder IS NULL OR p.expires_at <= pgcoord_now())) AS unowned,
+           coalesce(extract(epoch FROM pgcoord_now() - min(coalesce(p.free_since, p.expires_at))
+                    FILTER (WHERE p.partition < g.partitions AND (p.holder IS NULL OR p.expires_at <= pgcoord_now()))), 0) AS unowned_seconds,
+           coalesce(sum(p.grants), 0) AS grants
+      FROM pgcoord_partitions p WHERE p.group_name = g.name
+) s
 WHERE g.name > @after::text
 ORDER BY g.name
 LIMIT @max_rows::int;
+
+-- name: PartitionGroup :one
+-- The group named group_name as PartitionGroups reads it (no row: there is none).
+SELECT g.name, g.partitions, g.epoch, g.generation, g.created_at, g.updated_at,
+       (SELECT count(*) FROM pgcoord_partition_members m
+         WHERE m.group_name = g.name AND m.expires_at > pgcoord_now())::bigint AS members,
+       s.unowned::bigint AS unowned, s.unowned_seconds::float8 AS unowned_seconds, s.grants::bigint AS grants,
+       pgcoord_now()::timestamptz AS db_now
+FROM pgcoord_partition_groups g
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE p.partition < g.partitions AND (p.holder IS NULL OR p.expires_at <= pgcoord_now())) AS unowned,
+           coalesce(extract(epoch FROM pgcoord_now() - min(coalesce(p.free_since, p.expires_at))
+                    FILTER (WHERE p.partition < g.partitions AND (p.holder IS NULL OR p.expires_at <= pgcoord_now()))), 0) AS unowned_seconds,
+           coalesce(sum(p.grants), 0) AS grants
+      FROM pgcoord_partitions p WHERE p.group_name = g.name
+) s
+WHERE g.name = @group_name::text;
 
 -- name: PartitionMembers :many
 SELECT m.member, m.weight, m.joined_at, m.expires_at, m.draining_at, m.draining_by,
