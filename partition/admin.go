@@ -28,6 +28,8 @@ type Group struct {
 	// partitions dropped by a resize down take theirs along).
 	Grants           int64
 	Created, Updated time.Time
+	// DBNow is the database clock's time of the read.
+	DBNow time.Time
 }
 
 // GroupMember is a member of a group as Members lists it.
@@ -99,7 +101,7 @@ func GetGroup(ctx context.Context, db pgcoord.DBTX, group string) (Group, error)
 func toGroup(r dbsqlc.PartitionGroupRow) Group {
 	return Group{Name: r.Name, Partitions: int(r.Partitions), Epoch: r.Epoch, Generation: r.Generation,
 		Members: int(r.Members), Unowned: int(r.Unowned), UnownedFor: time.Duration(r.UnownedSeconds * float64(time.Second)),
-		Grants: r.Grants, Created: r.CreatedAt, Updated: r.UpdatedAt}
+		Grants: r.Grants, Created: r.CreatedAt, Updated: r.UpdatedAt, DBNow: r.DbNow}
 }
 
 // Members lists the members of group, live or not yet forgotten, in name order.

@@ -132,7 +132,7 @@ Exit codes: 0 ok, 1 failure, 2 usage error, 3 a check ran and answered "no".`,
 	pf.StringVar(&a.actor, "actor", "", "who acts, recorded in the audit log by state-changing commands (default $USER@host)")
 	root.AddCommand(a.versionCommand(), a.migrateCommand(), a.benchCommand(), a.leasesCommand(), a.fenceCommand(), a.dedupeCommand(), a.jobsCommand(), a.semaphoresCommand())
 	root.AddCommand(a.outboxCommand())
-	root.AddCommand(a.idempotencyCommand(), a.ratelimitCommand(), a.schedulesCommand())
+	root.AddCommand(a.idempotencyCommand(), a.ratelimitCommand(), a.schedulesCommand(), a.partitionsCommand())
 	root.AddCommand(a.uiCommand(), a.metricsCommand(), a.auditCommand())
 	root.AddCommand(a.doctorCommand(), a.gcCommand())
 	setUpGroups(root)
