@@ -1,13 +1,13 @@
 // Package metrics exports pgcoord's state to Prometheus: a Collector that reads the
 // database at scrape time through the same public API the CLI uses (leases.List,
-// semaphore.List, singleton.ListJobs, schedules.List, outbox.Stats, idempotency.List),
-// with one bounded query per source per scrape. `pgcoord metrics --listen` serves it
-// alone; `pgcoord ui` serves it at /metrics beside the dashboard. An application
-// registers it with its own registry to export, beside the database's state, what its own
-// calls measured: it creates the counters, names them in Opts and passes them to the calls
-// they should count, a call given none being counted nowhere (package fenced's calls take
-// no options: their refusals are counted for the whole process, and read by
-// fenced.Refusals):
+// semaphore.List, singleton.ListJobs, schedules.List, partition.Groups, outbox.Stats,
+// idempotency.List), with one bounded query per source per scrape. `pgcoord metrics
+// --listen` serves it alone; `pgcoord ui` serves it at /metrics beside the dashboard. An
+// application registers it with its own registry to export, beside the database's state,
+// what its own calls measured: it creates the counters, names them in Opts and passes them
+// to the calls they should count, a call given none being counted nowhere (package
+// fenced's calls take no options: their refusals are counted for the whole process, and
+// read by fenced.Refusals):
 //
 //	leaseMetrics, semMetrics := &leases.Metrics{}, semaphore.NewMetrics()
 //	c, err := metrics.New(pool, &metrics.Opts{
@@ -21,8 +21,8 @@
 //	permit, err := semaphore.Acquire(ctx, pool, key, 4, time.Minute, &semaphore.AcquireOpts{Metrics: semMetrics})
 //
 // Each primitive is a source registered by its own file (leases.go, semaphores.go,
-// jobs.go, schedules.go, outbox.go, idempotency.go, ratelimits.go): adding one is one more
-// file with a register call in its init.
+// jobs.go, schedules.go, partitions.go, outbox.go, idempotency.go, ratelimits.go): adding
+// one is one more file with a register call in its init.
 //
 // # Guarantees
 //
