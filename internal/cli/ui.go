@@ -112,7 +112,7 @@ It runs until interrupted (Ctrl-C, SIGTERM).`,
 	f.StringVar(&token, "auth-token", "", "token every request must carry (shows in ps: prefer --auth-token-file or $"+EnvUIToken+")")
 	f.StringVar(&tokenFile, "auth-token-file", "", "file whose first line is the token (default $"+EnvUIToken+")")
 	f.BoolVar(&trustProxy, "trust-proxy", false, "reachable only through a TLS reverse proxy: trust its X-Forwarded-Proto and X-Forwarded-For")
-	f.BoolVar(&allowActions, "allow-actions", false, "enable operator actions (expire a lease, set a semaphore limit, retry a dead message)")
+	f.BoolVar(&allowActions, "allow-actions", false, "enable operator actions (expire a lease, set a semaphore limit, retry a dead message, pause a schedule, drain a partition member, ...)")
 	f.BoolVar(&showPayloads, "show-payloads", false, "show message payloads and stored response bodies")
 	f.DurationVar(&refresh, "refresh", ui.DefaultRefresh, "how often pages refresh themselves")
 	f.DurationVar(&maxStaleness, "max-staleness", defaultMaxStaleness, "how long past its period a job may go without success before it is overdue")

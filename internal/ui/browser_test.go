@@ -88,8 +88,9 @@ const EnvReadmeShot = "PGCOORD_UI_README_SCREENSHOT"
 // data, checks that what each is for is visible — the live system (relays and what they
 // hold, holders and since when, waiters), the links (key to permits and waiters, job to
 // runs, lease to fence register, outbox key to messages), the filters, the trends, the
-// payloads opening — watches a page refresh itself, and takes the four actions from their
-// forms, confirming the dialog, and sees their effect; screenshots of each step are saved.
+// payloads opening, a partition group's grid — watches a page refresh itself, and takes
+// five actions from their forms, confirming the dialog, and sees their effect; screenshots
+// of each step are saved.
 func TestUIBrowser(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
@@ -152,7 +153,7 @@ func TestUIBrowser(t *testing.T) {
 		}
 	}
 	visible("overview", "/", "#health", "lease(s) held, 1 expired without release", "replication", "Leases", "Semaphores", "Jobs",
-		"Outbox", "Idempotency", "payments/dead-1")
+		"Outbox", "Idempotency", "Partitions", "payments/dead-1")
 	visible("leases", "/leases", "#leases", "order:42", "worker-a", "job=charge", "held", "expired", "Since")
 	visible("leases_filtered", "/leases?prefix=order:4", "#filter", "order:42", "order:43")
 	if n := count(t, ctx, "#leases tbody tr"); n != 2 {
@@ -180,6 +181,15 @@ func TestUIBrowser(t *testing.T) {
 		t.Errorf("the opened payload reads %q", p)
 	}
 	visible("outbox_key", "/outbox?topic=orders&key=b", "#key-messages", "Messages of key b in topic orders", "dead")
+	visible("partitions", "/partitions", "#partition-groups", "orders", "idle")
+	visible("partition_detail", "/partitions/orders", "#partition-grid", "Partition group orders", "2 without a live grant",
+		"a (6)", "b (0)", "free (2)")
+	for sel, want := range map[string]int{"#partition-grid g.partition": 8, "#partition-grid g.partition.moving": 2,
+		"#partition-grid g.partition.free": 2, "#partition-grid rect.next": 4, "#partition-members tbody tr": 2} {
+		if n := count(t, ctx, sel); n != want {
+			t.Errorf("the group's page has %d %s, want %d", n, sel, want)
+		}
+	}
 	visible("idempotency", "/idempotency?prefix=order-&state=completed", "#found", "payments", "order-1", "order-2", "completed",
 		"dead-1", "stuck", "reserved")
 	if shotPath := os.Getenv(EnvReadmeShot); shotPath != "" {
@@ -235,8 +245,16 @@ func TestUIBrowser(t *testing.T) {
 	if flash := text("p.flash"); !strings.Contains(flash, "1 dead message(s) of topic audit are pending again") {
 		t.Fatalf("after retrying topic audit: flash %q", flash)
 	}
+	// Drain member a of partition group orders from its button.
+	drain := `tr[data-member="a"] button`
+	do("drain from the page", chromedp.Navigate(d.url+"/partitions/orders"), chromedp.WaitVisible(css(drain)), click(drain),
+		chromedp.WaitVisible(css("p.flash")), shot("partition_after_drain"))
+	if flash, badge := text("p.flash"), text(`tr[data-member="a"] .badge`); !strings.Contains(flash, `drained member "a" of partition group "orders": its 6 partition(s) move`) || badge != "draining" {
+		t.Fatalf("after draining: flash %q, badge %q", flash, badge)
+	}
 	es := auditEntries(t, d.pool)
-	if len(es) != 4 || es[0].Action != "outbox.retry_topic" || es[1].Action != "outbox.retry" || es[2].Action != "semaphore.set_limit" || es[3].Action != "lease.expire" {
+	if len(es) != 5 || es[0].Action != "partitions.drain" || es[1].Action != "outbox.retry_topic" || es[2].Action != "outbox.retry" ||
+		es[3].Action != "semaphore.set_limit" || es[4].Action != "lease.expire" {
 		t.Fatalf("audit entries %+v", es)
 	}
 	t.Logf("screenshots in %s", dir)
@@ -254,7 +272,7 @@ func count(t *testing.T, ctx context.Context, sel string) int {
 
 // seedBrowser writes the browser test's data: leases held, expired and fenced; two
 // tenants, one at its limit with a waiter and one starved; two jobs with a history; keys
-// completed, in flight and stuck.
+// completed, in flight and stuck; partition groups with partitions held, moving and free.
 func seedBrowser(t *testing.T, d *dash) {
 	t.Helper()
 	now := dbNow(t, d.pool)
@@ -281,4 +299,5 @@ func seedBrowser(t *testing.T, d *dash) {
 	beginKey(t, d.pool, "payments", "dead-1", "reserved", true)
 	completeKey(t, d.pool, "payments", "order-1", `{"charged":true}`)
 	completeKey(t, d.pool, "payments", "order-2", `{"charged":true}`)
+	seedPartitions(t, d.pool)
 }

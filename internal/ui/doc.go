@@ -1,17 +1,17 @@
 // Package ui is the operator dashboard served by `pgcoord ui`: pages for the overview,
-// leases, jobs, schedules, semaphores, the outbox, idempotency keys and rate limits,
-// drawn from the same public API the CLI uses (and, for what it lacks — prefix filters, a
-// key's waiters, the relays, trends, the causes of a schedule's runs — from bounded
-// read-only statements of its own), plus the Prometheus metrics of package metrics at
-// /metrics. Templates, CSS and JavaScript are embedded in the binary (no CDN, works
-// offline).
+// leases, jobs, schedules, partition groups, semaphores, the outbox, idempotency keys and
+// rate limits, drawn from the same public API the CLI uses (and, for what it lacks —
+// prefix filters, a key's waiters, the relays, trends, the causes of a schedule's runs —
+// from bounded read-only statements of its own), plus the Prometheus metrics of package
+// metrics at /metrics. Templates, CSS and JavaScript are embedded in the binary (no CDN,
+// works offline).
 //
 // Every page and action is a row of one table, dashboard in routes.go, which New serves:
 // reading it shows the whole dashboard (paths, navigation order, Overview cards, actions).
 // Each page's code is one file (its loader, its Overview card, its actions) plus one
-// template in assets/, or a few for a page with a detail page of its own (schedules);
-// adding a page touches those and its row. The Overview's findings
-// are those of `pgcoord doctor`, so a check added to package doctor shows there by itself.
+// template in assets/, or a few for a page with a detail page of its own (schedules,
+// partition groups); adding a page touches those and its row. The Overview's findings are
+// those of `pgcoord doctor`, so a check added to package doctor shows there by itself.
 //
 // # Guarantees
 //
@@ -31,13 +31,14 @@
 //   - Times, ages and expiries are the database clock's (the DBNow the API returns).
 //   - Actions (expire a lease, set a semaphore limit, retry a dead outbox message, retry
 //     every dead message of a topic, reset a rate limit key, pause, resume or trigger a
-//     schedule) run only when Config.AllowActions is set; otherwise every POST to an
+//     schedule, rebalance a partition group or drain one of its members) run only when Config.AllowActions is set; otherwise every POST to an
 //     action is refused with 403. An action must be a POST carrying the CSRF token of the
 //     browser's session (an HMAC of its random cookie under a per-server secret) and the
 //     confirmation field that the page's confirm() sets; an Origin header, when sent, must
 //     match the Host. It runs in one transaction with exactly one audit row, committed
-//     together or not at all: the dashboard's (package audit), or for the schedule actions
-//     the one package schedules writes for each change, with the operator as its actor.
+//     together or not at all: the dashboard's (package audit), or for the schedule and
+//     partition actions the one package schedules or partition writes for each change,
+//     with the operator as its actor.
 //   - With Config.Token set, every request — pages, actions, /metrics — needs
 //     "Authorization: Bearer <token>" or the cookie the login form sets; New refuses a
 //     weak token (httpsec.CheckToken). Without a token the server must listen on a
@@ -60,7 +61,9 @@
 //
 //   - The token is a shared secret sent in clear over plain HTTP: put the dashboard behind
 //     TLS (a reverse proxy) when it listens beyond loopback.
-//   - A page is not one snapshot: each list is read in its own statement.
+//   - A page is not one snapshot: each list is read in its own statement (a partition
+//     group's page is: its group, members and partitions are read in one read-only
+//     transaction).
 //   - The Outbox page's delivery rate counts only the newest outbox.DefaultRateScan
 //     messages: with more in the table it is a lower bound, and the chart says so.
 //   - Measurements taken inside worker processes (keep-alive renewal errors, client-side

@@ -29,6 +29,9 @@ var funcs = template.FuncMap{
 	// zoned and schedulePath are schedules.go's.
 	"zoned":        zoned,
 	"schedulePath": schedulePath,
+	// partitionPath and leaseLeft are partitions.go's.
+	"partitionPath": partitionPath,
+	"leaseLeft":     leaseLeft,
 }
 
 // filterForm is what the "filter" template draws: a prefix filter of the list at Path.

@@ -35,6 +35,12 @@ func dashboard() []page {
 				{path: "/actions/schedule/resume", name: "schedule.resume", run: resumeSchedule, audited: true, back: scheduleBack},
 				{path: "/actions/schedule/trigger", name: "schedule.trigger", run: triggerSchedule, audited: true, back: scheduleBack},
 			}},
+		{path: "/partitions", title: "Partitions", tmpl: "partitions", load: loadPartitions, summarize: summarizePartitions,
+			detail: &page{path: "/partitions/{name}", title: "Partition group", tmpl: "partition", load: loadPartitionGroup},
+			actions: []action{
+				{path: "/actions/partitions/rebalance", name: "partitions.rebalance", run: rebalancePartitions, audited: true, back: partitionBack},
+				{path: "/actions/partitions/drain", name: "partitions.drain", run: drainPartitionMember, audited: true, back: partitionBack},
+			}},
 		{path: "/semaphores", title: "Semaphores", tmpl: "semaphores", load: loadSemaphores, summarize: summarizeSemaphores,
 			actions: []action{
 				{path: "/actions/semaphore/set-limit", name: "semaphore.set_limit", run: setSemaphoreLimit},
@@ -128,8 +134,8 @@ type action struct {
 	// details to audit and a sentence for the operator. A *userError is shown as is.
 	run func(ctx context.Context, tx pgx.Tx, s *Server, form url.Values, actor string) (target string, details map[string]any, msg string, err error)
 	// audited says that run's own call writes the action's audit row in tx, with actor
-	// (package schedules audits each change it makes): the handler writes none, so that
-	// the action has exactly one row. That row has no client address.
+	// (packages schedules and partition audit each change they make): the handler writes
+	// none, so that the action has exactly one row. That row has no client address.
 	audited bool
 	// back, if set, is the dashboard path the action returns to, from its form; by default
 	// its page's path.

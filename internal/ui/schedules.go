@@ -50,16 +50,19 @@ func summarizeSchedules(ctx context.Context, s *Server) ([]count, error) {
 	return []count{{"schedules", len(all), more}, {"paused", paused, more}, {"failing", failing, more}}, nil
 }
 
-// schedulePath is the path of a schedule's page. The name is one escaped path segment
-// (a "/" or "?" in it stays in it); a name of dots alone is escaped further, so that it
-// is not read as "." or "..": Go's router then finds it, though a browser still cleans
-// such a link away.
-func schedulePath(name string) string {
+// schedulePath is the path of a schedule's page.
+func schedulePath(name string) string { return namePath("/schedules/", name) }
+
+// namePath is the path of the page of the row name below base ("/schedules/"). The name is
+// one escaped path segment (a "/" or "?" in it stays in it); a name of dots alone is
+// escaped further, so that it is not read as "." or "..": Go's router then finds it, though
+// a browser still cleans such a link away.
+func namePath(base, name string) string {
 	seg := url.PathEscape(name)
 	if strings.Trim(seg, ".") == "" {
 		seg = strings.ReplaceAll(seg, ".", "%2E")
 	}
-	return "/schedules/" + seg
+	return base + seg
 }
 
 // zoned formats t in the IANA zone, as the schedule's expression reads it; "-" for the

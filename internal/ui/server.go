@@ -66,7 +66,7 @@ type Config struct {
 	Actor string
 	// AllowActions enables the operator actions (expire a lease, set a semaphore limit,
 	// retry dead outbox messages, reset a rate limit key, pause, resume or trigger a
-	// schedule).
+	// schedule, rebalance a partition group or drain one of its members).
 	AllowActions bool
 	// ShowPayloads shows message payloads and stored response bodies (outbox,
 	// idempotency); hidden by default.
