@@ -133,6 +133,8 @@ type drainJSON struct {
 	Holds []int `json:"holds"`
 	// OtherLiveMembers counts the live members that are not draining, which take them.
 	OtherLiveMembers int `json:"other_live_members"`
+	// AlreadyDraining says that the member was draining already: nothing changed.
+	AlreadyDraining bool `json:"already_draining"`
 }
 
 func (a *app) partitionsDrainCommand() *cobra.Command {
@@ -144,11 +146,11 @@ func (a *app) partitionsDrainCommand() *cobra.Command {
 process joins the group again (a restart), and each partition it holds is revoked (its
 OnRevoke runs) and granted to another live member once released. Use it before stopping a
 member on purpose. Draining the last live member leaves the partitions without an owner
-(a warning says so). An unknown group, or a member that is not live in it, is an error
-(exit 1). Audited.
+(a warning says so); draining a member that drains already changes nothing. An unknown
+group, or a member that is not live in it, is an error (exit 1). Audited.
 
 --dry-run says what would move, changing nothing; it exits as the real command would. With
---json: {"dry_run", "group", "member", "holds", "other_live_members"}.`,
+--json: {"dry_run", "group", "member", "holds", "other_live_members", "already_draining"}.`,
 		Example: `  pgcoord partitions drain orders worker-7 --dry-run
   pgcoord partitions drain orders worker-7`,
 		Args: exactArgs(2),
@@ -163,35 +165,46 @@ member on purpose. Draining the last live member leaves the partitions without a
 				return err
 			}
 			defer pool.Close()
-			if !dryRun {
-				drained, err := partition.Drain(ctx, pool, group, member, a.actorName())
-				if err != nil {
-					return argError(err)
-				}
-				if !drained {
-					return fmt.Errorf("member %q is not live in group %q: nothing drained", member, group)
-				}
-			}
+			// What it holds and who takes it, read before: the drain revokes, it does not
+			// release, so the same partitions move.
 			v, err := readGroup(ctx, pool, group, true)
 			if err != nil {
 				return err
 			}
 			js := drainJSON{DryRun: dryRun, Group: group, Member: member, Holds: []int{}}
-			live := false
-			for _, m := range v.members {
+			var target *partition.GroupMember
+			for i, m := range v.members {
 				switch {
-				case m.Name == member:
-					live = m.Live
+				case m.Name == member && m.Live:
+					target = &v.members[i]
 				case m.Live && m.Draining.IsZero():
 					js.OtherLiveMembers++
 				}
 			}
-			if dryRun && !live {
+			if target == nil {
 				return fmt.Errorf("member %q is not live in group %q: nothing drained", member, group)
 			}
 			for _, s := range v.parts {
 				if s.Holder == member {
 					js.Holds = append(js.Holds, s.ID)
+				}
+			}
+			if !target.Draining.IsZero() { // draining it again would change nothing but be audited
+				js.AlreadyDraining = true
+				if a.json {
+					return a.printJSON(js)
+				}
+				fmt.Fprintf(a.out, "member %q of group %q is draining already (since %s, by %s): nothing changed\n",
+					member, group, preciseTime(target.Draining), dash(target.DrainedBy))
+				return nil
+			}
+			if !dryRun {
+				drained, err := partition.Drain(ctx, pool, group, member, a.actorName())
+				if err != nil {
+					return argError(err)
+				}
+				if !drained { // its lease ran out meanwhile
+					return fmt.Errorf("member %q is not live in group %q: nothing drained", member, group)
 				}
 			}
 			if js.OtherLiveMembers == 0 {

@@ -132,6 +132,8 @@ func TestPartitionCommands(t *testing.T) {
 		t.Errorf("a after the drain: %+v", m)
 	}
 	contains(t, "get after the drain", mustRun(t, d, "partitions", "get", "orders"), "moving: 0-3 from a to b")
+	contains(t, "drain again", mustRun(t, d, "--actor", "bob", "partitions", "drain", "orders", "a"),
+		`member "a" of group "orders" is draining already (since 2027-01-04T09:00:24.000Z, by alice): nothing changed`)
 	if code, _, errOut := d.run(t, "partitions", "drain", "orders", "nobody"); code != cli.ExitFailure || !strings.Contains(errOut, `member "nobody" is not live in group "orders"`) {
 		t.Errorf("drain of a member that is not live = %d, %q", code, errOut)
 	}
