@@ -24,9 +24,9 @@ test: ## run every test against real PostgreSQL (see README: Testing)
 	source scripts/test-env.sh && go test $(GO_TEST_FLAGS) -json ./... | go run ./internal/tools/testreport
 
 .PHONY: soak
-soak: ## run the fault-injection suite for SOAK (default 10m); PGCOORD_FAULT_SEED=N replays a seed
+soak: ## run the fault-injection suite and the partition chaos test for SOAK (default 10m); PGCOORD_FAULT_SEED=N replays a seed
 	source scripts/test-env.sh && PGCOORD_FAULT_DURATION=$${SOAK:-10m} \
-	  go test -race -count=1 -timeout 0 -run '^TestFaults$$' -v ./integration_test
+	  go test -race -count=1 -timeout 0 -run '^(TestFaults|TestPartitionChaos)$$' -v ./integration_test
 
 .PHONY: ha-test
 ha-test: ## fail a three-node Patroni cluster over under every workload (HA_MODE=sync|strict|async; docs/ha.md)
