@@ -46,6 +46,7 @@ func (h *faultHarness) check() *faultHistory {
 	h.checkCharges()
 	h.checkOutbox()
 	h.checkRatelimit(hist)
+	h.checkPartitions(hist)
 	return hist
 }
 
@@ -117,9 +118,9 @@ func (h *faultHarness) violated(kind, format string, args ...any) {
 }
 
 // idle reports whether a workload of the history did nothing the checks can judge: no
-// register write accepted, no permit or no tick.
+// register write accepted, no permit, no tick or no partition write accepted.
 func (hist *faultHistory) idle() bool {
-	return hist.count("ok") == 0 || len(hist.permits) == 0 || hist.ticks == 0
+	return hist.count("ok") == 0 || len(hist.permits) == 0 || hist.ticks == 0 || len(hist.partOK) == 0
 }
 
 // settle lets the workers run on, without faults, until every workload has done something

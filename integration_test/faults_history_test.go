@@ -11,15 +11,17 @@ import (
 
 // faultHistory is what the workers said.
 type faultHistory struct {
-	ops     map[string]*faultOp
-	order   []string // op ids in the order of their calls
-	clients map[string]int
-	grants  []faultGrant
-	permits map[string]*faultPermit // by worker/token
-	ticks   int
-	rlAcked []string     // ids of acknowledged rate-limited calls
-	errs    []faultError // failed grant attempts
-	end     int64        // after the last event
+	ops       map[string]*faultOp
+	order     []string // op ids in the order of their calls
+	clients   map[string]int
+	grants    []faultGrant
+	permits   map[string]*faultPermit // by worker/token
+	ticks     int
+	rlAcked   []string     // ids of acknowledged rate-limited calls
+	partOK    []string     // ids of acknowledged partition writes
+	partStale int          // partition writes refused by the fence
+	errs      []faultError // failed grant attempts
+	end       int64        // after the last event
 }
 
 // faultError is a grant attempt that failed: when, and what the client saw (errorClass).
@@ -134,6 +136,10 @@ func parseFaultHistory(t *testing.T, lines []workerLine) *faultHistory {
 			hi.ticks++
 		case f[0] == "rl" && len(f) == 2:
 			hi.rlAcked = append(hi.rlAcked, f[1])
+		case f[0] == "pw" && len(f) == 3 && f[2] == "ok":
+			hi.partOK = append(hi.partOK, f[1])
+		case f[0] == "pw" && len(f) == 3 && f[2] == "stale":
+			hi.partStale++
 		case f[0] == "err" && len(f) == 3:
 			hi.errs = append(hi.errs, faultError{at: num(f[1]), class: f[2]})
 		}

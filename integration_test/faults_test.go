@@ -27,9 +27,10 @@ import (
 )
 
 // The fault-injection suite. Worker processes (faultworker_test.go) run fenced registers
-// under leases, a semaphore, a cron job, idempotent charges and an outbox with relays and an
-// inbox against a PostgreSQL server of the test's own, through a proxy, while the test
-// injects faults at random: it pauses workers past their leases (SIGSTOP, SIGCONT), kills
+// under leases, a semaphore, a cron job, idempotent charges, an outbox with relays and an
+// inbox, a rate limit, and a partition group whose partitions they write
+// (faults_partitions_test.go), against a PostgreSQL server of the test's own, through a
+// proxy, while the test injects faults at random: it pauses workers past their leases (SIGSTOP, SIGCONT), kills
 // them (SIGKILL) and starts replacements, terminates their backends, delays, throttles or
 // cuts the network, and restarts the server with a fast or an immediate shutdown. Then it checks the whole history against the invariants of every primitive:
 //
@@ -43,12 +44,15 @@ import (
 //   - each idempotency key's side effect (a charge) made at most once, and once for every
 //     key whose response was stored;
 //   - each committed outbox message applied exactly once through the inbox, in its key's
-//     order, and no rolled-back message applied.
+//     order, and no rolled-back message applied;
+//   - no partition had two owners: its accepted writes' tokens never decrease in commit
+//     order, and no write with an older token was accepted once a newer grant existed.
 //
 // The run is seeded: a failure prints the seed, and PGCOORD_FAULT_SEED=<seed> replays the
 // same choices of faults (timing still varies). PGCOORD_FAULT_DURATION sets how long faults
 // are injected (default 20s; `make soak` runs it for longer); PGCOORD_FAULT_FENCING=off has
-// the workers write the registers without the fence, to see the checks fail;
+// the workers write the registers and the partitions without the fence, to see the checks
+// fail;
 // PGCOORD_FAULT_HISTORY=<file> writes what the workers said there, line by line.
 
 const (
@@ -101,8 +105,9 @@ func TestFaults(t *testing.T) {
 }
 
 // TestFaultChecksCatchUnfencedWrites shows that the suite can fail: workers that write the
-// registers without the fence let a holder whose lease ran out (paused, or just slow)
-// overwrite a newer holder's write, and the checks must say so — and only the registers'.
+// registers and the partitions without the fence let a holder whose lease ran out (paused,
+// or just slow) overwrite a newer holder's write, and the checks must say so — and only the
+// registers' and the partitions'.
 func TestFaultChecksCatchUnfencedWrites(t *testing.T) {
 	t.Parallel()
 	// Pauses of a register's holder, past its lease, until a lower token commits: bounded
@@ -118,9 +123,13 @@ func TestFaultChecksCatchUnfencedWrites(t *testing.T) {
 		h.tolerated[kind] = true
 	}
 	h.startWorkers()
-	for paused, looks := 0, 0; !h.lowerTokenCommitted(); looks++ {
+	// A paused member's partitions move too (the pause outlasts its TTL), and it writes them
+	// again with its old tokens when it wakes.
+	for paused, looks := 0, 0; !h.lowerTokenCommitted() || !h.partitionWriteAfterNewerGrant(); looks++ {
 		if paused == pauses || looks == 100*pauses {
-			t.Fatalf("no unfenced write with a lower token committed after %d pauses of a holder for %v (%d looks for one)", paused, pause, looks)
+			t.Fatalf("after %d pauses of a holder for %v (%d looks): a register write with a lower token committed: %v; "+
+				"a partition write with an older token after a newer grant: %v", paused, pause, looks,
+				h.lowerTokenCommitted(), h.partitionWriteAfterNewerGrant())
 		}
 		if h.pauseAHolder(pause) {
 			paused++
@@ -134,9 +143,14 @@ func TestFaultChecksCatchUnfencedWrites(t *testing.T) {
 	if h.weakened["token-order"] == 0 {
 		t.Errorf("a lower token was committed after a higher one, but the checks did not say so (they said %v)", h.weakened)
 	}
+	if h.weakened["partition-two-owners"] == 0 {
+		t.Errorf("a partition write with an older token was accepted after a newer grant, but the checks did not say so (they said %v)", h.weakened)
+	}
 	for kind, n := range h.weakened {
-		if kind != "token-order" && kind != "linearizable" {
-			t.Errorf("%d violations of %q: only the registers were unfenced", n, kind)
+		switch kind {
+		case "token-order", "linearizable", "partition-token-order", "partition-two-owners":
+		default:
+			t.Errorf("%d violations of %q: only the registers and the partitions were unfenced", n, kind)
 		}
 	}
 }
@@ -170,6 +184,7 @@ var faultViolationKinds = []string{
 	"linearizable", "token-order", "token-reused", "trusted-twice", "grant-lost", "permits",
 	"tick-twice", "tick-missing", "charge-twice", "charge-missing", "outbox-once", "outbox-phantom", "outbox-order",
 	"ratelimit-lost", "ratelimit-excess",
+	"partition-token-order", "partition-two-owners", "partition-grant-lost", "partition-write-lost",
 }
 
 // lowerTokenCommitted reports whether a register write committed with a lower token than
@@ -203,7 +218,7 @@ func faultSeed(t *testing.T) uint64 {
 }
 
 // faultFencingOff reports whether PGCOORD_FAULT_FENCING=off asks for workers that write the
-// registers without the fence: a run that shows the checks fail.
+// registers and the partitions without the fence: a run that shows the checks fail.
 func faultFencingOff(t *testing.T) bool {
 	switch v := os.Getenv(envFaultFencing); v {
 	case "", "on":
@@ -252,7 +267,7 @@ type faultHarness struct {
 	wg      sync.WaitGroup
 
 	workerLifetime time.Duration   // how long a worker may run; 0: workerproc.Lifetime
-	unfenced       bool            // the workers write the registers without the fence (the checks must fail)
+	unfenced       bool            // the workers write the registers and partitions without the fence (the checks must fail)
 	tolerated      map[string]bool // kinds of violation counted, not failed (see violated)
 	weakened       map[string]int  // violations of tolerated kinds, by kind
 }
@@ -291,6 +306,9 @@ func (h *faultHarness) prepare(adminURL string, workerURLs []string) {
 		t.Fatal(err)
 	}
 	if _, err := h.admin.Exec(h.ctx, fmt.Sprintf(faultTables, faultRegisters)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.admin.Exec(h.ctx, faultPartitionTables); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ratelimit.Set(h.ctx, h.admin, ratelimit.Policy{Name: faultRatePolicy, Rate: faultRate, Period: time.Second, Burst: faultRateBurst}); err != nil {

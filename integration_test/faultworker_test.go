@@ -28,7 +28,7 @@ import (
 	"github.com/pgcoord/pgcoord/singleton"
 )
 
-// The fault worker: one process of the fault-injection suite (faults_test.go). It runs three
+// The fault worker: one process of the fault-injection suite (faults_test.go). It runs its
 // workloads at once until it is told to stop (or killed), and says what it did, line by
 // line, with timestamps from the host's clock (shared by every process of the machine):
 //
@@ -40,6 +40,7 @@ import (
 //	permit <token> start <db ns> <expires db ns>         then   permit <token> end <db ns>
 //	tick <unix µs> <token> <attempt>                     a cron run that recorded its effect
 //	rl <id>                                              a rate-limited call admitted, committed with its record
+//	pw <id> ok|stale                                     a partition write committed, or refused by its fence
 //
 //	err <ns> <class>                                     a grant attempt failed (errorClass)
 //
@@ -77,9 +78,10 @@ const (
 
 func init() { workerRoles[faultRole] = faultWorker }
 
-// faultWorker runs the register, semaphore and cron workloads until "stop". Parameters:
-// NAME, SEED, and FENCING=off to write the registers without the fence (a broken workload
-// the checks must catch).
+// faultWorker runs the register, semaphore, cron, idempotency, outbox, rate limit and
+// partition workloads until "stop". Parameters:
+// NAME, SEED, and FENCING=off to write the registers and the partitions without the fence (a
+// broken workload the checks must catch).
 func faultWorker(ctx context.Context, w *workerproc.Worker) error {
 	name := w.Param("NAME")
 	seed, err := strconv.ParseUint(w.Param("SEED"), 10, 64)
@@ -94,7 +96,7 @@ func faultWorker(ctx context.Context, w *workerproc.Worker) error {
 	}()
 	w.Say("started")
 	loops := []func(context.Context, *workerproc.Worker, string, *rand.Rand){faultRegisterLoop, faultSemaphoreLoop, faultCronLoop,
-		faultIdempotencyLoop, faultProducerLoop, faultRelayLoop, faultRatelimitLoop}
+		faultIdempotencyLoop, faultProducerLoop, faultRelayLoop, faultRatelimitLoop, faultPartitionLoop}
 	done := make(chan struct{})
 	for i, loop := range loops {
 		go func() {
