@@ -109,6 +109,7 @@ type Member struct {
 	o         Options
 	ctx       context.Context // cancelled at Leave: the partitions' contexts are its children
 	stop      context.CancelFunc
+	quit      chan struct{} // closed by Leave: the heartbeat loop ends after its current heartbeat
 	wake      chan struct{} // a revoke finished: release at once
 	done      chan struct{} // the heartbeat loop returned
 	leaveOnce sync.Once
@@ -150,7 +151,7 @@ func Join(ctx context.Context, pool *pgxpool.Pool, group string, opts *Options) 
 		return nil, err
 	}
 	mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	m := &Member{pool: pool, group: group, id: o.Member, o: o, ctx: mctx, stop: stop,
+	m := &Member{pool: pool, group: group, id: o.Member, o: o, ctx: mctx, stop: stop, quit: make(chan struct{}),
 		wake: make(chan struct{}, 1), done: make(chan struct{}), owned: map[int]*grant{}}
 	if err := m.beat(ctx, true); err != nil {
 		stop()
@@ -288,8 +289,11 @@ func (m *Member) Check(ctx context.Context, tx pgx.Tx, p Partition) error {
 // first's result.
 func (m *Member) Leave(ctx context.Context) error {
 	m.leaveOnce.Do(func() {
-		m.stop()
+		// A heartbeat under way is let finish, not cancelled: a cancelled one may still run
+		// in the database, after the leave, and join the member again.
+		close(m.quit)
 		<-m.done
+		m.stop()
 		m.mu.Lock()
 		var gs []*grant
 		for _, g := range m.owned {
@@ -359,8 +363,11 @@ func (m *Member) run(w *listen.Waiter) {
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			m.lapse()
 		}
-		if err := m.beat(m.ctx, false); err != nil {
-			if m.ctx.Err() != nil {
+		bctx, cancel := context.WithTimeout(m.ctx, m.o.TTL)
+		err := m.beat(bctx, false)
+		cancel()
+		if err != nil {
+			if m.left() {
 				return
 			}
 			m.o.Logger.Warn("partition: heartbeat failed; retrying", "group", m.group, "member", m.id, "err", err)
@@ -371,10 +378,24 @@ func (m *Member) run(w *listen.Waiter) {
 	}
 }
 
-// sleep waits d, or for a notification about the group or a finished revoke.
+// left says whether Leave asked the heartbeat loop to end.
+func (m *Member) left() bool {
+	select {
+	case <-m.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// sleep waits d, or for a notification about the group or a finished revoke; ErrLeft once
+// Leave was called.
 func (m *Member) sleep(w *listen.Waiter, d time.Duration) error {
+	if m.left() {
+		return ErrLeft
+	}
 	if d <= 0 {
-		return m.ctx.Err()
+		return nil
 	}
 	wctx, cancel := context.WithCancel(m.ctx)
 	defer cancel()
@@ -382,12 +403,14 @@ func (m *Member) sleep(w *listen.Waiter, d time.Duration) error {
 		select {
 		case <-m.wake:
 			cancel()
+		case <-m.quit:
+			cancel()
 		case <-wctx.Done():
 		}
 	}()
 	err := w.Wait(wctx, d)
-	if m.ctx.Err() != nil {
-		return m.ctx.Err()
+	if m.left() {
+		return ErrLeft
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
