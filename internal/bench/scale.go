@@ -40,10 +40,12 @@ func scaled(n int) int {
 
 // scaleFamily is one operation measured at several sizes.
 type scaleFamily struct {
-	name  string
-	what  string // the description of one operation, without its size
-	unit  string // what a size counts
-	sizes []int  // smallest first
+	name string
+	what string // the description of one operation, without its size
+	unit string // what a size counts
+	// unitOf, if set, says what size n counts, in place of unit.
+	unitOf func(n int) string
+	sizes  []int // smallest first
 	// load fills the size's schema (pool's search_path) with n units.
 	load func(ctx context.Context, pool *pgxpool.Pool, n int) error
 	// newOp returns one worker's operation with n units loaded; it runs on pool, the
@@ -53,7 +55,8 @@ type scaleFamily struct {
 	conns func(n int) int
 	// maxConcurrency, if set, is the Scenario's MaxConcurrency.
 	maxConcurrency int
-	// unscaled sizes count no rows (relays): scaleDivisor leaves them as they are.
+	// unscaled sizes are left as they are by scaleDivisor: they count no rows (relays), or
+	// the family scales what it loads itself (partition_rebalance).
 	unscaled bool
 }
 
@@ -134,9 +137,13 @@ func (f scaleFamily) register() {
 			}
 			return scaled(n)
 		}
+		unit := f.unit
+		if f.unitOf != nil {
+			unit = f.unitOf(n)
+		}
 		Register(Scenario{
 			Name:           f.scenarioName(n),
-			Description:    fmt.Sprintf("%s, with %d %s", f.what, n, f.unit),
+			Description:    fmt.Sprintf("%s, with %d %s", f.what, n, unit),
 			Floor:          floor,
 			MaxConcurrency: f.maxConcurrency,
 			Setup: func(ctx context.Context, pool *pgxpool.Pool) error {

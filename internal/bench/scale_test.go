@@ -43,6 +43,8 @@ func TestRunScale(t *testing.T) {
 		"scale.schedules_due_scan.10k": {"scale.schedules_due_scan.100", 10},
 		"scale.schedules_pass.100":     {"floor.select1", 1}, "scale.schedules_pass.1k": {"scale.schedules_pass.100", 1},
 		"scale.schedules_pass.10k": {"scale.schedules_pass.100", 10},
+		// Shaped for tests: 8 partitions over 2 members, 100 over 10; granted as loaded after every op.
+		"scale.partition_rebalance.64": {"floor.select1", 8}, "scale.partition_rebalance.10k": {"scale.partition_rebalance.64", 100},
 	}
 	scenarios := bench.Select(bench.ScalePrefix)
 	if len(scenarios) != len(want) {
@@ -78,8 +80,9 @@ func TestRunScale(t *testing.T) {
 					// Loaded live (a day ahead), charged since: still live.
 					"ratelimit": `SELECT count(*) FROM %s.pgcoord_ratelimit_state WHERE policy = 'bench_scale' AND key LIKE 'k%%' AND tat > pgcoord_clock()`,
 					// Loaded armed, looked at since, never claimed.
-					"schedules_due_scan": `SELECT count(*) FROM %s.pgcoord_schedules WHERE name LIKE 'due/%%' AND due_at IS NOT NULL`,
-					"schedules_pass":     `SELECT count(*) FROM %s.pgcoord_schedules WHERE name LIKE 'due/%%' AND due_at IS NOT NULL`,
+					"schedules_due_scan":  `SELECT count(*) FROM %s.pgcoord_schedules WHERE name LIKE 'due/%%' AND due_at IS NOT NULL`,
+					"schedules_pass":      `SELECT count(*) FROM %s.pgcoord_schedules WHERE name LIKE 'due/%%' AND due_at IS NOT NULL`,
+					"partition_rebalance": `SELECT count(*) FROM %s.pgcoord_partitions WHERE holder = target AND holder LIKE 'member-%%'`,
 				}[family]
 				var n int64
 				if err := pool.QueryRow(ctx, fmt.Sprintf(count, schema)).Scan(&n); err != nil {
@@ -101,8 +104,10 @@ func TestRunScale(t *testing.T) {
 		measured[r.Scenario]++
 	}
 	for name, w := range want {
-		// A relays op runs its relays side by side: measured with one worker only.
-		if c := map[bool]int{true: 1, false: 2}[strings.HasPrefix(name, "scale.relays.")]; measured[name] != c {
+		// A relays op runs its relays side by side, and a partition group rebalances one
+		// change at a time: measured with one worker only.
+		one := strings.HasPrefix(name, "scale.relays.") || strings.HasPrefix(name, "scale.partition_rebalance.")
+		if c := map[bool]int{true: 1, false: 2}[one]; measured[name] != c {
 			t.Errorf("%s: measured at %d concurrencies, want %d", name, measured[name], c)
 		}
 		if rows[name] != w.rows {
