@@ -73,10 +73,11 @@ scenario is measured beside it but reported only when it is selected itself.
 operation at several sizes of the data beside it — tenants with demand for Next and
 AddDemand, rows of the leases and idempotency tables, delivered outbox messages not yet
 pruned, relays sharing one backlog, live rate limit keys, stored schedules for a
-Scheduler's look for due ticks and its whole pass — each size in a schema of its own,
-measured against the smallest size. They load up to a million rows per size (about a minute), and hold one
+Scheduler's look for due ticks and its whole pass, the partitions and members of a
+partition group for a member's join and leave (counted per partition) — each size in a
+schema of its own, measured against the smallest size. They load up to a million rows per size (about a minute), and hold one
 more connection per worker and size (per relay for the relays, which run with one worker
-only): the default --concurrency is then 1,8.
+only; a partition group rebalances with one worker too): the default --concurrency is then 1,8.
 
 The bench never touches pgcoord's tables: it creates a schema named pgcoord_bench_<hex>,
 migrates pgcoord into it, and drops it at the end, also on error or Ctrl-C (--schema is
