@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,16 +39,6 @@ import (
 //	   one transaction); the write must be accepted and raise the row's token  <- recorded
 //	a new member Z joins; Y is revoked partition 1 and releases it, and Z is granted it
 //	   (OnAssign): Y holds partition 0 and Z partition 1, as X and Y did
-//
-// Member.Leave does not wait for a heartbeat already sent when it stops the member's loop
-// (it cancels the heartbeat's context; the server still runs the statement): one that
-// reaches the group's row after the leave joins the member again, with no process behind
-// it, and the plan gives it a partition that stays free until its TTL passes. The bench
-// ran into it (a partition planned to a member that had left, free for the TTL). Until
-// Leave waits for its last heartbeat, every Leave here (the op's, and those at the end of
-// the measurement) comes after a gate closed on the member's heartbeats — a tracer on the
-// members' pool holds its new ones back until Leave cancels them, unsent — and the one in
-// flight, if any, ended. In an op, both happen before the death is timed.
 //
 // Each member lives two ops (joined, then survivor, then the death), so the notification
 // that starts a handoff is at most the third that woke it: never one that the listener's
@@ -143,18 +131,15 @@ type partitionGroup struct {
 	assigned chan assignment
 	seq      int
 	members  map[string]*partition.Member // live, to leave at the end
-	gate     *heartbeatGate
 }
 
-// newPartitionGroup opens the pool of a worker's group, whose heartbeats pass a gate.
+// newPartitionGroup opens the pool of a worker's group.
 func newPartitionGroup(ctx context.Context, scenario string, w Worker) (*partitionGroup, error) {
 	cfg, err := connPoolConfig(w.Conn.Conn())
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", scenario, err)
 	}
 	cfg.MaxConns = partitionConns
-	gate := newHeartbeatGate()
-	cfg.ConnConfig.Tracer = gateTracer{gate: gate, next: cfg.ConnConfig.Tracer}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", scenario, err)
@@ -165,7 +150,7 @@ func newPartitionGroup(ctx context.Context, scenario string, w Worker) (*partiti
 		return nil, err
 	}
 	g := &partitionGroup{scenario: scenario, w: w, pool: pool, name: name,
-		assigned: make(chan assignment, 2*handoffPartitions), members: map[string]*partition.Member{}, gate: gate}
+		assigned: make(chan assignment, 2*handoffPartitions), members: map[string]*partition.Member{}}
 	w.Cleanup(g.close)
 	return g, nil
 }
@@ -200,129 +185,13 @@ func (g *partitionGroup) join(ctx context.Context) (*partition.Member, error) {
 	return m, nil
 }
 
-// leave makes m leave the group: it closes the gate on m's heartbeats, waits for the one in
-// flight, if any (see the top of this file), and then calls Leave.
+// leave makes m leave the group.
 func (g *partitionGroup) leave(ctx context.Context, m *partition.Member) error {
 	delete(g.members, m.Name())
-	if err := g.gate.close(ctx, m.Name()); err != nil {
-		return err
-	}
-	err := m.Leave(ctx)
-	g.gate.reopen()
-	if err != nil {
+	if err := m.Leave(ctx); err != nil {
 		return fmt.Errorf("bench: %s: %w", g.scenario, err)
 	}
 	return nil
-}
-
-// heartbeatGate holds back the heartbeats of one member, and counts every member's
-// heartbeats in flight: those its tracer let through and that have not ended.
-type heartbeatGate struct {
-	mu       sync.Mutex
-	closed   string // the member held back, or ""
-	inflight map[string]int
-	changed  chan struct{} // closed, and replaced, at every change
-}
-
-func newHeartbeatGate() *heartbeatGate {
-	return &heartbeatGate{inflight: map[string]int{}, changed: make(chan struct{})}
-}
-
-// broadcast wakes those waiting for a change; call it with mu held.
-func (g *heartbeatGate) broadcast() {
-	close(g.changed)
-	g.changed = make(chan struct{})
-}
-
-// enter lets a heartbeat of member through, once the gate is not closed for it; false when
-// ctx ended first (the heartbeat then fails unsent).
-func (g *heartbeatGate) enter(ctx context.Context, member string) bool {
-	for {
-		g.mu.Lock()
-		if g.closed != member {
-			g.inflight[member]++
-			g.mu.Unlock()
-			return true
-		}
-		ch := g.changed
-		g.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return false
-		}
-	}
-}
-
-// exit says a heartbeat of member let through has ended.
-func (g *heartbeatGate) exit(member string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.inflight[member]--; g.inflight[member] == 0 {
-		delete(g.inflight, member)
-	}
-	g.broadcast()
-}
-
-// close holds back member's new heartbeats and waits until none is in flight.
-func (g *heartbeatGate) close(ctx context.Context, member string) error {
-	timer := time.NewTimer(handoffPatience)
-	defer timer.Stop()
-	g.mu.Lock()
-	g.closed = member
-	g.broadcast()
-	for g.inflight[member] > 0 {
-		ch := g.changed
-		g.mu.Unlock()
-		select {
-		case <-ch:
-		case <-timer.C:
-			return fmt.Errorf("bench: a heartbeat of %s still in flight after %v", member, handoffPatience)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		g.mu.Lock()
-	}
-	g.mu.Unlock()
-	return nil
-}
-
-// reopen lets every member's heartbeats through.
-func (g *heartbeatGate) reopen() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.closed = ""
-	g.broadcast()
-}
-
-// gateTracer passes the heartbeats (pgcoord_partition_heartbeat, whose second argument is
-// the member) through its gate, and every query on to next, if any.
-type gateTracer struct {
-	gate *heartbeatGate
-	next pgx.QueryTracer
-}
-
-type gateKey struct{}
-
-func (t gateTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(data.SQL, "pgcoord_partition_heartbeat(") && len(data.Args) > 1 {
-		if member, ok := data.Args[1].(string); ok && t.gate.enter(ctx, member) {
-			ctx = context.WithValue(ctx, gateKey{}, member)
-		}
-	}
-	if t.next != nil {
-		ctx = t.next.TraceQueryStart(ctx, conn, data)
-	}
-	return ctx
-}
-
-func (t gateTracer) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryEndData) {
-	if t.next != nil {
-		t.next.TraceQueryEnd(ctx, conn, data)
-	}
-	if member, ok := ctx.Value(gateKey{}).(string); ok {
-		t.gate.exit(member)
-	}
 }
 
 // await waits for a grant of partition id to member under a token above after, passing
@@ -413,10 +282,6 @@ func (h *partitionHandoff) replace(ctx context.Context) error {
 }
 
 func (h *partitionHandoff) op(ctx context.Context) error {
-	// No heartbeat of the dying member in flight from here on (see leave).
-	if err := h.g.gate.close(ctx, h.dying.Name()); err != nil {
-		return err
-	}
 	start := time.Now()
 	if err := h.g.leave(ctx, h.dying); err != nil {
 		return err
