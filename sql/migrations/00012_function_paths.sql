@@ -45,10 +45,16 @@ DECLARE
     r record;
 BEGIN
     FOR r IN
-        SELECT pg_get_functiondef(p.oid) AS def
-          FROM pg_proc p
-         WHERE p.pronamespace = current_schema()::regnamespace AND p.proname LIKE 'pgcoord\_%' AND p.prokind = 'f'
-           AND pg_get_functiondef(p.oid) ~ 'pg_notify\(pgcoord_channel\(''[a-z_]+''\), p_[a-z_]+\)'
+        -- (The functions of this schema first, behind OFFSET 0: with the filters side by
+        -- side, the planner ran the cheaper-looking pg_get_functiondef on every function of
+        -- the database, and one of another schema dropped meanwhile failed the migration
+        -- with "cache lookup failed".)
+        SELECT d.def
+          FROM (SELECT pg_get_functiondef(p.oid) AS def
+                  FROM pg_proc p
+                 WHERE p.pronamespace = current_schema()::regnamespace AND p.proname LIKE 'pgcoord\_%' AND p.prokind = 'f'
+                OFFSET 0) d
+         WHERE d.def ~ 'pg_notify\(pgcoord_channel\(''[a-z_]+''\), p_[a-z_]+\)'
     LOOP
         EXECUTE regexp_replace(r.def, 'pg_notify\((pgcoord_channel\(''[a-z_]+''\)), (p_[a-z_]+)\)',
                                'pg_notify(\1, pgcoord_wake_tag(\2))', 'g');
@@ -84,10 +90,12 @@ BEGIN
     ALTER FUNCTION pgcoord_retire() RESET search_path;
     ALTER FUNCTION pgcoord_refuse_truncate() RESET search_path;
     FOR r IN
-        SELECT pg_get_functiondef(p.oid) AS def
-          FROM pg_proc p
-         WHERE p.pronamespace = current_schema()::regnamespace AND p.proname LIKE 'pgcoord\_%' AND p.prokind = 'f'
-           AND pg_get_functiondef(p.oid) ~ 'pgcoord_wake_tag\(p_[a-z_]+\)'
+        SELECT d.def
+          FROM (SELECT pg_get_functiondef(p.oid) AS def
+                  FROM pg_proc p
+                 WHERE p.pronamespace = current_schema()::regnamespace AND p.proname LIKE 'pgcoord\_%' AND p.prokind = 'f'
+                OFFSET 0) d
+         WHERE d.def ~ 'pgcoord_wake_tag\(p_[a-z_]+\)'
     LOOP
         EXECUTE regexp_replace(r.def, 'pgcoord_wake_tag\((p_[a-z_]+)\)', '\1', 'g');
     END LOOP;
