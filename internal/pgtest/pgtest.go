@@ -17,8 +17,8 @@ package pgtest
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
