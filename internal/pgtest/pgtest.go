@@ -18,7 +18,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -27,7 +26,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/pgconfig"
@@ -227,26 +225,9 @@ func migrate(t testing.TB, pool *pgxpool.Pool, schema string, opts *pgcoord.Migr
 		defer direct.Close()
 		pool = direct
 	}
-	for attempt := 1; ; attempt++ {
-		_, err := pgcoord.Migrate(context.Background(), pool, opts)
-		if err == nil {
-			return
-		}
-		if !cacheLookupFailed(err) || attempt == 3 {
-			t.Fatalf("pgtest: migrate: %v", err)
-		}
-		// The server's catalog caches lost a race with another test's DROP SCHEMA of its
-		// own objects (SQLSTATE XX000, "cache lookup failed"), which many tests creating and
-		// dropping schemas at once sometimes meet. The failed migration rolled back: go on.
-		t.Logf("pgtest: migrate: %v; again", err)
+	if _, err := pgcoord.Migrate(context.Background(), pool, opts); err != nil {
+		t.Fatalf("pgtest: migrate: %v", err)
 	}
-}
-
-// cacheLookupFailed reports PostgreSQL's internal error for a catalog entry that vanished
-// while it was read.
-func cacheLookupFailed(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "XX000" && strings.Contains(pgErr.Message, "cache lookup failed")
 }
 
 // NewPool opens a pool on url with search_path set to schema (if not empty), closed when t
