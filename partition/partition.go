@@ -48,7 +48,7 @@ var (
 	// ErrUnknownGroup means the group does not exist: Join it with Options.Partitions to
 	// create it.
 	ErrUnknownGroup = errors.New("partition: no such group")
-	// ErrLeft is returned by the calls of a Member that left.
+	// ErrLeft is Member.Check's error once Leave was called.
 	ErrLeft = errors.New("partition: the member left its group")
 )
 
@@ -267,6 +267,9 @@ func (m *Member) Owned() []Partition {
 func (m *Member) Check(ctx context.Context, tx pgx.Tx, p Partition) error {
 	if err := check.DB(tx); err != nil {
 		return err
+	}
+	if m.left() {
+		return ErrLeft
 	}
 	if p.Group != m.group || p.ID < 0 || p.ID >= MaxPartitions || p.Token < 1 {
 		return check.Invalid("partition %d of %q with token %d is not one of this member's group %q", p.ID, p.Group, p.Token, m.group)

@@ -150,8 +150,16 @@ func TestJoinAndLeaveMoveOnlyWhatMust(t *testing.T) {
 			t.Errorf("%s holds %d partitions of 64 among 5, want 12 or 13: %v", m, n, counts(after))
 		}
 	}
+	held := fifth.Owned()
 	if err := fifth.Leave(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+	if len(held) == 0 || held[0].Context.Err() == nil {
+		t.Fatalf("the fifth member held %v; its contexts must be done after Leave", held)
+	}
+	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error { return fifth.Check(t.Context(), tx, held[0]) })
+	if !errors.Is(err, partition.ErrLeft) {
+		t.Errorf("Check after Leave: %v, want ErrLeft", err)
 	}
 	final := settled(t, pool, "g")
 	for p, h := range final {
