@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -288,10 +287,14 @@ func dropSchemas(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if err != nil || len(names) == 0 {
 		return err
 	}
-	for i, n := range names {
-		names[i] = pgconfig.QuoteIdent(n)
+	// One at a time: a DROP locks every object it drops until it commits, and a run's
+	// schemas together (one per --scale scenario, each migrated) outgrew the server's lock
+	// table (out of shared memory, 53200) beside other work.
+	for _, n := range names {
+		if _, derr := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgconfig.QuoteIdent(n)+" CASCADE"); derr != nil {
+			err = errors.Join(err, derr)
+		}
 	}
-	_, err = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+strings.Join(names, ", ")+" CASCADE")
 	return err
 }
 
