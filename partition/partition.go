@@ -163,14 +163,8 @@ func Join(ctx context.Context, pool *pgxpool.Pool, group string, opts *Options) 
 }
 
 func validate(pool *pgxpool.Pool, group string, o *Options) error {
-	if err := check.DB(pool); err != nil {
+	if err := checkGroup(pool, group); err != nil {
 		return err
-	}
-	if err := check.Name("group", group); err != nil {
-		return err
-	}
-	if len(group) > MaxGroupLen {
-		return check.InvalidName("group name is %d bytes, more than the maximum of %d", len(group), MaxGroupLen)
 	}
 	if o.Partitions < 0 || o.Partitions > MaxPartitions {
 		return check.Invalid("Partitions %d is outside [1, %d] (0: the group exists)", o.Partitions, MaxPartitions)
