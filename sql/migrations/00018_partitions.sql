@@ -149,10 +149,7 @@ CREATE FUNCTION pgcoord_partition_lock(p_group text) RETURNS pgcoord_partition_g
 DECLARE
     g pgcoord_partition_groups;
 BEGIN
-    IF NOT pgcoord_name_ok(p_group) OR octet_length(p_group) > 200 THEN
-        PERFORM pgcoord_refuse('partition group', '1 to 200 bytes without control characters',
-                               CASE WHEN p_group IS NULL THEN NULL ELSE octet_length(p_group) || ' bytes' END);
-    END IF;
+    PERFORM pgcoord_partition_group_args(p_group, 1);
     SELECT * INTO g FROM pgcoord_partition_groups x WHERE x.name = p_group FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pgcoord: partition group % does not exist', quote_literal(p_group)
