@@ -18,8 +18,8 @@
 // # How the relay works
 //
 // A message is pending until delivered or dead. A claim (one call) walks the keys that
-// have pending messages, in the relay's range (see Several relays) from where its previous
-// claim stopped, and for each key whose oldest pending message — its head — is due and not
+// have pending messages, in the relay's partitions (see Several relays) from where its
+// previous claim stopped, and for each key whose oldest pending message — its head — is due and not
 // under a live claim, locks that head (FOR UPDATE SKIP LOCKED, so relays never wait for each
 // other) and claims it with up to KeyBatchSize messages right behind it. Every row of the
 // claim is stamped with a new claim token from a sequence and an expiry, ClaimTTL ahead by
@@ -32,20 +32,22 @@
 //
 // # Several relays
 //
-// Every key falls in one of 1024 buckets, a hash of its topic and key. Each claim keeps
-// its relay registered among the relays of its Topics until the claim expires (Run
-// deregisters when it returns; Leave does it for a RunBatch loop), and the registered
-// relays, in Claimant order, split the buckets into equal ranges. A claim walks its own
-// range, round robin from where the relay's previous claim stopped, and only if its own
-// had nothing ready walks the ranges of the relays that took no message in the last
-// second (dead, idle, or slow to deliver), the next relay's first. So concurrent claims
-// walk disjoint keys: a claim does not count heads that another claim is about to lock
-// (and then skip them as locked, coming back with a fraction of its batch), nor walk past
-// keys another relay holds. A relay that joins or leaves moves the ranges at the next
-// claims; a relay that died keeps its range until its claim expires, and the others take
-// its keys a second after its last, once their own ranges run dry. The ranges only steer
-// the walk: what a claim may take is decided by the head's lock and state, as with one
-// relay, so no guarantee below depends on them.
+// Every key falls in one of 1024 buckets, a hash of its topic and key. The relays of one
+// topic set share the buckets through a partition group (package partition), GroupName:
+// a relay joins it at its first claim (creating it with RelayPartitions partitions if it
+// does not exist) and leaves it when Run returns or at Leave, and partition p of the
+// group's M covers the buckets p*1024/M up to (p+1)*1024/M. A claim walks only the buckets
+// of the partitions the group has granted to its relay, and the database checks the grants
+// as it claims (holding them until the claim commits). So a relay's range is its
+// partitions, strictly: concurrent claims of different relays walk disjoint keys, and none
+// counts heads another relay is about to lock or walks past keys it holds. The group's
+// plan balances the partitions over the live relays and moves only what must move when one
+// joins or leaves; a partition moves only after its relay settled the batch under way (or
+// after ClaimTTL), and a relay that dies keeps its partitions until its lease, ClaimTTL,
+// expires. The partitions only steer the walk: what a claim may take is decided by the
+// head's lock and state, as with one relay, so no guarantee below depends on them.
+// Operators see and move the partitions with `pgcoord partitions` (drain a relay before a
+// deploy: `pgcoord partitions drain outbox CLAIMANT`).
 //
 // # Wake-ups
 //
@@ -181,14 +183,13 @@
 //   - Keys are walked one index probe at a time: a claim costs one probe per key with
 //     pending messages that it passes over (parked, claimed by other relays, or of other
 //     topics when Topics is set), not one per message.
-//   - A relay takes other relays' keys only when its own range has nothing ready, and
-//     only from relays that took nothing for a second: while it has a few, its batches
-//     are small even if the others' ranges are full, and a busy relay's range is its
-//     alone (a skewed backlog is not spread; the range of a relay that died waits until
-//     the others' ranges run dry, or its claim expires). Relays with different Topics do
-//     not share ranges and walk the same keys, as every relay did before ranges. A Relay
-//     abandoned without Run returning or Leave keeps its range until ClaimTTL after its
-//     last claim: reuse one Relay rather than create one per RunBatch.
+//   - A relay takes only its partitions' keys: a skewed backlog is not spread (a relay
+//     whose partitions are full delivers alone while the others idle), and the keys of a
+//     relay that died wait until its lease (ClaimTTL) expires. A relay that joins claims
+//     nothing until partitions are granted to it, after their holders settled their
+//     batches under way. Relays with different Topics are in different groups and walk the
+//     same keys. A Relay driven by RunBatch stays in its group, heartbeating, until Leave:
+//     reuse one Relay rather than create one per RunBatch, and call Leave when done.
 //   - With asynchronous replication, an enqueue or an outcome committed on a primary that
 //     fails before the standby has it is lost on failover: a message may vanish with its
 //     business change, or be delivered again.

@@ -38,7 +38,8 @@ func TestEnqueueIsVisibleOnlyAfterCommit(t *testing.T) {
 		t.Fatalf("uncommitted message visible: %v, %v", got, err)
 	}
 	rec := &recorder{}
-	if n := runBatch(t, newRelay(t, pool, rec, outbox.Config{})); n != 0 {
+	relay := newRelay(t, pool, rec, outbox.Config{})
+	if n := runBatch(t, relay); n != 0 {
 		t.Fatalf("relay claimed %d uncommitted messages", n)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -65,7 +66,7 @@ func TestEnqueueIsVisibleOnlyAfterCommit(t *testing.T) {
 	if _, err := outbox.Get(ctx, pool, rolled.ID); !errors.Is(err, outbox.ErrNotFound) {
 		t.Fatalf("rolled-back message: Get err = %v, want ErrNotFound", err)
 	}
-	if n := runBatch(t, newRelay(t, pool, rec, outbox.Config{})); n != 1 || len(rec.payloads()) != 1 || rec.payloads()[0] != `{"total": 42}` {
+	if n := runBatch(t, relay); n != 1 || len(rec.payloads()) != 1 || rec.payloads()[0] != `{"total": 42}` {
 		t.Fatalf("relay claimed %d, delivered %q; want the committed message only", n, rec.payloads())
 	}
 }

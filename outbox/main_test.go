@@ -123,6 +123,8 @@ func newRelay(t *testing.T, pool *pgxpool.Pool, h outbox.Handler, cfg outbox.Con
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A relay that claimed is a member of its partition group, heartbeating until Leave.
+	t.Cleanup(func() { _ = r.Leave(context.Background()) })
 	return r
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
 	"github.com/pgcoord/pgcoord/internal/listen"
+	"github.com/pgcoord/pgcoord/partition"
 )
 
 // Handler delivers messages: to a broker (Kafka, NATS, SQS), a webhook, or the
@@ -55,10 +56,17 @@ type RelayStats struct {
 type Relay struct {
 	pool    *pgxpool.Pool
 	cfg     Config
+	group   string // GroupName(cfg.Topics)
 	running atomic.Bool
 	mu      sync.Mutex
-	cur     cursor // where the next claim resumes
-	stats   struct {
+	cur     cursor                     // where the next claim resumes
+	batches map[chan struct{}]struct{} // the batches under way (startBatch)
+	// The relay's membership of its partition group (join), from its first claim to
+	// Leave, and a wake-up for Run when a partition is granted to it.
+	gmu      sync.Mutex
+	member   *partition.Member
+	assigned chan struct{}
+	stats    struct {
 		claims, claimed, delivered, failed, dead, released, fenced atomic.Int64
 	}
 }
@@ -74,7 +82,7 @@ func NewRelay(pool *pgxpool.Pool, cfg *Config) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{pool: pool, cfg: c}, nil
+	return &Relay{pool: pool, cfg: c, group: GroupName(c.Topics), batches: map[chan struct{}]struct{}{}, assigned: make(chan struct{}, 1)}, nil
 }
 
 // Claimant returns the relay's identity in its claims.
@@ -128,7 +136,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			r.cfg.Logger.Error("outbox: relay claim failed", "claimant", r.cfg.Claimant, "error", err)
-			_ = w.Wait(ctx, listen.Jitter(r.cfg.PollInterval))
+			_ = r.wait(ctx, w, listen.Jitter(r.cfg.PollInterval))
 			continue
 		case n > 0:
 			if registered {
@@ -169,7 +177,29 @@ func (r *Relay) Run(ctx context.Context) error {
 		if registered {
 			wait = min(wait, time.Until(renew))
 		}
-		_ = w.Wait(ctx, wait)
+		_ = r.wait(ctx, w, wait)
+	}
+	return nil
+}
+
+// wait waits on w for d, or until a partition is granted to the relay.
+func (r *Relay) wait(ctx context.Context, w *listen.Waiter, d time.Duration) error {
+	select {
+	case <-r.assigned:
+		return nil
+	default:
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.assigned:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	if err := w.Wait(wctx, d); err != nil && ctx.Err() != nil {
+		return err
 	}
 	return nil
 }
@@ -197,15 +227,22 @@ func (r *Relay) setIdle(ctx context.Context, idle bool) (tight, ok bool) {
 	return tight, true
 }
 
-// Leave gives up the relay's share of the keys at once (see "Several relays" in the
-// package documentation): the other relays of its topics split its range of buckets from
-// their next claim, rather than when its latest claim expires. Run leaves when it returns;
-// call Leave after the last RunBatch of a relay driven by the caller's own loop. A relay
-// that claims again joins again. It returns an error wrapping pgcoord.ErrReadOnly on a
-// standby.
+// Leave gives up the relay's partitions at once (see "Several relays" in the package
+// documentation): it waits for the batch under way (bounded by the relay's lease, ClaimTTL),
+// then leaves its partition group, whose plan gives its partitions to the other relays of
+// its topics, rather than when its lease expires. Run leaves when it returns; call Leave
+// after the last RunBatch of a relay driven by the caller's own loop. A relay that claims
+// again joins again. It returns an error wrapping pgcoord.ErrReadOnly on a standby.
 func (r *Relay) Leave(ctx context.Context) error {
-	if err := queries.OutboxLeave(ctx, r.pool, r.cfg.Claimant); err != nil {
-		return fmt.Errorf("outbox: leave: %w", base.TranslateError(err))
+	r.gmu.Lock()
+	m := r.member
+	r.member = nil
+	r.gmu.Unlock()
+	if m == nil {
+		return nil
+	}
+	if err := m.Leave(ctx); err != nil {
+		return fmt.Errorf("outbox: leave: %w", err)
 	}
 	return nil
 }
@@ -215,24 +252,23 @@ func (r *Relay) leave(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := r.Leave(ctx); err != nil {
-		r.cfg.Logger.Warn("outbox: relay cannot give up its share of the keys; the others split it when its claim expires",
+		r.cfg.Logger.Warn("outbox: relay cannot leave its partition group; the others take its partitions when its lease expires",
 			"claimant", r.cfg.Claimant, "error", err)
 	}
 }
 
 // RunBatch claims one batch, delivers it and records the outcomes, as one round of Run
 // does, and returns how many messages it claimed: 0 when none was ready (after a batch
-// that no limit cut short, the next one starts again from the first key of its range).
+// that no limit cut short, the next one starts again from the first key of its partitions).
 // For a relay driven by the caller's own loop or schedule (a cron job draining the
 // outbox), and for tests. It may run beside Run. On a standby it returns an error wrapping
 // pgcoord.ErrReadOnly.
 //
-// Like Run, it makes the relay one of the relays that share the keys, until its claim
-// expires (ClaimTTL) or it calls Leave: a batch comes from the relay's own range of keys
-// while that has any ready, so with other relays live (or left behind without Leave by
-// an earlier Relay with another Claimant) one batch may hold only part of what is ready,
-// and claiming until RunBatch returns 0 drains it all. Reuse one Relay rather than create
-// one per batch.
+// Like Run, it makes the relay a member of its topics' partition group, which it stays
+// (heartbeating in a goroutine of its own) until Leave: a batch comes only from the keys of
+// the relay's partitions, so with other relays live it holds only their share of what is
+// ready, and the share of a relay that died without Leave moves when its lease (ClaimTTL)
+// expires. Reuse one Relay rather than create one per batch, and call Leave when done.
 func (r *Relay) RunBatch(ctx context.Context) (int, error) {
 	n, _, err := r.batch(ctx)
 	return n, err

@@ -2,16 +2,20 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgcoord/pgcoord/internal/base"
 	"github.com/pgcoord/pgcoord/internal/dbarg"
 	"github.com/pgcoord/pgcoord/internal/dbsqlc"
+	"github.com/pgcoord/pgcoord/internal/listen"
 )
 
-// cursor is the key after which the next claim resumes its walk (of the relay's range of
-// buckets, see pgcoord_outbox_claim): keys are served round robin, so a deep backlog of
+// cursor is the key after which the next claim resumes its walk (of the buckets of the
+// relay's partitions, see pgcoord_outbox_claim): keys are served round robin, so a deep backlog of
 // some keys never starves the others.
 type cursor struct{ topic, key string }
 
@@ -21,17 +25,14 @@ func (c cursor) atStart() bool { return c == cursor{} }
 // it returns how many messages it claimed, and whether the claim started from the first
 // key (so that claiming nothing means nothing is ready).
 func (r *Relay) batch(ctx context.Context) (n int, fromStart bool, err error) {
+	defer r.startBatch()()
 	r.mu.Lock()
 	cur := r.cur
 	r.mu.Unlock()
 	sent := time.Now()
-	rows, err := queries.OutboxClaim(ctx, r.pool, dbsqlc.OutboxClaimParams{
-		Claimant: r.cfg.Claimant, MaxRows: int32(r.cfg.BatchSize), KeyLimit: int32(r.cfg.KeyBatchSize),
-		MaxBytes: int64(r.cfg.BatchBytes), Ttl: dbarg.Interval(r.cfg.ClaimTTL), Topics: r.topics(),
-		AfterTopic: cur.topic, AfterKey: cur.key,
-	})
+	rows, err := r.claim(ctx, cur)
 	if err != nil {
-		return 0, cur.atStart(), fmt.Errorf("outbox: claim: %w", base.TranslateError(err))
+		return 0, cur.atStart(), err
 	}
 	// The rows come in claim order: key by key, in the order the claim walked them, each
 	// key's messages by id.
@@ -58,6 +59,52 @@ func (r *Relay) batch(ctx context.Context) (n int, fromStart bool, err error) {
 	defer cancel()
 	outcomes := r.deliver(dctx, groupByKey(rows))
 	return len(rows), cur.atStart(), r.settle(ctx, token, rows, outcomes)
+}
+
+// claim claims a batch of the relay's partitions from cur: none when it has no partition
+// yet (OnAssign wakes Run when one is granted; behind a pooler, where no notification
+// does, the member heartbeats first). When the database finds that the relay
+// holds none of the partitions its member lists (its grants lapsed: the member missed a
+// heartbeat, or the database clock jumped), the member heartbeats at once, and the claim is
+// made again with what it holds then.
+func (r *Relay) claim(ctx context.Context, cur cursor) ([]dbsqlc.PgcoordOutbox, error) {
+	m, err := r.join(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for try := 0; ; try++ {
+		owned := m.Owned()
+		if len(owned) == 0 {
+			if try == 0 && listen.Pooled(r.pool) {
+				// Behind a transaction pooler no notification tells the member that a
+				// partition was released to it: it asks now, and the next batch claims.
+				if err := m.Sync(ctx); err != nil {
+					return nil, fmt.Errorf("outbox: the relay's heartbeat failed: %w", err)
+				}
+			}
+			return nil, nil
+		}
+		partitions := make([]int32, len(owned))
+		for i, p := range owned {
+			partitions[i] = int32(p.ID)
+		}
+		rows, err := queries.OutboxClaim(ctx, r.pool, dbsqlc.OutboxClaimParams{
+			Claimant: r.cfg.Claimant, MaxRows: int32(r.cfg.BatchSize), KeyLimit: int32(r.cfg.KeyBatchSize),
+			MaxBytes: int64(r.cfg.BatchBytes), Ttl: dbarg.Interval(r.cfg.ClaimTTL), Topics: r.topics(),
+			AfterTopic: cur.topic, AfterKey: cur.key, GroupName: r.group, Partitions: partitions,
+		})
+		var pgErr *pgconn.PgError
+		if try == 0 && errors.As(err, &pgErr) && pgErr.Code == "PGP01" {
+			if err := m.Sync(ctx); err != nil {
+				return nil, fmt.Errorf("outbox: claim: the relay's grants lapsed, and its heartbeat failed: %w", err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("outbox: claim: %w", base.TranslateError(err))
+		}
+		return rows, nil
+	}
 }
 
 func (r *Relay) topics() []string {

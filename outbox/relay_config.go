@@ -51,7 +51,9 @@ type Config struct {
 	// be delivered within it. Once it has passed, another relay may claim the messages
 	// again, and this relay's outcomes for them are refused (counted in Stats.Fenced).
 	// The relay stops delivering a batch a tenth of ClaimTTL before it ends, by its own
-	// clock. Default DefaultClaimTTL (30s).
+	// clock. It is also the relay's lease in its partition group (at least 1s): a relay
+	// that stops heartbeating for that long loses its partitions. Default DefaultClaimTTL
+	// (30s).
 	ClaimTTL time.Duration
 	// MaxAttempts is how many failed deliveries make a message dead. Default
 	// DefaultMaxAttempts (10).
@@ -69,8 +71,9 @@ type Config struct {
 	// pooler (PgBouncer), where notifications are not delivered, the relay finds the
 	// pooler on its first wait and polls without it; NoListen only saves that one check.
 	NoListen bool
-	// Claimant names this relay in its claims (Message.ClaimedBy). Default: a new
-	// identity, pgcoord.NewHolderID.
+	// Claimant names this relay in its claims (Message.ClaimedBy) and in its partition
+	// group (its member name, see "Several relays"): give each relay its own. Default: a
+	// new identity, pgcoord.NewHolderID.
 	Claimant string
 	// Logger receives failures, dead messages, refused outcomes and errors. Default
 	// slog.Default().

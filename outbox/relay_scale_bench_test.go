@@ -28,7 +28,7 @@ func BenchmarkRelays(b *testing.B) {
 			b.Run(fmt.Sprintf("keys=%d/relays=%d", keys, relays), func(b *testing.B) {
 				// The backlog, and enough behind it for b.N ops: plain rows in one statement
 				// (no Enqueue lock per key), vacuumed and analyzed as autovacuum would.
-				for _, sql := range []string{`TRUNCATE pgcoord_outbox, pgcoord_outbox_relays`,
+				for _, sql := range []string{`TRUNCATE pgcoord_outbox`,
 					fmt.Sprintf(`INSERT INTO pgcoord_outbox (topic, key, payload)
 					             SELECT 't', 'k' || (g %% %d), '{}' FROM generate_series(1, %d) g`, keys, backlog+b.N*batch),
 					`VACUUM ANALYZE pgcoord_outbox`} {

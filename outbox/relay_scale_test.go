@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/outbox"
+	"github.com/pgcoord/pgcoord/partition"
 )
 
 // enqueueKeys writes one message to each of keys (topic "t", payload the key), in one
@@ -30,17 +31,76 @@ func enqueueKeys(t *testing.T, pool *pgxpool.Pool, keys []string) {
 	}
 }
 
-// join makes claimant a member of the relays of every topic (until an hour from now) by a
-// claim of one message (if one is ready), which it releases at once.
-func join(t *testing.T, pool *pgxpool.Pool, claimant string) {
+// sqlBeat heartbeats member in the relays' group "outbox" through the SQL API (as a relay
+// written in another language would), with a lease of ttl, releasing release; it returns
+// the partitions the member holds and those it is asked to release.
+func sqlBeat(t *testing.T, pool *pgxpool.Pool, member string, ttl time.Duration, release []int32) (owned, revoke []int32) {
 	t.Helper()
-	_, err := pool.Exec(t.Context(), `
-		WITH c AS (SELECT * FROM pgcoord_outbox_claim($1, 1, 1, 1048576, interval '1 hour'))
-		SELECT pgcoord_outbox_settle(c.claim_token, '{}', '{}', '{}', ARRAY[c.id], 5, interval '1 s', interval '1 s')
-		  FROM c`, claimant)
-	if err != nil {
+	if release == nil {
+		release = []int32{}
+	}
+	if err := pool.QueryRow(t.Context(), `SELECT owned, revoke FROM pgcoord_partition_heartbeat('outbox', $1, 1, $2, $3, true)`,
+		member, ttl, release).Scan(&owned, &revoke); err != nil {
 		t.Fatal(err)
 	}
+	return owned, revoke
+}
+
+// holding returns how many partitions of the group "outbox" member holds.
+func holding(t *testing.T, pool *pgxpool.Pool, member string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pgcoord_partitions WHERE group_name = 'outbox' AND holder = $1`, member).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// share makes "relay-a", a member through the SQL API with a lease of ttl, and the relay b
+// split the group "outbox" of 64 partitions: relay-a joins first and is granted all of
+// them; b joins at its first batch, and claims nothing while relay-a holds every
+// partition; relay-a then releases the 32 the plan moves to b, and share waits until b
+// holds them. It returns relay-a's partitions.
+func share(t *testing.T, pool *pgxpool.Pool, b *outbox.Relay, ttl time.Duration) []int32 {
+	t.Helper()
+	if _, err := pool.Exec(t.Context(), `SELECT pgcoord_partition_create('outbox', $1)`, outbox.RelayPartitions); err != nil {
+		t.Fatal(err)
+	}
+	if owned, _ := sqlBeat(t, pool, "relay-a", ttl, nil); len(owned) != 64 {
+		t.Fatalf("relay-a, alone, holds %d partitions, want 64", len(owned))
+	}
+	if n := runBatch(t, b); n != 0 {
+		t.Fatalf("relay-b claimed %d messages while relay-a held every partition, want 0", n)
+	}
+	_, revoke := sqlBeat(t, pool, "relay-a", ttl, nil)
+	if len(revoke) != 32 {
+		t.Fatalf("relay-a is asked to release %v, want 32 partitions", revoke)
+	}
+	owned, _ := sqlBeat(t, pool, "relay-a", ttl, revoke)
+	// b learns of the grants from a notification, or, behind a pooler, by heartbeating
+	// instead of claiming while it holds no partition.
+	waitFor(t, "relay-b holds 32 partitions", func() bool {
+		if holding(t, pool, b.Claimant()) == 32 {
+			return true
+		}
+		if pgtest.BehindPooler() {
+			if n := runBatch(t, b); n != 0 {
+				t.Fatalf("relay-b claimed %d messages before it held a partition", n)
+			}
+		}
+		return false
+	})
+	return owned
+}
+
+// inPartitions reports whether key's bucket (topic "t") lies in one of partitions of 64.
+func inPartitions(t *testing.T, pool *pgxpool.Pool, key string, partitions []int32) bool {
+	t.Helper()
+	var in bool
+	if err := pool.QueryRow(t.Context(), `SELECT pgcoord_outbox_bucket('t', $1) * 64 / 1024 = ANY ($2)`, key, partitions).Scan(&in); err != nil {
+		t.Fatal(err)
+	}
+	return in
 }
 
 // Two relays claiming at the same time walk different keys: a relay's claim, made while
@@ -56,8 +116,9 @@ func TestConcurrentClaimsWalkDifferentKeys(t *testing.T) {
 		keys = append(keys, fmt.Sprintf("k%04d", i))
 	}
 	enqueueKeys(t, pool, keys)
-	join(t, pool, "relay-a")
-	join(t, pool, "relay-b")
+	rec := &recorder{}
+	b := newRelay(t, pool, rec, outbox.Config{Claimant: "relay-b", BatchSize: 100, KeyBatchSize: 1, ClaimTTL: time.Hour})
+	share(t, pool, b, time.Hour)
 
 	// relay-a's claim, in flight.
 	tx, err := pool.Begin(ctx)
@@ -66,15 +127,12 @@ func TestConcurrentClaimsWalkDifferentKeys(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var held int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pgcoord_outbox_claim('relay-a', 100, 1, 1048576, interval '1 hour')`).Scan(&held); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pgcoord_outbox_claim('relay-a', 100, 1, 1048576, interval '1 hour', NULL, '', '', 'outbox')`).Scan(&held); err != nil {
 		t.Fatal(err)
 	}
 	if held != 100 {
 		t.Fatalf("relay-a claimed %d messages, want 100", held)
 	}
-
-	rec := &recorder{}
-	b := newRelay(t, pool, rec, outbox.Config{Claimant: "relay-b", BatchSize: 100, KeyBatchSize: 1, ClaimTTL: time.Hour})
 	if n := runBatch(t, b); n != 100 {
 		t.Fatalf("relay-b claimed %d messages beside relay-a's claim in flight, want 100 (its batch)", n)
 	}
@@ -83,56 +141,67 @@ func TestConcurrentClaimsWalkDifferentKeys(t *testing.T) {
 	}
 }
 
-// A relay walks another relay's range only when its own has nothing ready and that relay
-// has not claimed for a second: the range of a relay that stopped claiming (dead, but
-// still a member until its claim's TTL runs out) is delivered by the others once theirs
-// are dry, and a range whose relay claims is left to it.
-func TestRelayTakesAnIdleRangeOnlyWhenItsOwnIsDry(t *testing.T) {
+// A relay claims only the keys of its partitions: while another relay holds the other
+// partitions (and has stopped claiming, but its lease lasts), their keys wait; once its
+// lease expires, the group grants them to the live relay, which delivers the rest. Each
+// message is delivered once.
+func TestRelayClaimsOnlyItsPartitionsUntilTheirHolderExpires(t *testing.T) {
 	t.Parallel()
+	ctx := t.Context()
 	pool := pgtest.Pool(t)
 	clock := pgtest.NewClock(t, pool)
 	clock.Freeze(dbNow(t, pool))
-	// relay-a, first in claimant order, will own buckets 0 to 511, relay-b 512 to 1023.
-	var inA, inB []string
-	for i := 0; len(inA) < 10 || len(inB) < 1; i++ {
-		k := fmt.Sprint("key-", i)
-		var bucket int
-		if err := pool.QueryRow(t.Context(), `SELECT pgcoord_outbox_bucket('t', $1)`, k).Scan(&bucket); err != nil {
-			t.Fatal(err)
-		}
-		switch {
-		case bucket < 512 && len(inA) < 10:
-			inA = append(inA, k)
-		case bucket >= 512 && len(inB) < 1:
-			inB = append(inB, k)
-		}
+	var keys []string
+	for i := range 300 {
+		keys = append(keys, fmt.Sprintf("k%04d", i))
 	}
-	enqueueKeys(t, pool, append(inA, inB...))
-	join(t, pool, "relay-a") // takes a message (and lets it go), then claims no more
-	join(t, pool, "relay-b")
-
+	enqueueKeys(t, pool, keys)
 	rec := &recorder{}
-	b := newRelay(t, pool, rec, outbox.Config{Claimant: "relay-b", ClaimTTL: time.Hour})
-	if n := runBatch(t, b); n != 1 {
-		t.Fatalf("relay-b's first claim took %d messages, want the 1 of its own range", n)
+	// relay-b's lease, its ClaimTTL, outlives the frozen clock's advance below, and behind
+	// a pooler (no notification) it heartbeats every third of it.
+	b := newRelay(t, pool, rec, outbox.Config{Claimant: "relay-b", BatchSize: 50, ClaimTTL: 15 * time.Second})
+	aParts := share(t, pool, b, 10*time.Second)
+
+	var inA int
+	for _, k := range keys {
+		if inPartitions(t, pool, k, aParts) {
+			inA++
+		}
 	}
-	if got := rec.payloads(); len(got) != 1 || got[0] != inB[0] {
-		t.Fatalf("relay-b delivered %v first, want %s (its own range)", got, inB[0])
+	for runBatch(t, b) > 0 {
 	}
-	if n := runBatch(t, b); n != 0 {
-		t.Fatalf("relay-b's second claim took %d messages of relay-a's range, which relay-a took messages from less than a second ago", n)
+	got := rec.payloads()
+	if len(got) != len(keys)-inA {
+		t.Fatalf("relay-b delivered %d messages while relay-a held its 32 partitions, want the %d of its own", len(got), len(keys)-inA)
 	}
-	clock.Advance(2 * time.Second) // relay-a took nothing since
-	if n := runBatch(t, b); n != len(inA) {
-		t.Fatalf("relay-b's third claim took %d messages, want relay-a's %d", n, len(inA))
+	for _, k := range got {
+		if inPartitions(t, pool, k, aParts) {
+			t.Fatalf("relay-b delivered %s, of relay-a's partitions", k)
+		}
+	}
+	if p := pending(t, pool); p != int64(inA) {
+		t.Fatalf("%d messages pending, want relay-a's %d", p, inA)
+	}
+
+	// relay-a's lease runs out; a rebalance (as any change of the group would) makes the
+	// plan forget it, and relay-b is granted its partitions.
+	clock.Advance(11 * time.Second)
+	if _, err := partition.Rebalance(ctx, pool, "outbox", "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "relay-b holds every partition", func() bool { return holding(t, pool, "relay-b") == 64 })
+	for runBatch(t, b) > 0 {
 	}
 	if p := pending(t, pool); p != 0 {
-		t.Fatalf("%d messages pending", p)
+		t.Fatalf("%d messages pending after relay-a's lease expired", p)
+	}
+	if got := rec.payloads(); len(got) != len(keys) {
+		t.Fatalf("relay-b delivered %d messages, want each of %d once", len(got), len(keys))
 	}
 }
 
-// A relay that stops gives up its range at once: Run leaves the relays' membership.
-func TestRunLeavesTheRelaysOnExit(t *testing.T) {
+// A relay that stops gives up its partitions at once: Run leaves the group.
+func TestRunLeavesTheGroupOnExit(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
@@ -143,17 +212,20 @@ func TestRunLeavesTheRelaysOnExit(t *testing.T) {
 	go func() { done <- r.Run(rctx) }()
 	members := func() int {
 		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgcoord_outbox_relays WHERE claimant = 'leaving'`).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgcoord_partition_members WHERE group_name = 'outbox' AND member = 'leaving'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
 	waitFor(t, "the relay delivered and is a member", func() bool { return r.Stats().Delivered == 1 && members() == 1 })
+	if n := holding(t, pool, "leaving"); n != 64 {
+		t.Fatalf("the relay, alone, holds %d partitions, want 64", n)
+	}
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if n := members(); n != 0 {
-		t.Fatalf("after Run returned, the relay is still a member (%d rows)", n)
+	if n, h := members(), holding(t, pool, "leaving"); n != 0 || h != 0 {
+		t.Fatalf("after Run returned, the relay is still a member (%d rows) holding %d partitions", n, h)
 	}
 }

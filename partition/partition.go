@@ -109,9 +109,10 @@ type Member struct {
 	o         Options
 	ctx       context.Context // cancelled at Leave: the partitions' contexts are its children
 	stop      context.CancelFunc
-	quit      chan struct{} // closed by Leave: the heartbeat loop ends after its current heartbeat
-	wake      chan struct{} // a revoke finished: release at once
-	done      chan struct{} // the heartbeat loop returned
+	quit      chan struct{}   // closed by Leave: the heartbeat loop ends after its current heartbeat
+	wake      chan struct{}   // a revoke finished: release at once
+	syncs     chan chan error // Sync's requests: heartbeat at once, and answer
+	done      chan struct{}   // the heartbeat loop returned
 	leaveOnce sync.Once
 	leaveErr  error
 
@@ -152,7 +153,7 @@ func Join(ctx context.Context, pool *pgxpool.Pool, group string, opts *Options) 
 	}
 	mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	m := &Member{pool: pool, group: group, id: o.Member, o: o, ctx: mctx, stop: stop, quit: make(chan struct{}),
-		wake: make(chan struct{}, 1), done: make(chan struct{}), owned: map[int]*grant{}}
+		wake: make(chan struct{}, 1), syncs: make(chan chan error), done: make(chan struct{}), owned: map[int]*grant{}}
 	if err := m.beat(ctx, true); err != nil {
 		stop()
 		w.Close()
@@ -354,15 +355,19 @@ func (m *Member) run(w *listen.Waiter) {
 		if !deadline.IsZero() && deadline.Before(next) {
 			next = deadline
 		}
-		if err := m.sleep(w, time.Until(next)); err != nil {
+		synced, err := m.sleep(w, time.Until(next))
+		if err != nil {
 			return
 		}
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			m.lapse()
 		}
 		bctx, cancel := context.WithTimeout(m.ctx, m.o.TTL)
-		err := m.beat(bctx, false)
+		err = m.beat(bctx, false)
 		cancel()
+		if synced != nil {
+			synced <- err
+		}
 		if err != nil {
 			if m.left() {
 				return
@@ -385,34 +390,66 @@ func (m *Member) left() bool {
 	}
 }
 
-// sleep waits d, or for a notification about the group or a finished revoke; ErrLeft once
-// Leave was called.
-func (m *Member) sleep(w *listen.Waiter, d time.Duration) error {
+// sleep waits d, or for a notification about the group, a finished revoke or a Sync (whose
+// answer channel it returns); ErrLeft once Leave was called.
+func (m *Member) sleep(w *listen.Waiter, d time.Duration) (synced chan error, err error) {
 	if m.left() {
-		return ErrLeft
+		return nil, ErrLeft
 	}
 	if d <= 0 {
-		return nil
+		return nil, nil
 	}
 	wctx, cancel := context.WithCancel(m.ctx)
-	defer cancel()
+	woken := make(chan struct{})
 	go func() {
+		defer close(woken)
 		select {
 		case <-m.wake:
-			cancel()
 		case <-m.quit:
-			cancel()
+		case synced = <-m.syncs:
 		case <-wctx.Done():
 		}
+		cancel()
 	}()
-	err := w.Wait(wctx, d)
+	err = w.Wait(wctx, d)
+	cancel()
+	<-woken
 	if m.left() {
-		return ErrLeft
+		if synced != nil {
+			synced <- ErrLeft
+		}
+		return nil, ErrLeft
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
-		return err
+		if synced != nil {
+			synced <- err
+		}
+		return nil, err
 	}
-	return nil
+	return synced, nil
+}
+
+// Sync heartbeats at once, rather than at the next third of the TTL, and returns when the
+// answer is applied (OnAssign has run for the partitions it granted): for a caller that
+// learned that the member's grants are not what Owned says (the database refused one).
+// It returns the heartbeat's error, ErrLeft after Leave, or ctx's error.
+func (m *Member) Sync(ctx context.Context) error {
+	answer := make(chan error, 1)
+	select {
+	case m.syncs <- answer:
+	case <-m.quit:
+		return ErrLeft
+	case <-m.done:
+		return ErrLeft
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-answer:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // lapse gives up every grant whose heartbeat did not come back in time: by the local clock

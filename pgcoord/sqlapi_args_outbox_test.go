@@ -83,6 +83,14 @@ var sqlOutboxFuncs = []sqlFunc{
 			ok:  []string{`'{}'::text[]`}},
 		{name: "p_after_topic", valid: `''`, nullOK: true, what: "p_after_topic", ok: []string{`'orders'`}},
 		{name: "p_after_key", valid: `''`, nullOK: true, what: "p_after_key", ok: []string{`'o-1'`}},
+		// A group's name, as pgcoord_partition_check takes it (an unknown group has no
+		// partitions: a claim of its keys finds none); NULL: no group, every bucket.
+		func() param { p := groupParam(`'grid'`); p.nullOK = true; return p }(),
+		{name: "p_partitions", valid: `NULL`, nullOK: true, what: "outbox claim partitions",
+			bad: append(bad(`ARRAY[-1]`, `ARRAY[65536]`, `ARRAY[NULL::integer]`, `array_fill(0, ARRAY[65537])`),
+				// The claimant holds none of them: its view of its grants is behind.
+				badValue{expr: `ARRAY[0]`, code: "PGP01", says: "holds none"}),
+			ok: []string{`'{}'::integer[]`}},
 	}},
 	{name: "pgcoord_outbox_settle", family: "outbox", params: []param{
 		tokenParam("p_token", "claim token", claimToken),

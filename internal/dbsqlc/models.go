@@ -162,14 +162,6 @@ type PgcoordOutboxKey struct {
 	Key   string
 }
 
-// pgcoord: outbox relays sharing the keys by bucket ranges
-type PgcoordOutboxRelay struct {
-	Claimant  string
-	Topics    []string
-	ClaimedAt time.Time
-	Until     time.Time
-}
-
 // pgcoord: outbox wake-up lock (producers ROW EXCLUSIVE, an idle relay EXCLUSIVE NOWAIT); no rows
 type PgcoordOutboxWakeup struct {
 }

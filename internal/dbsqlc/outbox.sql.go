@@ -77,7 +77,7 @@ func (q *Queries) OutboxChannel(ctx context.Context, db DBTX) (string, error) {
 const outboxClaim = `-- name: OutboxClaim :many
 SELECT o.id, o.topic, o.key, o.bucket, o.payload, o.is_json, o.headers, o.state, o.created_at, o.available_at, o.attempts, o.claim_token, o.claimed_by, o.claim_expires_at, o.last_error, o.delivered_at, o.dead_at FROM pgcoord_outbox_claim($1::text, $2::int, $3::int, $4::bigint,
                                      $5::interval, $6::text[], $7::text,
-                                     $8::text) o
+                                     $8::text, $9::text, $10::int[]) o
 `
 
 type OutboxClaimParams struct {
@@ -89,6 +89,8 @@ type OutboxClaimParams struct {
 	Topics     []string
 	AfterTopic string
 	AfterKey   string
+	GroupName  string
+	Partitions []int32
 }
 
 func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParams) ([]PgcoordOutbox, error) {
@@ -101,6 +103,8 @@ func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParam
 		arg.Topics,
 		arg.AfterTopic,
 		arg.AfterKey,
+		arg.GroupName,
+		arg.Partitions,
 	)
 	if err != nil {
 		return nil, err
@@ -319,16 +323,6 @@ func (q *Queries) OutboxIdle(ctx context.Context, db DBTX, arg OutboxIdleParams)
 	var tight bool
 	err := row.Scan(&tight)
 	return tight, err
-}
-
-const outboxLeave = `-- name: OutboxLeave :exec
-DELETE FROM pgcoord_outbox_relays WHERE claimant = $1::text
-`
-
-// A relay that stops gives up its range of buckets at once (see pgcoord_outbox_relays).
-func (q *Queries) OutboxLeave(ctx context.Context, db DBTX, claimant string) error {
-	_, err := db.Exec(ctx, outboxLeave, claimant)
-	return err
 }
 
 const outboxList = `-- name: OutboxList :many

@@ -24,17 +24,13 @@ SELECT i.id, i.created_at, i.available_at
 -- name: OutboxClaim :many
 SELECT o.* FROM pgcoord_outbox_claim(@claimant::text, @max_rows::int, @key_limit::int, @max_bytes::bigint,
                                      @ttl::interval, sqlc.narg('topics')::text[], @after_topic::text,
-                                     @after_key::text) o;
+                                     @after_key::text, @group_name::text, @partitions::int[]) o;
 
 -- name: OutboxSettle :one
 SELECT s.delivered::int AS delivered, s.failed::int AS failed, s.dead::int AS dead, s.released::int AS released
 FROM pgcoord_outbox_settle(@token::bigint, @delivered::bigint[], @failed::bigint[], @errors::text[],
                            @released::bigint[], @max_attempts::int, @backoff::interval,
                            @max_backoff::interval) s;
-
--- name: OutboxLeave :exec
--- A relay that stops gives up its range of buckets at once (see pgcoord_outbox_relays).
-DELETE FROM pgcoord_outbox_relays WHERE claimant = @claimant::text;
 
 -- name: OutboxIdle :one
 SELECT pgcoord_outbox_idle(@claimant::text, sqlc.narg('ttl')::interval)::boolean AS tight;
