@@ -17,6 +17,7 @@ import (
 	"github.com/pgcoord/pgcoord/leases"
 	"github.com/pgcoord/pgcoord/outbox"
 	"github.com/pgcoord/pgcoord/outbox/inbox"
+	"github.com/pgcoord/pgcoord/partition"
 	"github.com/pgcoord/pgcoord/pgcoord"
 	"github.com/pgcoord/pgcoord/semaphore"
 	"github.com/pgcoord/pgcoord/singleton"
@@ -172,6 +173,13 @@ func TestFailoverStandbyRefusesGrants(t *testing.T) {
 		}},
 		{"dedupe.GC", func(ctx context.Context) error {
 			_, err := dedupe.GC(ctx, standby, nil)
+			return err
+		}},
+		{"partition.Join", func(ctx context.Context) error {
+			m, err := partition.Join(ctx, standby, "shards", &partition.Options{Partitions: 8})
+			if err == nil {
+				_ = m.Leave(ctx)
+			}
 			return err
 		}},
 	}

@@ -136,7 +136,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			r.cfg.Logger.Error("outbox: relay claim failed", "claimant", r.cfg.Claimant, "error", err)
-			_ = r.wait(ctx, w, listen.Jitter(r.cfg.PollInterval))
+			r.wait(ctx, w, listen.Jitter(r.cfg.PollInterval))
 			continue
 		case n > 0:
 			if registered {
@@ -177,16 +177,16 @@ func (r *Relay) Run(ctx context.Context) error {
 		if registered {
 			wait = min(wait, time.Until(renew))
 		}
-		_ = r.wait(ctx, w, wait)
+		r.wait(ctx, w, wait)
 	}
 	return nil
 }
 
-// wait waits on w for d, or until a partition is granted to the relay.
-func (r *Relay) wait(ctx context.Context, w *listen.Waiter, d time.Duration) error {
+// wait waits on w for d (or until ctx ends), or until a partition is granted to the relay.
+func (r *Relay) wait(ctx context.Context, w *listen.Waiter, d time.Duration) {
 	select {
 	case <-r.assigned:
-		return nil
+		return
 	default:
 	}
 	wctx, cancel := context.WithCancel(ctx)
@@ -198,10 +198,7 @@ func (r *Relay) wait(ctx context.Context, w *listen.Waiter, d time.Duration) err
 		case <-wctx.Done():
 		}
 	}()
-	if err := w.Wait(wctx, d); err != nil && ctx.Err() != nil {
-		return err
-	}
-	return nil
+	_ = w.Wait(wctx, d)
 }
 
 // minLooseWait is the first wait after a registration that was not tight: producer

@@ -210,7 +210,12 @@ func waiter(ctx context.Context, pool *pgxpool.Pool, group string) (*listen.Wait
 	if err != nil {
 		return nil, fmt.Errorf("partition: %w", base.TranslateError(err))
 	}
-	return listen.New(ctx, pool, ch, listen.Tag(group))
+	w, err := listen.New(ctx, pool, ch, listen.Tag(group))
+	if err != nil {
+		// On a standby LISTEN is refused: pgcoord.ErrReadOnly, as the heartbeat would be.
+		return nil, fmt.Errorf("partition: listen: %w", base.TranslateError(err))
+	}
+	return w, nil
 }
 
 // translate maps the database's refusals to the package's errors.

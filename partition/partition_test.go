@@ -419,3 +419,46 @@ func TestKeyPartitionMatchesSQL(t *testing.T) {
 		t.Error("KeyPartition with no partitions did not return -1")
 	}
 }
+
+// Sync heartbeats at once: a member whose lease and grants expired by the database clock
+// (its heartbeats are a third of an hour apart) is granted its partitions again, under new
+// tokens, when Sync returns, and OnAssign has run for them. After Leave, Sync is ErrLeft.
+func TestSyncHeartbeatsAtOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	clock := pgtest.NewClock(t, pool)
+	clock.Freeze(clock.Now())
+	m, e := join(t, pool, "sync", "w1", partition.Options{Partitions: 4, TTL: time.Hour})
+	before := m.Owned()
+	if len(before) != 4 {
+		t.Fatalf("alone, w1 holds %v, want 4 partitions", before)
+	}
+	clock.Advance(2 * time.Hour)
+	if h := holders(t, pool, "sync"); len(counts(h)) != 1 || counts(h)[""] != 4 {
+		t.Fatalf("holders %v two hours later: want every grant expired", h)
+	}
+	if err := m.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if h := holders(t, pool, "sync"); counts(h)["w1"] != 4 {
+		t.Fatalf("holders %v after Sync, want w1 on all 4", h)
+	}
+	after := m.Owned()
+	if len(after) != 4 {
+		t.Fatalf("after Sync w1 owns %v, want 4 partitions", after)
+	}
+	e.mu.Lock()
+	for i, p := range after {
+		if p.Token <= before[i].Token || len(e.assigned[p.ID]) != 2 {
+			t.Errorf("partition %d after Sync: token %d (was %d), assigned %v: want a new grant, assigned again",
+				p.ID, p.Token, before[i].Token, e.assigned[p.ID])
+		}
+	}
+	e.mu.Unlock()
+	if err := m.Leave(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Sync(t.Context()); !errors.Is(err, partition.ErrLeft) {
+		t.Fatalf("Sync after Leave: %v, want ErrLeft", err)
+	}
+}

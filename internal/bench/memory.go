@@ -128,7 +128,7 @@ func measureWaiters(ctx context.Context, pool *pgxpool.Pool, n int, res *MemoryR
 		return err
 	}
 	res.Waiters = n
-	res.RSSPerWaiter = float64(rss1-rss0) / float64(n)
+	res.RSSPerWaiter = float64(int64(rss1)-int64(rss0)) / float64(n)
 	res.HeapPerWaiter = float64(int64(heap1)-int64(heap0)) / float64(n)
 	return nil
 }

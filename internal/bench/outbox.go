@@ -236,7 +236,7 @@ func newOutboxThroughputWorker(ctx context.Context, w Worker) (Op, error) {
 			}
 		}
 	}
-	relay, err := noopRelay(rp, outboxThroughputTopic, benchHolder("outbox.throughput", w), OutboxClaimBatch)
+	relay, err := noopRelay(w, rp, outboxThroughputTopic, benchHolder("outbox.throughput", w), OutboxClaimBatch)
 	if err != nil {
 		return nil, err
 	}

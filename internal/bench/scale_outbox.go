@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -64,12 +65,26 @@ func loadDeliveredMessages(ctx context.Context, pool *pgxpool.Pool, n int) error
 		  FROM generate_series(1, $4::int) g`, scaleDrainTopic, OutboxKeys, outboxPayload, n)
 }
 
-// noopRelay returns a relay of topic on pool whose handler delivers everything.
-func noopRelay(pool *pgxpool.Pool, topic, claimant string, batch int) (*outbox.Relay, error) {
-	return outbox.NewRelay(pool, &outbox.Config{
+// noopRelay returns a relay of topic on pool whose handler delivers everything. It leaves
+// its partition group when w's measurement ends.
+func noopRelay(w Worker, pool *pgxpool.Pool, topic, claimant string, batch int) (*outbox.Relay, error) {
+	r, err := outbox.NewRelay(pool, &outbox.Config{
 		Handler:   outbox.HandlerFunc(func(context.Context, outbox.Message) error { return nil }),
 		BatchSize: batch, Claimant: claimant, Topics: []string{topic},
 	})
+	if err != nil {
+		return nil, err
+	}
+	w.Cleanup(func() { leaveRelay(r) })
+	return r, nil
+}
+
+// leaveRelay makes r leave its partition group, which stops its heartbeats. On a pool
+// closed for idleness the group is not told: the relay's lease expires instead.
+func leaveRelay(r *outbox.Relay) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = r.Leave(ctx)
 }
 
 // deliverOwn runs relay's batches until it has delivered want messages more than before,
@@ -92,14 +107,18 @@ func deliverOwn(ctx context.Context, relay *outbox.Relay, want int64) error {
 }
 
 // onPool keeps what a worker builds on its pool (relays), building it again when the
-// pool was closed for idleness and reopened.
+// pool was closed for idleness and reopened, after dropping what it built on the old one.
 type onPool[T any] struct {
 	pool *pgxpool.Pool
 	v    T
+	drop func(T)
 }
 
 func (o *onPool[T]) get(pool *pgxpool.Pool, build func(*pgxpool.Pool) (T, error)) (T, error) {
 	if o.pool != pool {
+		if o.pool != nil && o.drop != nil {
+			o.drop(o.v)
+		}
 		v, err := build(pool)
 		if err != nil {
 			return v, err
@@ -110,7 +129,11 @@ func (o *onPool[T]) get(pool *pgxpool.Pool, build func(*pgxpool.Pool) (T, error)
 }
 
 func newScaleRelaysOp(w Worker, n int) scaleOp {
-	var relays onPool[[]*outbox.Relay]
+	relays := onPool[[]*outbox.Relay]{drop: func(rs []*outbox.Relay) {
+		for _, r := range rs {
+			leaveRelay(r)
+		}
+	}}
 	want := int64(scaled(scaleRelayOpMessages))
 	return func(ctx context.Context, pool *pgxpool.Pool) error {
 		rs, err := relays.get(pool, func(pool *pgxpool.Pool) ([]*outbox.Relay, error) {
@@ -118,8 +141,8 @@ func newScaleRelaysOp(w Worker, n int) scaleOp {
 			for i := range rs {
 				var err error
 				// One claimant per relay and worker for the whole bench: a relay built again
-				// takes the place (and the bucket range) of the one before.
-				if rs[i], err = noopRelay(pool, scaleRelayTopic, "scale-relays-"+strconv.Itoa(w.ID)+"-"+strconv.Itoa(i), scaleRelayBatch); err != nil {
+				// takes the place (and the partitions) of the one before.
+				if rs[i], err = noopRelay(w, pool, scaleRelayTopic, "scale-relays-"+strconv.Itoa(w.ID)+"-"+strconv.Itoa(i), scaleRelayBatch); err != nil {
 					return nil, err
 				}
 			}
@@ -169,11 +192,11 @@ func newScaleRelaysOp(w Worker, n int) scaleOp {
 }
 
 func newScaleDrainOp(w Worker, _ int) scaleOp {
-	var relay onPool[*outbox.Relay]
+	relay := onPool[*outbox.Relay]{drop: leaveRelay}
 	n := 0
 	return func(ctx context.Context, pool *pgxpool.Pool) error {
 		r, err := relay.get(pool, func(pool *pgxpool.Pool) (*outbox.Relay, error) {
-			return noopRelay(pool, scaleDrainTopic, "scale-drain-"+strconv.Itoa(w.ID), OutboxClaimBatch)
+			return noopRelay(w, pool, scaleDrainTopic, "scale-drain-"+strconv.Itoa(w.ID), OutboxClaimBatch)
 		})
 		if err != nil {
 			return fmt.Errorf("bench: scale.outbox_drain: %w", err)
