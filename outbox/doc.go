@@ -43,11 +43,11 @@
 // counts heads another relay is about to lock or walks past keys it holds. The group's
 // plan balances the partitions over the live relays and moves only what must move when one
 // joins or leaves; a partition moves only after its relay settled the batch under way (or
-// after ClaimTTL), and a relay that dies keeps its partitions until its lease, ClaimTTL,
-// expires. The partitions only steer the walk: what a claim may take is decided by the
+// after its lease), and a relay that dies keeps its partitions until its lease expires
+// (ClaimTTL, at most 15s). The partitions only steer the walk: what a claim may take is decided by the
 // head's lock and state, as with one relay, so no guarantee below depends on them.
 // Operators see and move the partitions with `pgcoord partitions` (drain a relay before a
-// deploy: `pgcoord partitions drain outbox CLAIMANT`).
+// deploy: `pgcoord partitions drain GROUP CLAIMANT`, GROUP being GroupName(Topics)).
 //
 // # Wake-ups
 //
@@ -185,11 +185,15 @@
 //     topics when Topics is set), not one per message.
 //   - A relay takes only its partitions' keys: a skewed backlog is not spread (a relay
 //     whose partitions are full delivers alone while the others idle), and the keys of a
-//     relay that died wait until its lease (ClaimTTL) expires. A relay that joins claims
+//     relay that died wait until its lease (ClaimTTL, at most 15s) expires. A relay that joins claims
 //     nothing until partitions are granted to it, after their holders settled their
 //     batches under way. Relays with different Topics are in different groups and walk the
-//     same keys. A Relay driven by RunBatch stays in its group, heartbeating, until Leave:
-//     reuse one Relay rather than create one per RunBatch, and call Leave when done.
+//     same keys. A Relay driven by RunBatch stays in its group, heartbeating, until Leave
+//     or until it has made no batch for its lease: reuse one Relay rather than create one
+//     per RunBatch, and call Leave when done.
+//   - Upgrading from a version before partition groups: after migration 00020 an old
+//     relay's claims name no group, so it walks every key until it runs this version,
+//     colliding with the new relays only on locked heads.
 //   - With asynchronous replication, an enqueue or an outcome committed on a primary that
 //     fails before the standby has it is lost on failover: a message may vanish with its
 //     business change, or be delivered again.

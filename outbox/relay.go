@@ -62,11 +62,16 @@ type Relay struct {
 	cur     cursor                     // where the next claim resumes
 	batches map[chan struct{}]struct{} // the batches under way (startBatch)
 	// The relay's membership of its partition group (join), from its first claim to
-	// Leave, and a wake-up for Run when a partition is granted to it.
-	gmu      sync.Mutex
-	member   *partition.Member
-	assigned chan struct{}
-	stats    struct {
+	// Leave; whether a Leave is under way; the last batch's end and the timer that leaves
+	// when a relay not running stays idle (ranBatch); and a wake-up for Run when a
+	// partition is granted to it.
+	gmu       sync.Mutex
+	member    *partition.Member
+	leaving   bool
+	lastBatch time.Time
+	idle      *time.Timer
+	assigned  chan struct{}
+	stats     struct {
 		claims, claimed, delivered, failed, dead, released, fenced atomic.Int64
 	}
 }
@@ -225,20 +230,27 @@ func (r *Relay) setIdle(ctx context.Context, idle bool) (tight, ok bool) {
 }
 
 // Leave gives up the relay's partitions at once (see "Several relays" in the package
-// documentation): it waits for the batch under way (bounded by the relay's lease, ClaimTTL),
-// then leaves its partition group, whose plan gives its partitions to the other relays of
-// its topics, rather than when its lease expires. Run leaves when it returns; call Leave
-// after the last RunBatch of a relay driven by the caller's own loop. A relay that claims
-// again joins again. It returns an error wrapping pgcoord.ErrReadOnly on a standby.
+// documentation): it waits for the batch under way (bounded by the relay's lease), then
+// leaves its partition group, whose plan gives its partitions to the other relays of its
+// topics, rather than when its lease expires; claims made meanwhile take nothing. Run
+// leaves when it returns; call Leave after the last RunBatch of a relay driven by the
+// caller's own loop. A relay that claims again joins again. Leave of a relay that is not
+// a member (or is leaving) does nothing and returns nil; otherwise, on a standby, it
+// returns an error wrapping pgcoord.ErrReadOnly.
 func (r *Relay) Leave(ctx context.Context) error {
 	r.gmu.Lock()
 	m := r.member
-	r.member = nil
-	r.gmu.Unlock()
-	if m == nil {
+	if m == nil || r.leaving {
+		r.gmu.Unlock()
 		return nil
 	}
-	if err := m.Leave(ctx); err != nil {
+	r.leaving = true
+	r.gmu.Unlock()
+	err := m.Leave(ctx)
+	r.gmu.Lock()
+	r.member, r.leaving = nil, false
+	r.gmu.Unlock()
+	if err != nil {
 		return fmt.Errorf("outbox: leave: %w", err)
 	}
 	return nil
@@ -262,10 +274,15 @@ func (r *Relay) leave(ctx context.Context) {
 // pgcoord.ErrReadOnly.
 //
 // Like Run, it makes the relay a member of its topics' partition group, which it stays
-// (heartbeating in a goroutine of its own) until Leave: a batch comes only from the keys of
-// the relay's partitions, so with other relays live it holds only their share of what is
-// ready, and the share of a relay that died without Leave moves when its lease (ClaimTTL)
-// expires. Reuse one Relay rather than create one per batch, and call Leave when done.
+// (heartbeating in a goroutine of its own) until Leave, or until it has made no batch for
+// its lease while Run is not running: a batch comes only from the keys of the relay's
+// partitions. So with other relays live it holds only its share of what is ready, it is 0
+// while the relay holds no partition yet (the others hold them all: a relay that joined
+// waits for their holders to release them), and the share of a relay that died without
+// Leave moves when its lease (ClaimTTL, at most 15s) expires. A relay alone, with no dead
+// relay's lease lasting, is granted every partition at its first batch: claiming until
+// RunBatch returns 0 drains the outbox. Reuse one Relay rather than create one per batch,
+// and call Leave when done.
 func (r *Relay) RunBatch(ctx context.Context) (int, error) {
 	n, _, err := r.batch(ctx)
 	return n, err

@@ -25,6 +25,7 @@ func (c cursor) atStart() bool { return c == cursor{} }
 // it returns how many messages it claimed, and whether the claim started from the first
 // key (so that claiming nothing means nothing is ready).
 func (r *Relay) batch(ctx context.Context) (n int, fromStart bool, err error) {
+	defer r.ranBatch()
 	defer r.startBatch()()
 	r.mu.Lock()
 	cur := r.cur
@@ -69,8 +70,8 @@ func (r *Relay) batch(ctx context.Context) (n int, fromStart bool, err error) {
 // made again with what it holds then.
 func (r *Relay) claim(ctx context.Context, cur cursor) ([]dbsqlc.PgcoordOutbox, error) {
 	m, err := r.join(ctx)
-	if err != nil {
-		return nil, err
+	if err != nil || m == nil {
+		return nil, err // m is nil while a Leave is under way: claim nothing
 	}
 	for try := 0; ; try++ {
 		owned := m.Owned()

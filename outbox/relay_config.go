@@ -51,9 +51,9 @@ type Config struct {
 	// be delivered within it. Once it has passed, another relay may claim the messages
 	// again, and this relay's outcomes for them are refused (counted in Stats.Fenced).
 	// The relay stops delivering a batch a tenth of ClaimTTL before it ends, by its own
-	// clock. It is also the relay's lease in its partition group (at least 1s): a relay
-	// that stops heartbeating for that long loses its partitions. Default DefaultClaimTTL
-	// (30s).
+	// clock. It is also the relay's lease in its partition group, at most 15s and at
+	// least 1s: a relay that stops heartbeating for that long loses its partitions.
+	// Default DefaultClaimTTL (30s).
 	ClaimTTL time.Duration
 	// MaxAttempts is how many failed deliveries make a message dead. Default
 	// DefaultMaxAttempts (10).

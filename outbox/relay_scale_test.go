@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,7 +134,11 @@ func TestConcurrentClaimsWalkDifferentKeys(t *testing.T) {
 	if held != 100 {
 		t.Fatalf("relay-a claimed %d messages, want 100", held)
 	}
-	if n := runBatch(t, b); n != 100 {
+	// relay-b's first batch once its member has applied the grants (share saw them
+	// committed): a batch before that claims nothing.
+	var n int
+	waitFor(t, "relay-b claims", func() bool { n = runBatch(t, b); return n > 0 })
+	if n != 100 {
 		t.Fatalf("relay-b claimed %d messages beside relay-a's claim in flight, want 100 (its batch)", n)
 	}
 	if s := b.Stats(); s.Delivered != 100 {
@@ -168,6 +173,10 @@ func TestRelayClaimsOnlyItsPartitionsUntilTheirHolderExpires(t *testing.T) {
 			inA++
 		}
 	}
+	waitFor(t, "relay-b delivers its partitions' messages", func() bool {
+		runBatch(t, b)
+		return len(rec.payloads()) >= len(keys)-inA
+	})
 	for runBatch(t, b) > 0 {
 	}
 	got := rec.payloads()
@@ -190,11 +199,11 @@ func TestRelayClaimsOnlyItsPartitionsUntilTheirHolderExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "relay-b holds every partition", func() bool { return holding(t, pool, "relay-b") == 64 })
-	for runBatch(t, b) > 0 {
-	}
-	if p := pending(t, pool); p != 0 {
-		t.Fatalf("%d messages pending after relay-a's lease expired", p)
-	}
+	// (The grants are committed before relay-b's member has applied the heartbeat's answer.)
+	waitFor(t, "relay-b delivers relay-a's messages", func() bool {
+		runBatch(t, b)
+		return pending(t, pool) == 0
+	})
 	if got := rec.payloads(); len(got) != len(keys) {
 		t.Fatalf("relay-b delivered %d messages, want each of %d once", len(got), len(keys))
 	}
@@ -228,4 +237,115 @@ func TestRunLeavesTheGroupOnExit(t *testing.T) {
 	if n, h := members(), holding(t, pool, "leaving"); n != 0 || h != 0 {
 		t.Fatalf("after Run returned, the relay is still a member (%d rows) holding %d partitions", n, h)
 	}
+}
+
+// The relays' group is named after their topic set, and two topic sets never share one,
+// even when a topic holds a comma or the names are long.
+func TestGroupName(t *testing.T) {
+	long := strings.Repeat("t", 150)
+	for _, c := range []struct {
+		topics []string
+		want   string
+	}{
+		{nil, "outbox"},
+		{[]string{"orders"}, "outbox:orders"},
+		{[]string{"b", "a", "b"}, "outbox:a,b"},
+	} {
+		if got := outbox.GroupName(c.topics); got != c.want {
+			t.Errorf("GroupName(%q) = %q, want %q", c.topics, got, c.want)
+		}
+	}
+	names := map[string][]string{}
+	for _, ts := range [][]string{{"a", "b"}, {"a,b"}, {"a", "b,c"}, {"a,b", "c"}, {long, long + "x"}, {long, long + "y"}} {
+		n := outbox.GroupName(ts)
+		if other, ok := names[n]; ok {
+			t.Errorf("GroupName(%q) = GroupName(%q) = %q", ts, other, n)
+		}
+		names[n] = ts
+		if len(n) > partition.MaxGroupLen {
+			t.Errorf("GroupName(%q) = %q: longer than %d bytes", ts, n, partition.MaxGroupLen)
+		}
+	}
+}
+
+// A relay driven by RunBatch alone leaves its group once it has made no batch for its
+// lease (ClaimTTL, here a second): an abandoned Relay does not hold its partitions.
+func TestIdleRunBatchRelayLeavesItsGroup(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	enqueue(t, pool, msg("a", "1"))
+	r := newRelay(t, pool, &recorder{}, outbox.Config{Claimant: "cron", ClaimTTL: time.Second})
+	if n := runBatch(t, r); n != 1 {
+		t.Fatalf("claimed %d, want 1", n)
+	}
+	if h := holding(t, pool, "cron"); h != 64 {
+		t.Fatalf("the relay holds %d partitions after its batch, want 64", h)
+	}
+	waitFor(t, "the idle relay left its group", func() bool {
+		var n int
+		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pgcoord_partition_members WHERE member = 'cron'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0 && holding(t, pool, "cron") == 0
+	})
+	// It joins again at its next batch.
+	enqueue(t, pool, msg("a", "2"))
+	if n := runBatch(t, r); n != 1 {
+		t.Fatalf("claimed %d after leaving, want 1", n)
+	}
+}
+
+// A revoked partition moves only after the batch under way is settled: while relay-a's
+// Handler holds a batch, relay-b (joining through the SQL API) is granted nothing of the
+// partitions the plan moves to it, through two heartbeats of relay-a after the revoke
+// (at the first, relay-a learns of it; a relay that did not wait for its batch released
+// them at the second); once the batch is settled, they are granted.
+func TestRevokedPartitionsMoveAfterTheBatchUnderWay(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	var keys []string
+	for i := range 200 {
+		keys = append(keys, fmt.Sprintf("k%04d", i))
+	}
+	enqueueKeys(t, pool, keys)
+	entered, release := make(chan struct{}), make(chan struct{})
+	a := newRelay(t, pool, outbox.HandlerFunc(func(ctx context.Context, m outbox.Message) error {
+		select {
+		case entered <- struct{}{}:
+			<-release
+		default:
+		}
+		return nil
+	}), outbox.Config{Claimant: "relay-a", ClaimTTL: time.Minute})
+	done := make(chan int, 1)
+	go func() { n, _ := a.RunBatch(ctx); done <- n }()
+	<-entered // relay-a holds every partition, and a batch under way
+	beats := func() (at time.Time) {
+		if err := pool.QueryRow(ctx, `SELECT expires_at FROM pgcoord_partition_members WHERE member = 'relay-a'`).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	before := beats()
+	if _, revoke := sqlBeat(t, pool, "relay-b", time.Minute, nil); len(revoke) != 0 {
+		t.Fatalf("relay-b was asked to release %v", revoke)
+	}
+	seen := before
+	for n := 0; n < 2; {
+		waitFor(t, "relay-a heartbeats", func() bool { return beats().After(seen) })
+		seen = beats()
+		n++
+		if owned, _ := sqlBeat(t, pool, "relay-b", time.Minute, nil); len(owned) != 0 {
+			t.Fatalf("relay-b was granted %v while relay-a's batch was under way", owned)
+		}
+	}
+	close(release)
+	if n := <-done; n == 0 {
+		t.Fatal("relay-a's batch claimed nothing")
+	}
+	waitFor(t, "relay-b is granted its 32 partitions", func() bool {
+		owned, _ := sqlBeat(t, pool, "relay-b", time.Minute, nil)
+		return len(owned) == 32
+	})
 }

@@ -240,7 +240,9 @@ func TestPoisonMessageParksOnlyItsKey(t *testing.T) {
 }
 
 // A relay paused past its claim cannot record outcomes for messages another relay has
-// claimed since.
+// claimed since. (The two relays are of different topic sets, so of different partition
+// groups, and both walk the key: the takeover rests on the claim's expiry alone. Relays of
+// one group hand a key over only with its partition, see relay_scale_test.go.)
 func TestTakenOverClaimIsFenced(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -253,7 +255,7 @@ func TestTakenOverClaimIsFenced(t *testing.T) {
 		close(entered)
 		<-release // paused, past its claim by the database clock
 		return nil
-	}), outbox.Config{ClaimTTL: time.Hour, Claimant: "slow"})
+	}), outbox.Config{ClaimTTL: time.Hour, Claimant: "slow", Topics: []string{"t"}})
 	call := pgtest.Go(func() (int, error) { return slow.RunBatch(ctx) })
 	<-entered
 
@@ -292,7 +294,7 @@ func TestPartlyTakenOverClaimCountsEachMessageOnce(t *testing.T) {
 		once.Do(func() { close(entered) })
 		<-release // paused, past its claim by the database clock
 		return nil
-	}), outbox.Config{ClaimTTL: time.Hour, Claimant: "slow"})
+	}), outbox.Config{ClaimTTL: time.Hour, Claimant: "slow", Topics: []string{"t"}})
 	call := pgtest.Go(func() (int, error) { return slow.RunBatch(ctx) })
 	<-entered
 

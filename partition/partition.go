@@ -346,13 +346,14 @@ func (m *Member) run(w *listen.Waiter) {
 	defer close(m.done)
 	defer w.Close()
 	last := time.Now()
+	failed := false // the last heartbeat failed: retry after a tenth of the TTL, not at once
 	for {
 		m.mu.Lock()
 		next := last.Add(m.o.TTL / 3)
-		if !m.wakeAt.IsZero() && m.wakeAt.Before(next) {
+		if !failed && !m.wakeAt.IsZero() && m.wakeAt.Before(next) {
 			next = m.wakeAt
 		}
-		if len(m.release) > 0 {
+		if !failed && len(m.release) > 0 {
 			next = time.Now()
 		}
 		deadline := m.deadline
@@ -379,9 +380,10 @@ func (m *Member) run(w *listen.Waiter) {
 			}
 			m.o.Logger.Warn("partition: heartbeat failed; retrying", "group", m.group, "member", m.id, "err", err)
 			last = time.Now().Add(-m.o.TTL / 3).Add(m.o.TTL / 10) // retry in a tenth of the TTL
+			failed = true
 			continue
 		}
-		last = time.Now()
+		last, failed = time.Now(), false
 	}
 }
 
