@@ -85,7 +85,8 @@ pooler (PgBouncer) set --no-listen: the relay then polls.`,
 			if err != nil {
 				return argError(err)
 			}
-			fmt.Fprintf(a.errOut, "pgcoord: outbox relay %s delivering to %s\n", relay.Claimant(), sinkName(sinkSpec))
+			fmt.Fprintf(a.errOut, "pgcoord: outbox relay %s (partition group %s) delivering to %s\n",
+				relay.Claimant(), outbox.GroupName(topics), sinkName(sinkSpec))
 			stop := a.outboxProgress(relay)
 			err = relay.Run(ctx)
 			stop()

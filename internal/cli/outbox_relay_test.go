@@ -63,6 +63,9 @@ func TestOutboxRelayStdout(t *testing.T) {
 	if !strings.Contains(r.errOut, "relay stopped: delivered 3, failed 0, dead 0") {
 		t.Fatalf("stderr %q: want the final counts", r.errOut)
 	}
+	if !strings.Contains(r.errOut, "(partition group outbox) delivering to stdout") {
+		t.Fatalf("stderr %q: want the start line to name the relay's partition group", r.errOut)
+	}
 }
 
 // The webhook sink sends the message id as Idempotency-Key; a failing endpoint parks its key.
