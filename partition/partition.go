@@ -352,6 +352,12 @@ func (m *Member) run(w *listen.Waiter) {
 		next := last.Add(m.o.TTL / 3)
 		if !failed && !m.wakeAt.IsZero() && m.wakeAt.Before(next) {
 			next = m.wakeAt
+			if next.Before(last) {
+				// What it waits for had already expired at the last heartbeat, which could
+				// not grant it (a transaction holds the partition): try again a little
+				// later, not in a loop.
+				next = last.Add(m.o.TTL / 30)
+			}
 		}
 		if !failed && len(m.release) > 0 {
 			next = time.Now()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -461,4 +462,68 @@ func TestSyncHeartbeatsAtOnce(t *testing.T) {
 	if err := m.Sync(t.Context()); !errors.Is(err, partition.ErrLeft) {
 		t.Fatalf("Sync after Leave: %v, want ErrLeft", err)
 	}
+}
+
+// beats counts a member's heartbeats, as a Tracer.
+type beats struct{ n atomic.Int64 }
+
+func (b *beats) Start(ctx context.Context, _ string, _ ...pgcoord.Attr) (context.Context, pgcoord.Span) {
+	b.n.Add(1)
+	return ctx, beatSpan{}
+}
+func (b *beats) Extract(ctx context.Context, _ map[string]string) context.Context { return ctx }
+
+type beatSpan struct{}
+
+func (beatSpan) SetAttrs(...pgcoord.Attr)         {}
+func (beatSpan) AddEvent(string, ...pgcoord.Attr) {}
+func (beatSpan) End(error)                        {}
+
+// A partition whose expired grant a transaction still holds (a Check of its last holder,
+// left open) is granted to its next owner once the transaction ends; meanwhile the next
+// owner, which waits for that expiry, heartbeats a few times a second, not in a loop.
+func TestHeldExpiredGrantIsRetriedNotInALoop(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(ctx, `SELECT pgcoord_partition_create('held', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	var token int64
+	if err := pool.QueryRow(ctx, `SELECT tokens[1] FROM pgcoord_partition_heartbeat('held', 'old', 1, interval '1 second', '{}', true)`).Scan(&token); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var held int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pgcoord_partition_check('held', 0, 'old', $1)`, token).Scan(&held); err != nil || held != 1 {
+		t.Fatalf("check: %d rows, %v", held, err)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(pgtest.WaitLimit)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("the old grant to expire", func() bool { return len(holders(t, pool, "held")) == 1 && holders(t, pool, "held")[0] == "" })
+	b := &beats{}
+	m, _ := join(t, pool, "held", "new", partition.Options{Tracer: b}) // TTL 3s: a retry every 100ms
+	time.Sleep(time.Second)
+	if n := b.n.Load(); n > 40 {
+		t.Fatalf("%d heartbeats in a second while the expired grant was held: a loop", n)
+	}
+	if len(m.Owned()) != 0 {
+		t.Fatalf("granted %v while a transaction holds the partition", m.Owned())
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the partition to be granted", func() bool { return len(m.Owned()) == 1 })
 }
