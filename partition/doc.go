@@ -62,11 +62,13 @@
 //   - Heartbeats of a group are serialized by the group's row: a group with many members
 //     re-plans in one transaction per membership change. A Member.Check transaction (or a
 //     fenced.Check of a partition's register) left open — its process paused inside it —
-//     holds that one partition: it is granted to nobody until the transaction ends. The
-//     group's other partitions, plans and renewals go on.
+//     holds that one partition: it is granted to nobody until the transaction ends (its
+//     next owner tries again every thirtieth of its TTL). The group's other partitions,
+//     plans and renewals go on.
 //   - After an asynchronous failover that lost a grant, use one check per partition:
 //     fenced.Check alone (the register keeps the highest token written) or Member.Check
 //     alone (the grant row as the new primary has it).
 //   - Notifications do not pass a transaction pooler: there members learn of moves at
-//     their next heartbeat (a third of the TTL).
+//     their next heartbeat (a third of the TTL), or at Member.Sync, which heartbeats at
+//     once.
 package partition
