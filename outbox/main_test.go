@@ -159,3 +159,16 @@ func pending(t *testing.T, db pgcoord.DBTX) int64 {
 	}
 	return n
 }
+
+// openOnCleanup closes gate when the test ends, if the test has not: a Handler blocked on
+// it lets its batch end, so that the relay's Leave (a cleanup registered before this one)
+// does not wait for it after a failure.
+func openOnCleanup(t *testing.T, gate chan struct{}) {
+	t.Cleanup(func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	})
+}

@@ -318,6 +318,7 @@ func TestRevokedPartitionsMoveAfterTheBatchUnderWay(t *testing.T) {
 		}
 		return nil
 	}), outbox.Config{Claimant: "relay-a", ClaimTTL: time.Minute})
+	openOnCleanup(t, release)
 	done := make(chan int, 1)
 	go func() { n, _ := a.RunBatch(ctx); done <- n }()
 	<-entered // relay-a holds every partition, and a batch under way

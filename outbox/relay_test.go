@@ -256,6 +256,7 @@ func TestTakenOverClaimIsFenced(t *testing.T) {
 		<-release // paused, past its claim by the database clock
 		return nil
 	}), outbox.Config{ClaimTTL: time.Hour, Claimant: "slow", Topics: []string{"t"}})
+	openOnCleanup(t, release)
 	call := pgtest.Go(func() (int, error) { return slow.RunBatch(ctx) })
 	<-entered
 
@@ -295,6 +296,7 @@ func TestPartlyTakenOverClaimCountsEachMessageOnce(t *testing.T) {
 		<-release // paused, past its claim by the database clock
 		return nil
 	}), outbox.Config{ClaimTTL: time.Hour, Claimant: "slow", Topics: []string{"t"}})
+	openOnCleanup(t, release)
 	call := pgtest.Go(func() (int, error) { return slow.RunBatch(ctx) })
 	<-entered
 
