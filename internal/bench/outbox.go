@@ -240,6 +240,9 @@ func newOutboxThroughputWorker(ctx context.Context, w Worker) (Op, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := settleRelay(ctx, rp, relay); err != nil {
+		return nil, fmt.Errorf("bench: outbox.throughput: %w", err)
+	}
 	n := 0
 	return func(ctx context.Context) error {
 		msgs := outboxBatch(w, outboxThroughputTopic, &n)

@@ -79,6 +79,34 @@ func noopRelay(w Worker, pool *pgxpool.Pool, topic, claimant string, batch int) 
 	return r, nil
 }
 
+// settleRelay makes r join its partition group (a batch: it delivers what its partitions
+// hold) and waits until it holds every partition the group's plan gives it, so that a
+// measurement starts with the relays settled, as long-running relays are: relays that all
+// join at its start would spend its first second moving partitions (each move waits for
+// its holder's batch under way). Without batches running, a move takes a heartbeat.
+func settleRelay(ctx context.Context, pool *pgxpool.Pool, r *outbox.Relay) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := r.RunBatch(ctx); err != nil {
+			return err
+		}
+		var held, planned int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE holder = $2 AND expires_at > pgcoord_now()),
+		                                     count(*) FILTER (WHERE target = $2)
+		                                FROM pgcoord_partitions WHERE group_name = $1`,
+			outbox.GroupName([]string{outboxThroughputTopic}), r.Claimant()).Scan(&held, &planned); err != nil {
+			return err
+		}
+		if planned > 0 && held == planned {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("relay %s holds %d of its %d partitions after a minute", r.Claimant(), held, planned)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // leaveRelay makes r leave its partition group, which stops its heartbeats. On a pool
 // closed for idleness the group is not told: the relay's lease expires instead.
 func leaveRelay(r *outbox.Relay) {
