@@ -65,7 +65,7 @@ func (r *Relay) join(ctx context.Context) (*partition.Member, error) {
 		return r.member, nil
 	}
 	o := partition.Options{
-		Member: r.cfg.Claimant, TTL: r.memberTTL(), RevokeGrace: r.memberTTL(), Logger: r.cfg.Logger, Tracer: r.cfg.Tracer,
+		Member: r.cfg.Claimant, TTL: r.memberTTL(), RevokeGrace: r.memberTTL(), Logger: r.cfg.Logger,
 		OnAssign: func(partition.Partition) {
 			select {
 			case r.assigned <- struct{}{}:
