@@ -240,7 +240,7 @@ func newOutboxThroughputWorker(ctx context.Context, w Worker) (Op, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := settleRelay(ctx, rp, relay); err != nil {
+	if err := settleRelay(ctx, rp, relay, outboxThroughputTopic); err != nil {
 		return nil, fmt.Errorf("bench: outbox.throughput: %w", err)
 	}
 	n := 0

@@ -79,12 +79,12 @@ func noopRelay(w Worker, pool *pgxpool.Pool, topic, claimant string, batch int) 
 	return r, nil
 }
 
-// settleRelay makes r join its partition group (a batch: it delivers what its partitions
+// settleRelay makes r, a relay of topic, join its partition group (a batch: it delivers what its partitions
 // hold) and waits until it holds every partition the group's plan gives it, so that a
 // measurement starts with the relays settled, as long-running relays are: relays that all
 // join at its start would spend its first second moving partitions (each move waits for
 // its holder's batch under way). Without batches running, a move takes a heartbeat.
-func settleRelay(ctx context.Context, pool *pgxpool.Pool, r *outbox.Relay) error {
+func settleRelay(ctx context.Context, pool *pgxpool.Pool, r *outbox.Relay, topic string) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if _, err := r.RunBatch(ctx); err != nil {
@@ -94,7 +94,7 @@ func settleRelay(ctx context.Context, pool *pgxpool.Pool, r *outbox.Relay) error
 		if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE holder = $2 AND expires_at > pgcoord_now()),
 		                                     count(*) FILTER (WHERE target = $2)
 		                                FROM pgcoord_partitions WHERE group_name = $1`,
-			outbox.GroupName([]string{outboxThroughputTopic}), r.Claimant()).Scan(&held, &planned); err != nil {
+			outbox.GroupName([]string{topic}), r.Claimant()).Scan(&held, &planned); err != nil {
 			return err
 		}
 		if planned > 0 && held == planned {
