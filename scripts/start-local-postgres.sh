@@ -24,8 +24,19 @@ psql_as_postgres() { runuser -u postgres -- psql -X -q -p "$port" -v ON_ERROR_ST
 # The tests create and drop a schema of pgcoord's objects per test, many at once; a DROP
 # SCHEMA (or a migration) locks every object it touches, and the default lock table (64
 # per connection) runs out ("out of shared memory") when a few dozen run together.
+# And two packages' tests run at once (go test's -p), each with pools of its own and
+# worker processes with theirs: the default 100 connections ran out once in CI ("too many
+# clients already" in internal/bench's TestRunLeases, 2026-12-06).
+restart=false
 if (($(psql_as_postgres -tAc "SHOW max_locks_per_transaction") < 256)); then
   psql_as_postgres -c "ALTER SYSTEM SET max_locks_per_transaction = 256" >/dev/null
+  restart=true
+fi
+if (($(psql_as_postgres -tAc "SHOW max_connections") < 300)); then
+  psql_as_postgres -c "ALTER SYSTEM SET max_connections = 300" >/dev/null
+  restart=true
+fi
+if $restart; then
   pg_ctlcluster "$version" "$cluster" restart >&2
 fi
 psql_as_postgres -c "ALTER ROLE postgres PASSWORD 'postgres'" >/dev/null
