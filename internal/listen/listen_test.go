@@ -435,3 +435,25 @@ func TestAnEmptiedChannelIsUnlistenedAfterLinger(t *testing.T) {
 	notify(t, pool, ch+"_stays", "")
 	woken(t, "the waiter of the other channel", stays)
 }
+
+// A New that gives up before the notifier first connected leaves a notifier with a
+// subscription to answer, no waiter and no connection: it answers it and retires, where it
+// went on to wait for notifications on the connection it did not have, and panicked (seen
+// in CI as relays shut down on a loaded machine).
+func TestANotifierWithoutAConnectionNeverWaitsOnOne(t *testing.T) {
+	setLinger(t, 0) // each round's notifier retires once its waiter is gone: the next starts afresh
+	pool, ch := newPool(t)
+	for range 200 {
+		ctx, cancel := context.WithCancel(context.Background())
+		go cancel()
+		if w, err := New(ctx, pool, ch, "x"); err == nil {
+			w.Close()
+		} else if !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+		waitRetired(t, pool)
+	}
+	w := mustNew(t, pool, ch, "y")
+	notify(t, pool, ch, "y")
+	woken(t, "a waiter after the given-up subscriptions", w)
+}

@@ -79,7 +79,9 @@ func (n *notifier) loop(done chan struct{}) {
 		ctx, interrupt := context.WithCancel(context.Background())
 		n.mu.Lock()
 		now := time.Now()
-		if len(n.pending) > 0 || n.channelsChanged(n.wanted(now)) {
+		// No connection: the sync had no channel to LISTEN on (its subscribers gave up before
+		// it ran), and there is nothing to wait on: the next round retires or connects.
+		if n.conn == nil || len(n.pending) > 0 || n.channelsChanged(n.wanted(now)) {
 			n.mu.Unlock()
 			interrupt()
 			continue
