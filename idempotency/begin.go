@@ -141,8 +141,20 @@ func beginOnce(ctx context.Context, pool *pgxpool.Pool, scope, key string, finge
 // transaction, which commits without waiting for the WAL flush: whatever commits later —
 // the handler's writes, the stored response — flushes the WAL up to there, the claim's
 // included, and a crash before that loses nothing an attempt has done in the database.
-const claimSQL = `SELECT k.* FROM pgcoord_idempotency_claim($1::text, $2::text, $3::bytea, $4::text, $5::interval, $6::interval) k,
-	set_config('synchronous_commit', 'off', true)`
+//
+// A key the claim would answer from its plain read — completed (a replay), another
+// request's, or held by a live attempt — is answered by the statement's own read, with the
+// claim's condition; under LIMIT 1 the claim's branch then never starts. A replay costs an
+// index lookup instead of a PL/pgSQL call; the claim's argument checks are skipped only
+// then, and checkBegin has made them already. Any other key goes to the claim, which
+// reads it again.
+const claimSQL = `(SELECT k.* FROM pgcoord_idempotency_keys k
+	 WHERE k.scope = $1::text AND k.key = $2::text
+	   AND (k.state <> 'in_flight' OR k.fingerprint <> $3::bytea OR k.lease_expires_at > pgcoord_now()))
+UNION ALL
+(SELECT k.* FROM pgcoord_idempotency_claim($1::text, $2::text, $3::bytea, $4::text, $5::interval, $6::interval) k,
+	set_config('synchronous_commit', 'off', true))
+LIMIT 1`
 
 // claim claims the key for a new holder: on the pool (coalesced with other attempts'
 // claims), or for Atomic on the attempt's connection. A non-Atomic attempt then holds no

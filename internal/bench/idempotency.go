@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,16 +31,16 @@ func init() {
 	Register(Scenario{
 		Name: "idempotency.first",
 		Description: "a new key: idempotency.Begin (Atomic), the bare handler's INSERT through the attempt's Tx, " +
-			"Complete storing a 14-byte JSON response with one header (claim+BEGIN, INSERT, store+COMMIT)",
+			"Complete storing a 14-byte JSON response with one header (claim+BEGIN, INSERT, store+COMMIT), through one pool the workers share",
 		Floor:     FloorIdempotencyHandler,
-		Setup:     setupIdempotency,
+		Setup:     setupIdempotencyShared,
 		NewWorker: newIdempotencyFirstWorker,
 	})
 	Register(Scenario{
 		Name:        "idempotency.replay",
-		Description: "a repeat of a completed key: idempotency.Begin returning the stored response (the claim: one plain read)",
+		Description: "a repeat of a completed key: idempotency.Begin returning the stored response (the claim: one plain read), through one pool the workers share (which coalesces their concurrent calls)",
 		Floor:       FloorIdempotencyLookup,
-		Setup:       setupIdempotency,
+		Setup:       setupIdempotencyShared,
 		NewWorker:   newIdempotencyReplayWorker,
 	})
 	Register(Scenario{
@@ -77,6 +75,16 @@ func setupIdempotency(ctx context.Context, pool *pgxpool.Pool) error {
 	return err
 }
 
+// setupIdempotencyShared is setupIdempotency and the shared pool: idempotency.Begin takes a
+// pool, and the workers share one, as the handlers of one process do (concurrent replays
+// on it coalesce; an Atomic attempt holds one of its connections until Complete).
+func setupIdempotencyShared(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := setupIdempotency(ctx, pool); err != nil {
+		return err
+	}
+	return setupSharedPool(ctx, pool)
+}
+
 // benchHandler is the bare handler's statement.
 const benchHandler = `INSERT INTO ` + benchOrdersTable + ` (key, item) VALUES ($1, 'book') RETURNING id`
 
@@ -86,41 +94,8 @@ func benchResponse(id int64) idempotency.Response {
 		Body: []byte(`{"order":` + strconv.FormatInt(id, 10) + `}`)}
 }
 
-// idemPools holds a two-connection pool per (bench schema, worker ID): idempotency.Begin
-// takes a pool, and a bench worker has one connection; an Atomic attempt needs a pool of
-// at least two (it holds one while its handler may need another), though a worker's
-// sequential operations use one at a time. The pools are reused across
-// measurements; their connections close after a few idle seconds.
-var idemPools sync.Map
-
-// idemPool returns the pool of worker w.
-func idemPool(ctx context.Context, w Worker) (*pgxpool.Pool, error) {
-	cc := w.Conn.Conn().Config()
-	id := cc.RuntimeParams["search_path"] + "/" + strconv.Itoa(w.ID)
-	if p, ok := idemPools.Load(id); ok {
-		return p.(*pgxpool.Pool), nil
-	}
-	cfg, err := pgxpool.ParseConfig("")
-	if err != nil {
-		return nil, err
-	}
-	cfg.ConnConfig = cc.Copy()
-	cfg.MaxConns = 2
-	cfg.MaxConnIdleTime = 5 * time.Second
-	cfg.HealthCheckPeriod = time.Second
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if p, loaded := idemPools.LoadOrStore(id, pool); loaded {
-		pool.Close()
-		return p.(*pgxpool.Pool), nil
-	}
-	return pool, nil
-}
-
-func newIdempotencyFirstWorker(ctx context.Context, w Worker) (Op, error) {
-	pool, err := idemPool(ctx, w)
+func newIdempotencyFirstWorker(_ context.Context, w Worker) (Op, error) {
+	pool, err := sharedPool(w)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +124,7 @@ func newIdempotencyFirstWorker(ctx context.Context, w Worker) (Op, error) {
 }
 
 func newIdempotencyReplayWorker(ctx context.Context, w Worker) (Op, error) {
-	pool, err := idemPool(ctx, w)
+	pool, err := sharedPool(w)
 	if err != nil {
 		return nil, err
 	}

@@ -18,8 +18,14 @@ const idempotencyClaimMany = `-- name: IdempotencyClaimMany :many
 SELECT a.i::int AS i, k.scope, k.key, k.fingerprint, k.state, k.holder, k.attempts, k.recovery_point, k.recovery_data, k.status, k.headers, k.body, k.created_at, k.updated_at, k.completed_at, k.expires_at, k.lease_expires_at
 FROM generate_series(1, cardinality($1::text[]) + 0 * length(set_config('lock_timeout', $2::text, true))
                         + 0 * length(set_config('synchronous_commit', 'off', true))) AS a(i)
-CROSS JOIN LATERAL pgcoord_idempotency_claim(($1::text[])[a.i], ($3::text[])[a.i], ($4::bytea[])[a.i],
-                                             ($5::text[])[a.i], ($6::interval[])[a.i], ($7::interval[])[a.i]) k
+CROSS JOIN LATERAL (
+    (SELECT r.scope, r.key, r.fingerprint, r.state, r.holder, r.attempts, r.recovery_point, r.recovery_data, r.status, r.headers, r.body, r.created_at, r.updated_at, r.completed_at, r.expires_at, r.lease_expires_at FROM pgcoord_idempotency_keys r
+      WHERE r.scope = ($1::text[])[a.i] AND r.key = ($3::text[])[a.i]
+        AND (r.state <> 'in_flight' OR r.fingerprint <> ($4::bytea[])[a.i] OR r.lease_expires_at > pgcoord_now()))
+    UNION ALL
+    (SELECT c.scope, c.key, c.fingerprint, c.state, c.holder, c.attempts, c.recovery_point, c.recovery_data, c.status, c.headers, c.body, c.created_at, c.updated_at, c.completed_at, c.expires_at, c.lease_expires_at FROM pgcoord_idempotency_claim(($1::text[])[a.i], ($3::text[])[a.i], ($4::bytea[])[a.i],
+                                               ($5::text[])[a.i], ($6::interval[])[a.i], ($7::interval[])[a.i]) c)
+    LIMIT 1) k
 `
 
 type IdempotencyClaimManyParams struct {
@@ -57,8 +63,9 @@ type IdempotencyClaimManyRow struct {
 // sql/queries/leases.sql): calls in (scope, key) order, under lock_timeout, i the call's
 // position; a claim that finds nothing, a renewal or release that no longer holds, return
 // no row.
-// Claims commit without waiting for the WAL flush, as a claim sent alone does (see claimSQL
-// in idempotency/begin.go).
+// Claims commit without waiting for the WAL flush, and a key the claim would answer from its
+// plain read is answered by the statement's own read, the claim not called, as a claim sent
+// alone does (see claimSQL in idempotency/begin.go).
 func (q *Queries) IdempotencyClaimMany(ctx context.Context, db DBTX, arg IdempotencyClaimManyParams) ([]IdempotencyClaimManyRow, error) {
 	rows, err := db.Query(ctx, idempotencyClaimMany,
 		arg.Scopes,

@@ -42,13 +42,20 @@ LIMIT @max_rows::int;
 -- no row.
 
 -- name: IdempotencyClaimMany :many
--- Claims commit without waiting for the WAL flush, as a claim sent alone does (see claimSQL
--- in idempotency/begin.go).
+-- Claims commit without waiting for the WAL flush, and a key the claim would answer from its
+-- plain read is answered by the statement's own read, the claim not called, as a claim sent
+-- alone does (see claimSQL in idempotency/begin.go).
 SELECT a.i::int AS i, k.*
 FROM generate_series(1, cardinality(@scopes::text[]) + 0 * length(set_config('lock_timeout', @lock_timeout::text, true))
                         + 0 * length(set_config('synchronous_commit', 'off', true))) AS a(i)
-CROSS JOIN LATERAL pgcoord_idempotency_claim((@scopes::text[])[a.i], (@keys::text[])[a.i], (@fingerprints::bytea[])[a.i],
-                                             (@holders::text[])[a.i], (@retentions::interval[])[a.i], (@leases::interval[])[a.i]) k;
+CROSS JOIN LATERAL (
+    (SELECT r.* FROM pgcoord_idempotency_keys r
+      WHERE r.scope = (@scopes::text[])[a.i] AND r.key = (@keys::text[])[a.i]
+        AND (r.state <> 'in_flight' OR r.fingerprint <> (@fingerprints::bytea[])[a.i] OR r.lease_expires_at > pgcoord_now()))
+    UNION ALL
+    (SELECT c.* FROM pgcoord_idempotency_claim((@scopes::text[])[a.i], (@keys::text[])[a.i], (@fingerprints::bytea[])[a.i],
+                                               (@holders::text[])[a.i], (@retentions::interval[])[a.i], (@leases::interval[])[a.i]) c)
+    LIMIT 1) k;
 
 -- name: IdempotencyCompleteMany :many
 SELECT a.i::int AS i
