@@ -39,21 +39,25 @@
 //		}, nil)
 //
 // Advisory locks are database-wide and need no privilege, and pg_locks shows every held
-// key to every login, so a job's key is neither computable nor reusable by a login without
-// pgcoord's grants: it is 64 bits of sha256(secret, job, generation) (the SQL function
-// pgcoord_singleton_key), where the secret is the install's row of pgcoord_secret (created
-// by the migration 00010_no_stranger_locks.sql; grant SELECT on it to pgcoord's roles only,
-// rotate it with UPDATE pgcoord_secret SET secret = ...) and the generation is the job's
-// row of pgcoord_singletons, which moves to a new, never used value at the end of every
-// run (at the commit of a RunOnce, at the unlock of a RunSession). A replica gets the job
-// only if, holding the key, it finds under the row's lock that the generation is still the
-// one it locked and no live RunSession holds the job; if the key is held by anyone else —
-// a login squatting on a key it saw in pg_locks, say after a run that rolled back — the job
-// moves to a new generation and the replica tries its key. RunOnce and RunSession of one job
-// exclude each other, and two applications (or schemas) never collide. Plain SQL callers
-// use pgcoord_singleton_try and pgcoord_singleton_release; LockName is deprecated. The
-// ledger is made of SQL functions (pgcoord_job_claim, _heartbeat, _finish; see the
-// migration 00003_jobs.sql) that plain SQL callers can use too.
+// key to every login, so a login without pgcoord's grants can neither compute a job's key
+// nor stall the job by holding a key it saw: the key is 64 bits of sha256(secret, job,
+// generation) (the SQL function pgcoord_singleton_key), where the secret is the install's
+// row of pgcoord_secret (created by the migration 00010_no_stranger_locks.sql; grant
+// SELECT on it to pgcoord's roles only, rotate it with UPDATE pgcoord_secret SET secret =
+// ...) and the generation is the job's row of pgcoord_singletons, which moves to a new,
+// never used value at the end of every RunSession (at its unlock) and whenever a key is
+// found squatted; RunOnce runs keep it (migration 00024: a run writes no row version). A
+// RunOnce holds its key and, locked FOR UPDATE, its job's row until its transaction ends.
+// A replica gets the job only if, holding the key, it finds under the row's lock that the
+// generation is still the one it locked and no live RunSession holds the job; a replica
+// that finds the key held and the row locked gives up (a run is under way); if the key is
+// held by anyone else — a login squatting on a key it saw in pg_locks during an earlier
+// run — the job moves to a new generation and the replica tries its key. RunOnce and
+// RunSession of one job exclude each other, and two applications (or schemas) never
+// collide. Plain SQL callers use pgcoord_singleton_try and pgcoord_singleton_release;
+// LockName is deprecated. The ledger is made of SQL functions (pgcoord_job_claim,
+// _heartbeat, _finish; see the migration 00003_jobs.sql) that plain SQL callers can use
+// too.
 //
 // # Guarantees
 //
@@ -101,9 +105,10 @@
 //     a holder that died leaves them behind until the next replica finds its pid no longer
 //     holds the key. A login whose new session got that pid by chance and squats on that
 //     very key would be taken for the holder until it disconnects.
-//   - A job's generation row is updated on every RunOnce that runs (one row write per
-//     run), and rows of jobs not run for the gc retention are collected (pgcoord gc, kind
-//     singletons).
+//   - A RunOnce that runs locks its job's row and writes it at most once a minute (its
+//     used_at), and rows of jobs not run for the gc retention are collected (pgcoord gc,
+//     kind singletons). A squatter makes the next run move the job to a new generation:
+//     one row write, and one more try of the lock, per squatted key.
 //   - An advisory lock cannot stop a write to a system outside Postgres made after the
 //     lock's connection was lost: RunSession cancels fn's context when its watchdog finds
 //     the connection dead (within SessionOpts.CheckEvery), but fn stops only when it looks.

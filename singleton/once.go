@@ -21,7 +21,8 @@ var check = base.Check("singleton")
 //
 // Deprecated: RunOnce and RunSession no longer lock pgcoord_lock_key(LockName(job)), a key
 // any login could compute and hold: they lock a key derived from a per-install secret and
-// the job's generation, which changes with every run (see the package documentation).
+// the job's generation, which moves on when a key is squatted (see the package
+// documentation).
 // Plain SQL callers exclude them with pgcoord_singleton_try instead.
 func LockName(job string) string { return "singleton:" + job }
 

@@ -124,6 +124,90 @@ func TestRunOnceReleasesAtCommitAndRollback(t *testing.T) {
 	}
 }
 
+// A RunOnce writes no new version of its job's row: the job keeps its generation (and
+// lock key) from run to run, so that beside a transaction that keeps vacuum from removing
+// old versions, runs do not pile them up. It notes the job in use (used_at, for pgcoord gc)
+// at most once a minute; a squatted key still moves the job on (squat_test.go).
+func TestRunOnceWritesNoRowVersion(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	run := func() {
+		t.Helper()
+		if ran, err := singleton.RunOnce(ctx, pool, "quiet", func(context.Context, pgx.Tx) error { return nil }); !ran || err != nil {
+			t.Fatalf("RunOnce = (%v, %v)", ran, err)
+		}
+	}
+	type version struct {
+		Xmin, Gen string
+		Stale     bool
+	}
+	read := func() version {
+		t.Helper()
+		var v version
+		if err := pool.QueryRow(ctx, `SELECT xmin::text, gen::text, used_at < pgcoord_now() - interval '1 minute'
+			FROM pgcoord_singletons WHERE job = 'quiet'`).Scan(&v.Xmin, &v.Gen, &v.Stale); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	run() // the job's first run inserts its row
+	first := read()
+	for range 10 {
+		run()
+	}
+	if got := read(); got != first {
+		t.Fatalf("after 10 runs the job's row is %+v, was %+v: a run wrote a new version", got, first)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE pgcoord_singletons SET used_at = used_at - interval '2 minutes' WHERE job = 'quiet'`); err != nil {
+		t.Fatal(err)
+	}
+	stale := read()
+	run()
+	if got := read(); got.Stale || got.Xmin == stale.Xmin || got.Gen != first.Gen {
+		t.Fatalf("a run of a job last noted 2 minutes ago left its row %+v (before %+v): want used_at noted, the generation %s kept", got, stale, first.Gen)
+	}
+}
+
+// A RunOnce that finds in its job's row the record of a RunSession whose backend died
+// clears it and moves the job to a new generation, as every run did before migration
+// 00024: a stale pid stays in no row, where gc (which skips rows with a pid) would keep it
+// and every run would look the dead pid up in pg_locks.
+func TestRunOnceClearsADeadSessionsRecord(t *testing.T) {
+	t.Parallel()
+	pgtest.NeedsSession(t, "a session-level advisory lock, and its backend killed")
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var locked bool
+	var gen int64
+	if err := conn.QueryRow(ctx, `SELECT locked, gen FROM pgcoord_singleton_try('left', true)`).Scan(&locked, &gen); err != nil || !locked {
+		t.Fatalf("pgcoord_singleton_try('left', true) = %v, %v", locked, err)
+	}
+	session := conn.Hijack()
+	defer session.Close(context.WithoutCancel(ctx))
+	pid := int32(session.PgConn().PID())
+	terminate(ctx, t, pool, pid)
+	pgtest.Until(t, "the session's backend gone", func() bool {
+		var gone bool
+		return pool.QueryRow(ctx, `SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&gone) == nil && gone
+	})
+	if ran, err := singleton.RunOnce(ctx, pool, "left", func(context.Context, pgx.Tx) error { return nil }); !ran || err != nil {
+		t.Fatalf("RunOnce after the session holder died = (%v, %v), want it to run", ran, err)
+	}
+	var recorded bool
+	var now int64
+	if err := pool.QueryRow(ctx, `SELECT pid IS NOT NULL, gen FROM pgcoord_singletons WHERE job = 'left'`).Scan(&recorded, &now); err != nil {
+		t.Fatal(err)
+	}
+	if recorded || now == gen {
+		t.Fatalf("after the RunOnce the row still records a session (%v), generation %d (was %d): want the record cleared and the job moved on", recorded, now, gen)
+	}
+}
+
 // On a connection that has run RunOnce before, BEGIN rides with the lock: a run costs two
 // round trips (BEGIN and the lock, then COMMIT) beside fn's statements, as does a replica
 // that finds the lock taken (then ROLLBACK). fn cannot end RunOnce's transaction.
