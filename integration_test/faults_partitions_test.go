@@ -91,7 +91,7 @@ func faultPartitionLoop(ctx context.Context, w *workerproc.Worker, name string, 
 		jctx, cancel := context.WithTimeout(ctx, faultPartJoinTimeout)
 		err := func(ctx context.Context) (err error) {
 			m, err = partition.Join(ctx, w.Pool, faultPartGroup, &partition.Options{Partitions: faultPartCount, Member: name,
-				TTL: faultPartTTL, Logger: slog.New(slog.DiscardHandler)})
+				TTL: faultPartTTL, Logger: slog.New(heartbeatFailures{w})})
 			return err
 		}(jctx)
 		cancel()
@@ -147,9 +147,30 @@ func faultPartitionLoop(ctx context.Context, w *workerproc.Worker, name string, 
 			w.Say("pw %s ok", id)
 		case errors.Is(err, fenced.ErrStale), errors.Is(err, partition.ErrRevoked):
 			w.Say("pw %s stale", id)
+		case ctx.Err() == nil:
+			// The outcome is unknown (the commit may have happened): counted, for a run
+			// whose partition workload did nothing.
+			w.Say("perr write %s", errorClass(err))
 		}
-		// Any other error: the outcome is unknown (the commit may have happened).
 	}
+}
+
+// heartbeatFailures is a member's logger: it tells the history each failed heartbeat's
+// errorClass ("perr heartbeat <class>"), and drops the rest.
+type heartbeatFailures struct{ w *workerproc.Worker }
+
+func (heartbeatFailures) Enabled(context.Context, slog.Level) bool { return true }
+func (h heartbeatFailures) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h heartbeatFailures) WithGroup(string) slog.Handler          { return h }
+
+func (h heartbeatFailures) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if err, ok := a.Value.Any().(error); ok && a.Key == "err" {
+			h.w.Say("perr heartbeat %s", errorClass(err))
+		}
+		return true
+	})
+	return nil
 }
 
 // checkPartitions checks the partition group's history on the database the run ended on:

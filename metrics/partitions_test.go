@@ -69,12 +69,12 @@ func TestMetricsPartitions(t *testing.T) {
 		`pgcoord_partition_unowned_seconds{group="idle"}`:   5, // since its creation
 		`pgcoord_partition_grants{group="idle"}`:            0,
 	})
-	heartbeat(t, pool, "orders", "a", 10*time.Second, 2, 3) // a's OnRevoke returned
+	heartbeat(t, pool, "orders", "a", 10*time.Second, 2, 3) // a's OnRevoke returned: the release grants them to b
 	clock.Freeze(t0.Add(7 * time.Second))
-	expect("2 and 3 released 2s ago", map[string]float64{
-		`pgcoord_partition_unowned{group="orders"}`:         2,
-		`pgcoord_partition_unowned_seconds{group="orders"}`: 2,
-		`pgcoord_partition_grants{group="orders"}`:          4,
+	expect("2 and 3 released to b", map[string]float64{
+		`pgcoord_partition_unowned{group="orders"}`:         0,
+		`pgcoord_partition_unowned_seconds{group="orders"}`: 0,
+		`pgcoord_partition_grants{group="orders"}`:          6,
 	})
 	heartbeat(t, pool, "orders", "b", 10*time.Second)
 	expect("b holds 2 and 3", map[string]float64{

@@ -37,7 +37,10 @@
 //   - A partition has at most one live grant at a time, by the database clock: a grant is
 //     made only to the member the plan names, and only when the partition is free — its
 //     holder released it (after its OnRevoke returned, or RevokeGrace passed) or its grant
-//     expired (the holder stopped heartbeating for its TTL).
+//     expired (the holder stopped heartbeating for its TTL). The call that releases a
+//     partition (the holder's heartbeat, or its Leave) grants it to its next member in the
+//     same transaction; that member reads its grants when the group's notification wakes
+//     it, and heartbeats only for partitions still free.
 //   - Each grant takes a new fence token, higher than every earlier grant's of the
 //     partition, across owners, resizes and failovers (pgcoord's tokens; see package
 //     fenced). From the grant on, fenced.Check(ctx, tx, p.Resource(), token) refuses every
@@ -65,6 +68,12 @@
 //     holds that one partition: it is granted to nobody until the transaction ends (its
 //     next owner tries again every thirtieth of its TTL). The group's other partitions,
 //     plans and renewals go on.
+//   - Each heartbeat is given the TTL to complete; a failed one is tried again soon after.
+//     A database too slow for that (heartbeats queued on the group's row under load, or a
+//     TTL close to a heartbeat's round trip) lets grants lapse before their renewals (the
+//     member gives them up by its own clock, OnRevoke runs), and the group churns while
+//     members hold little. Choose a TTL several
+//     times the heartbeat's latency at peak.
 //   - After an asynchronous failover that lost a grant, use one check per partition:
 //     fenced.Check alone (the register keeps the highest token written) or Member.Check
 //     alone (the grant row as the new primary has it).

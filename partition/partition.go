@@ -288,8 +288,10 @@ func (m *Member) Check(ctx context.Context, tx pgx.Tx, p Partition) error {
 
 // Leave cancels the contexts of the member's partitions, waits for their OnRevoke
 // (each bounded by RevokeGrace), then releases them and leaves the group in one call:
-// the plan gives its partitions to the others at once. Calls after the first return the
-// first's result.
+// the plan gives its partitions to the others at once. If ctx ends before every OnRevoke
+// returned, Leave returns ctx's error without releasing anything: the member has stopped
+// heartbeating, and its partitions move when its lease expires. Calls after the first
+// return the first's result.
 func (m *Member) Leave(ctx context.Context) error {
 	m.leaveOnce.Do(func() {
 		// A heartbeat under way is let finish, not cancelled: a cancelled one may still run
@@ -311,7 +313,18 @@ func (m *Member) Leave(ctx context.Context) error {
 			g.cancel()
 			wg.Go(func() { m.onRevoke(g.p) })
 		}
-		wg.Wait()
+		revoked := make(chan struct{})
+		go func() {
+			wg.Wait()
+			close(revoked)
+		}()
+		select {
+		case <-revoked:
+		case <-ctx.Done():
+			m.leaveErr = fmt.Errorf("partition: leave %q: %w before OnRevoke returned; the member's partitions move when its lease expires",
+				m.group, ctx.Err())
+			return
+		}
 		if _, err := queries.PartitionLeave(ctx, m.pool, dbsqlc.PartitionLeaveParams{GroupName: m.group, Member: m.id}); err != nil {
 			m.leaveErr = fmt.Errorf("partition: leave %q: %w", m.group, translate(err))
 		}
@@ -339,9 +352,10 @@ func (m *Member) onRevoke(p Partition) {
 	}
 }
 
-// run heartbeats until Leave: every third of the TTL, at once when a notification about
-// the group arrives or a revoked partition is ready to be released, and when something may
-// change without a notification (another member's lease or a grant it waits for expires).
+// run heartbeats until Leave: every third of the TTL, at once when a revoked partition is
+// ready to be released, and when something may change without a notification (another
+// member's lease or a grant it waits for expires). A notification about the group makes
+// it read its grants (look), and heartbeat only when the read asks for one.
 func (m *Member) run(w *listen.Waiter) {
 	defer close(m.done)
 	defer w.Close()
@@ -374,6 +388,10 @@ func (m *Member) run(w *listen.Waiter) {
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			m.lapse()
 		}
+		if synced == nil && time.Now().Before(next) && !m.releasing() && m.look() {
+			// Woken early by a notification: a read showed all that changed.
+			continue
+		}
 		bctx, cancel := context.WithTimeout(m.ctx, m.o.TTL)
 		err = m.beat(bctx, false)
 		cancel()
@@ -391,6 +409,33 @@ func (m *Member) run(w *listen.Waiter) {
 		}
 		last, failed = time.Now(), false
 	}
+}
+
+// releasing says whether revoked partitions wait for a heartbeat to release them.
+func (m *Member) releasing() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.release) > 0
+}
+
+// look reads the member's grants, without a write, and applies them when that is all
+// there is to do: the call that freed a partition granted it to the member the plan gives
+// it to, so a member woken by a notification learns of its new partitions (and of those
+// to release) from a read. It says false, for a heartbeat, when the read failed, the
+// member is not live, or a partition planned for it is still free.
+func (m *Member) look() bool {
+	ctx, cancel := context.WithTimeout(m.ctx, m.o.TTL)
+	defer cancel()
+	sent := time.Now()
+	r, err := queries.PartitionOwned(ctx, m.pool, dbsqlc.PartitionOwnedParams{GroupName: m.group, Member: m.id})
+	if err != nil || !r.Live || r.Pending > 0 {
+		return false
+	}
+	m.apply(dbsqlc.PartitionHeartbeatRow{
+		Owned: r.Owned, Tokens: r.Tokens, Revoke: r.Revoke, ExpiresAt: r.ExpiresAt,
+		Partitions: r.Partitions, Epoch: r.Epoch, WakeAt: r.WakeAt, DbNow: r.DbNow,
+	}, sent, nil)
+	return true
 }
 
 // left says whether Leave asked the heartbeat loop to end.

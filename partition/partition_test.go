@@ -151,7 +151,15 @@ func TestJoinAndLeaveMoveOnlyWhatMust(t *testing.T) {
 			t.Errorf("%s holds %d partitions of 64 among 5, want 12 or 13: %v", m, n, counts(after))
 		}
 	}
+	// The partitions were granted by the members that released them; the fifth learns of
+	// them from a notification, or behind a pooler from its next heartbeat: Sync is one.
+	if err := fifth.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	held := fifth.Owned()
+	if len(held) != counts(after)["m4"] {
+		t.Fatalf("after Sync the fifth member owns %d partitions, the database grants it %d", len(held), counts(after)["m4"])
+	}
 	if err := fifth.Leave(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -232,10 +240,11 @@ func TestRevokeBeforeGrant(t *testing.T) {
 		}
 	}
 	close(gate)
-	settled(t, pool, "r")
-	if n := len(b.Owned()); n != 4 {
-		t.Fatalf("b holds %d partitions after the move, want 4", n)
+	if c := counts(settled(t, pool, "r")); c["b"] != 4 {
+		t.Fatalf("b holds %d partitions after the move, want 4", c["b"])
 	}
+	// a's release granted them to b; b learns of them from its read.
+	pgtest.Until(t, "b to take its 4 partitions", func() bool { return len(b.Owned()) == 4 })
 	for _, np := range b.Owned() {
 		var op partition.Partition
 		for _, p := range old {
@@ -464,20 +473,70 @@ func TestSyncHeartbeatsAtOnce(t *testing.T) {
 	}
 }
 
-// beats counts a member's heartbeats, as a Tracer.
-type beats struct{ n atomic.Int64 }
+// beats counts a member's heartbeats, and those that ended with an error, as a Tracer.
+type beats struct{ n, failed atomic.Int64 }
 
 func (b *beats) Start(ctx context.Context, _ string, _ ...pgcoord.Attr) (context.Context, pgcoord.Span) {
 	b.n.Add(1)
-	return ctx, beatSpan{}
+	return ctx, beatSpan{b}
 }
 func (b *beats) Extract(ctx context.Context, _ map[string]string) context.Context { return ctx }
 
-type beatSpan struct{}
+type beatSpan struct{ b *beats }
 
 func (beatSpan) SetAttrs(...pgcoord.Attr)         {}
 func (beatSpan) AddEvent(string, ...pgcoord.Attr) {}
-func (beatSpan) End(error)                        {}
+func (s beatSpan) End(err error) {
+	if err != nil {
+		s.b.failed.Add(1)
+	}
+}
+
+// TestHeartbeatsTheDatabaseCannotAnswerLapseTheGrants: while a transaction holds the
+// group's row, no heartbeat can complete. Each one ends at the TTL with an error and is
+// tried again (none waits for the lock for good); the member gives its grants up by its
+// own clock (OnRevoke runs for each), and takes them again, under new tokens, once a
+// heartbeat completes.
+func TestHeartbeatsTheDatabaseCannotAnswerLapseTheGrants(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(ctx, `SELECT pgcoord_partition_create('blocked', 2)`); err != nil {
+		t.Fatal(err)
+	}
+	b := &beats{}
+	m, e := join(t, pool, "blocked", "only", partition.Options{TTL: time.Second, Tracer: b})
+	pgtest.Until(t, "the member holds both partitions", func() bool { return len(m.Owned()) == 2 })
+	before := map[int]int64{}
+	for _, p := range m.Owned() {
+		before[p.ID] = p.Token
+	}
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_partition_groups WHERE name = 'blocked' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	failedBefore := b.failed.Load()
+	pgtest.Until(t, "two heartbeats failed while the group's row is held", func() bool { return b.failed.Load() >= failedBefore+2 })
+	pgtest.Until(t, "the member gave its grants up", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return len(m.Owned()) == 0 && e.revoked[0] >= 1 && e.revoked[1] >= 1
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Until(t, "the member holds both partitions again", func() bool { return len(m.Owned()) == 2 })
+	for _, p := range m.Owned() {
+		if p.Token <= before[p.ID] {
+			t.Errorf("partition %d taken again under token %d, not above its lapsed grant's %d", p.ID, p.Token, before[p.ID])
+		}
+	}
+}
 
 // A partition whose expired grant a transaction still holds (a Check of its last holder,
 // left open) is granted to its next owner once the transaction ends; meanwhile the next
@@ -526,4 +585,122 @@ func TestHeldExpiredGrantIsRetriedNotInALoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("the partition to be granted", func() bool { return len(m.Owned()) == 1 })
+}
+
+// TestLeaveGrantsToTheNextOwner: Leave grants the leaver's partitions to the member the
+// plan names in its own transaction — that member holds them when Leave returns, before it
+// made any call — and the member, woken by the leave's notification, takes them from a
+// read: OnAssign runs for them without a heartbeat of its. (Behind a pooler, where no
+// notification comes, it takes them at its next heartbeat: Sync here.)
+func TestLeaveGrantsToTheNextOwner(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	long := time.Minute // heartbeats every 20 s: none is due while the test runs
+	if pgtest.BehindPooler() {
+		long = ttl // heartbeats are how members learn there: every second
+	}
+	a, _ := join(t, pool, "handoff", "a", partition.Options{Partitions: 4, TTL: long})
+	b := &beats{}
+	m, e := join(t, pool, "handoff", "b", partition.Options{TTL: long, Tracer: b})
+	if got := counts(settled(t, pool, "handoff")); got["a"] != 2 || got["b"] != 2 {
+		t.Fatalf("settled as %v, want two each", got)
+	}
+	before := b.n.Load()
+	if err := a.Leave(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := counts(holders(t, pool, "handoff")); got["b"] != 4 {
+		t.Fatalf("holders when Leave returned: %v, want all 4 granted to b by the leave", got)
+	}
+	if pgtest.BehindPooler() {
+		if err := m.Sync(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pgtest.Until(t, "b assigned all 4", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return len(e.assigned) == 4
+	})
+	if n := b.n.Load() - before; n != 0 && !pgtest.BehindPooler() {
+		t.Errorf("b heartbeated %d times to take the leaver's partitions; a read should do", n)
+	}
+}
+
+// TestPendingPartitionMakesTheReadHeartbeat: a release the grant had to skip (a check of
+// the releaser's grant still open) leaves the partition free; the member it is planned for,
+// woken by the release's notification, reads that it waits for a free partition and
+// heartbeats at once (not at the next third of its TTL) — and so, once the check ended,
+// takes it with Sync.
+func TestPendingPartitionMakesTheReadHeartbeat(t *testing.T) {
+	pgtest.NeedsSession(t, "the release's notification wakes the member")
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(ctx, `SELECT pgcoord_partition_create('pending', 2)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT pgcoord_partition_heartbeat('pending', 'sql', 1, interval '1 hour', '{}', true)`); err != nil {
+		t.Fatal(err)
+	}
+	b := &beats{}
+	m, _ := join(t, pool, "pending", "go", partition.Options{TTL: time.Minute, Tracer: b}) // planned partition 1
+	var token int64
+	if err := pool.QueryRow(ctx, `SELECT fence_token FROM pgcoord_partitions WHERE group_name = 'pending' AND partition = 1 AND holder = 'sql'`).Scan(&token); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT count(*) FROM pgcoord_partition_check('pending', 1, 'sql', $1)`, token); err != nil {
+		t.Fatal(err)
+	}
+	before := b.n.Load()
+	if _, err := pool.Exec(ctx, `SELECT pgcoord_partition_heartbeat('pending', 'sql', 1, interval '1 hour', '{1}')`); err != nil {
+		t.Fatal(err)
+	}
+	if h := holders(t, pool, "pending"); h[1] != "" {
+		t.Fatalf("partition 1 held by %q after a release under an open check, want free", h[1])
+	}
+	pgtest.Until(t, "a heartbeat of go after its read found partition 1 free", func() bool { return b.n.Load() > before })
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Owned(); len(got) != 1 || got[0].ID != 1 {
+		t.Fatalf("go owns %v after the check ended, want partition 1", got)
+	}
+}
+
+// TestLeaveHonoursItsContext: a Leave whose ctx ends while an OnRevoke still runs returns
+// ctx's error then, without releasing the partition (it moves when the lease expires).
+func TestLeaveHonoursItsContext(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	gate := make(chan struct{})
+	defer close(gate)
+	m, _ := join(t, pool, "stuck", "a", partition.Options{Partitions: 1, TTL: time.Minute,
+		OnRevoke: func(ctx context.Context, _ partition.Partition) {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+		}})
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := m.Leave(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Leave with an OnRevoke that does not return: %v, want DeadlineExceeded", err)
+	}
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Errorf("Leave returned after %v; its ctx ended after 200ms (RevokeGrace is 20s)", waited)
+	}
+	if h := holders(t, pool, "stuck"); h[0] != "a" {
+		t.Errorf("partition 0 held by %q after a Leave that gave up, want still a's until its lease expires", h[0])
+	}
 }

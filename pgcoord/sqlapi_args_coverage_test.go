@@ -84,6 +84,7 @@ var sqlExempt = map[string]string{
 	"pgcoord_partition_group_args":   "argument checks of the partition functions, whose cases cover it",
 	"pgcoord_partition_lock":         "the group's row lock of the partition functions, after their checks (an unknown group is a case of theirs)",
 	"pgcoord_partition_plan":         "the plan of a group whose row the caller locked, after its checks",
+	"pgcoord_partition_grant":        "the grants of a group whose row the caller locked, after its checks",
 	"pgcoord_partition_resource":     "the fence resource name of a partition: text concatenation, any arguments",
 }
 

@@ -18,6 +18,9 @@ var sqlPartitionFuncs = []sqlFunc{
 	{name: "pgcoord_partition_leave", family: "partitions", params: []param{
 		knownGroupParam(), nameParam("p_member", "partition member", `'w1'`),
 	}},
+	{name: "pgcoord_partition_owned", family: "partitions", params: []param{
+		knownGroupParam(), nameParam("p_member", "partition member", `'w1'`),
+	}},
 	{name: "pgcoord_partition_check", family: "partitions", params: []param{
 		groupParam(`'grid'`),
 		{name: "p_partition", valid: `0`, what: "partition", bad: bad(`-1`, `65536`), ok: []string{`65535`}},

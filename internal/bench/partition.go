@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/fenced"
@@ -21,7 +20,9 @@ import (
 // owner's first accepted write, at most twice leases.handoff at c=1). Each worker runs a
 // group of handoffPartitions partitions of its own, whose members heartbeat on a pool of
 // the worker's own (partitionConns connections, one of them the pool's LISTEN session);
-// the new owner's write goes through the worker's connection. An op records as its latency
+// the new owner's write goes through the worker's connection, as one statement on a ledger
+// table whose fence guard (fenced.InstallGuard with a resource column) judges its token
+// against the partition's fence register. An op records as its latency
 // the handoff alone (recordLatency), from the death to the commit of the new owner's first
 // write: the percentiles are handoffs. Its duration, and so ops/s and the ratio to
 // leases.handoff, also counts what makes the next death possible (a replacement joining
@@ -30,14 +31,14 @@ import (
 // partition.handoff, one op (members X and Y of equal weight, X holding partition 0 and Y
 // partition 1):
 //
-//	X.Leave: its partition's context is cancelled, and one call releases the partition and
-//	   removes X from the group, which re-plans partition 0 to Y and notifies  <- the death
-//	Y's member wakes on the notification and heartbeats: it is granted partition 0 under a
-//	   new fence token (OnAssign)
-//	the worker's connection writes the ledger row of partition 0 with fenced.Write (the
-//	   check of the grant's token against the partition's fence register and the write, in
-//	   one transaction); the write must be accepted and raise the row's token  <- recorded
-//	a new member Z joins; Y is revoked partition 1 and releases it, and Z is granted it
+//	X.Leave: its partition's context is cancelled, and one call removes X from the group,
+//	   re-plans partition 0 to Y, grants it to Y under a new fence token and notifies
+//	   <- the death
+//	Y's member wakes on the notification and reads its grants: partition 0 (OnAssign)
+//	the worker's connection writes the ledger row of partition 0 (fenced.Exec of one
+//	   INSERT ... ON CONFLICT, which the guard judges against the partition's register);
+//	   the write must be accepted and raise the row's token  <- recorded
+//	a new member Z joins; Y is revoked partition 1 and releases it, which grants it to Z
 //	   (OnAssign): Y holds partition 0 and Z partition 1, as X and Y did
 //
 // Each member lives two ops (joined, then survivor, then the death), so the notification
@@ -74,10 +75,11 @@ func init() {
 	Register(Scenario{
 		Name: "partition.handoff",
 		Description: fmt.Sprintf("a member of a group of %d partitions (two members of equal weight, one partition each) "+
-			"leaves (Member.Leave); latency is from the Leave call to the commit of the other member's first write of the "+
-			"partition (fenced.Write with the new grant's token, on the worker's connection), after its heartbeat, woken "+
-			"by the leave's notification, was granted it; an op also has a replacement join and take its partition (so "+
-			"ops/s counts whole cycles: compare p50 with leases.handoff's)", handoffPartitions),
+			"leaves (Member.Leave, which grants its partition to the other); latency is from the Leave call to the commit "+
+			"of the other member's first write of the partition (one statement on the worker's connection, judged by a "+
+			"fence guard against the partition's register with the new grant's token), after its read of its grants, "+
+			"woken by the leave's notification; an op also has a replacement join and take its partition (so ops/s "+
+			"counts whole cycles: compare p50 with leases.handoff's)", handoffPartitions),
 		Floor:          "leases.handoff",
 		Setup:          createPartitionLedger,
 		NewWorker:      newPartitionHandoffWorker,
@@ -87,7 +89,7 @@ func init() {
 		Name: "partition.handoff_expired",
 		Description: fmt.Sprintf("in a group of %d partitions, a member joined through the SQL API with a %v TTL stops "+
 			"heartbeating once granted its partition; latency is from its lease's expiry (database clock) to the commit of "+
-			"the other member's first write of the partition (fenced.Write with the new grant's token), after that "+
+			"the other member's first write of the partition (judged by the fence guard), after that "+
 			"member woke at the expiry, re-planned and was granted it; an op also has the dying member join and take its "+
 			"partition, and waits out its TTL (so ops/s counts whole cycles: compare p50 with leases.handoff's)",
 			handoffPartitions, partitionExpiryTTL),
@@ -100,19 +102,23 @@ func init() {
 
 func createPartitionLedger(ctx context.Context, pool *pgxpool.Pool) error {
 	// Both scenarios' Setup: whichever runs second finds it.
-	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+partitionLedger+` (
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+partitionLedger+` (
 		grp         text,
 		partition   int,
+		resource    text NOT NULL,
 		fence_token bigint NOT NULL,
 		writes      bigint NOT NULL,
 		PRIMARY KEY (grp, partition)
-	)`)
-	return err
+	)`); err != nil {
+		return err
+	}
+	// Every write of a row must pass the fence register of its partition's resource.
+	return fenced.InstallGuard(ctx, pool, partitionLedger, "fence_token", &fenced.GuardOpts{ResourceColumn: "resource"})
 }
 
-// ledgerWrite records a write of a partition under a token: it changes no row unless the
-// token is higher than the last write's.
-const ledgerWrite = `INSERT INTO ` + partitionLedger + ` AS w (grp, partition, fence_token, writes) VALUES ($1, $2, $3, 1)
+// ledgerWrite records a write of a partition under a token, as one statement that the
+// guard judges: it changes no row unless the token is higher than the last write's.
+const ledgerWrite = `INSERT INTO ` + partitionLedger + ` AS w (grp, partition, resource, fence_token, writes) VALUES ($1, $2, $3, $4, 1)
 ON CONFLICT (grp, partition) DO UPDATE SET fence_token = excluded.fence_token, writes = w.writes + 1
 	WHERE w.fence_token < excluded.fence_token`
 
@@ -217,22 +223,19 @@ func (g *partitionGroup) await(ctx context.Context, member string, id int, after
 	}
 }
 
-// write is the new owner's first write of p: fenced.Write of its ledger row with the
-// grant's token, which must be accepted and raise the row's token.
+// write is the new owner's first write of p: its ledger row, in one statement of its own
+// (fenced.Exec) that the table's guard judges against the partition's fence register with
+// the grant's token; it must be accepted and raise the row's token.
 func (g *partitionGroup) write(ctx context.Context, p partition.Partition) error {
-	return pgx.BeginFunc(ctx, g.w.Conn, func(tx pgx.Tx) error {
-		tag, err := fenced.Write(ctx, tx, p.Resource(), p.Token, ledgerWrite, p.Group, p.ID, p.Token)
-		if errors.Is(err, fenced.ErrStale) {
-			return fmt.Errorf("bench: %s: the write of %s under its new grant's token %d was refused: %w", g.scenario, p.Resource(), p.Token, err)
-		}
-		if err != nil {
-			return fmt.Errorf("bench: %s: write: %w", g.scenario, err)
-		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("bench: %s: token %d of %s is not above the last write's", g.scenario, p.Token, p.Resource())
-		}
-		return nil
-	})
+	_, err := fenced.Exec(ctx, g.w.Conn, ledgerWrite, p.Group, p.ID, p.Resource(), p.Token)
+	if errors.Is(err, fenced.ErrStale) {
+		return fmt.Errorf("bench: %s: the write of %s under its new grant's token %d was refused, or not above the last write's: %w",
+			g.scenario, p.Resource(), p.Token, err)
+	}
+	if err != nil {
+		return fmt.Errorf("bench: %s: write: %w", g.scenario, err)
+	}
+	return nil
 }
 
 // partition.handoff

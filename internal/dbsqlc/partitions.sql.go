@@ -401,6 +401,53 @@ func (q *Queries) PartitionMembers(ctx context.Context, db DBTX, groupName strin
 	return items, nil
 }
 
+const partitionOwned = `-- name: PartitionOwned :one
+SELECT (o.expires_at IS NOT NULL)::boolean AS live, o.owned::int[] AS owned, o.tokens::bigint[] AS tokens,
+       o.revoke::int[] AS revoke, coalesce(o.expires_at, o.db_now)::timestamptz AS expires_at, o.partitions::int AS partitions, o.epoch::bigint AS epoch,
+       coalesce(o.wake_at, o.db_now + interval '1 day')::timestamptz AS wake_at, o.db_now::timestamptz AS db_now,
+       o.pending::int AS pending
+FROM pgcoord_partition_owned($1::text, $2::text) o
+`
+
+type PartitionOwnedParams struct {
+	GroupName string
+	Member    string
+}
+
+type PartitionOwnedRow struct {
+	Live       bool
+	Owned      []int32
+	Tokens     []int64
+	Revoke     []int32
+	ExpiresAt  time.Time
+	Partitions int32
+	Epoch      int64
+	WakeAt     time.Time
+	DbNow      time.Time
+	Pending    int32
+}
+
+// A member's read of its grants, as PartitionHeartbeat answers, with whether the member is
+// live (else it holds nothing, and expires_at is db_now) and how many partitions planned for
+// it are still free.
+func (q *Queries) PartitionOwned(ctx context.Context, db DBTX, arg PartitionOwnedParams) (PartitionOwnedRow, error) {
+	row := db.QueryRow(ctx, partitionOwned, arg.GroupName, arg.Member)
+	var i PartitionOwnedRow
+	err := row.Scan(
+		&i.Live,
+		&i.Owned,
+		&i.Tokens,
+		&i.Revoke,
+		&i.ExpiresAt,
+		&i.Partitions,
+		&i.Epoch,
+		&i.WakeAt,
+		&i.DbNow,
+		&i.Pending,
+	)
+	return i, err
+}
+
 const partitionRebalance = `-- name: PartitionRebalance :one
 SELECT pgcoord_partition_rebalance($1::text, nullif($2::text, ''))::boolean AS changed
 `

@@ -1,6 +1,7 @@
 package ui_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -30,8 +31,9 @@ func heartbeat(t *testing.T, pool *pgxpool.Pool, group, member string, ttl time.
 }
 
 // seedPartitions writes the group orders of 8 partitions: a held all 8 when b joined, so
-// the plan moves 4-7 to b; a released 6 and 7, which wait for b's next heartbeat, and holds
-// 4 and 5 still. The group idle (4 partitions) has no member.
+// the plan moves 4-7 to b; a released 6 and 7 while a check of its grants of them was still
+// open (so the release could not grant them to b: they wait for b's next heartbeat), and
+// holds 4 and 5 still. The group idle (4 partitions) has no member.
 func seedPartitions(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	for _, g := range []struct {
@@ -44,6 +46,17 @@ func seedPartitions(t *testing.T, pool *pgxpool.Pool) {
 	}
 	heartbeat(t, pool, "orders", "a", 10*time.Minute)
 	heartbeat(t, pool, "orders", "b", 10*time.Minute)
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	var held int
+	if err := tx.QueryRow(t.Context(), `
+		SELECT count(*) FROM pgcoord_partitions p, pgcoord_partition_check('orders', p.partition, 'a', p.fence_token) c
+		 WHERE p.group_name = 'orders' AND p.partition IN (6, 7)`).Scan(&held); err != nil || held != 2 {
+		t.Fatalf("checks of a's grants of 6 and 7: %d, %v", held, err)
+	}
 	heartbeat(t, pool, "orders", "a", 10*time.Minute, 6, 7)
 }
 

@@ -11,6 +11,16 @@ SELECT h.owned::int[] AS owned, h.tokens::bigint[] AS tokens, h.revoke::int[] AS
 FROM pgcoord_partition_heartbeat(@group_name::text, @member::text, @weight::int, @ttl::interval,
                                  @release::int[], @joining::boolean) h;
 
+-- name: PartitionOwned :one
+-- A member's read of its grants, as PartitionHeartbeat answers, with whether the member is
+-- live (else it holds nothing, and expires_at is db_now) and how many partitions planned for
+-- it are still free.
+SELECT (o.expires_at IS NOT NULL)::boolean AS live, o.owned::int[] AS owned, o.tokens::bigint[] AS tokens,
+       o.revoke::int[] AS revoke, coalesce(o.expires_at, o.db_now)::timestamptz AS expires_at, o.partitions::int AS partitions, o.epoch::bigint AS epoch,
+       coalesce(o.wake_at, o.db_now + interval '1 day')::timestamptz AS wake_at, o.db_now::timestamptz AS db_now,
+       o.pending::int AS pending
+FROM pgcoord_partition_owned(@group_name::text, @member::text) o;
+
 -- name: PartitionLeave :one
 SELECT pgcoord_partition_leave(@group_name::text, @member::text)::int AS released;
 
