@@ -86,7 +86,9 @@ type Message struct {
 	// true (Authorization, Cookie, Host, Proxy-*, ...) are refused.
 	Headers map[string]string
 	// Delay postpones the message's first delivery by this long, by the database clock
-	// (0..MaxDelay). A delayed message also holds back the later messages of its key.
+	// (0..MaxDelay). A delayed message also holds back the later messages of its key, and
+	// until it is due its key costs the relays' claims a probe each (thousands of keys
+	// parked so slow every claim: see the package doc's failure modes).
 	// Enqueue only; read messages report AvailableAt instead.
 	Delay time.Duration
 

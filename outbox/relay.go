@@ -230,13 +230,14 @@ func (r *Relay) setIdle(ctx context.Context, idle bool) (tight, ok bool) {
 }
 
 // Leave gives up the relay's partitions at once (see "Several relays" in the package
-// documentation): it waits for the batch under way (bounded by the relay's lease), then
-// leaves its partition group, whose plan gives its partitions to the other relays of its
-// topics, rather than when its lease expires; claims made meanwhile take nothing. Run
-// leaves when it returns; call Leave after the last RunBatch of a relay driven by the
-// caller's own loop. A relay that claims again joins again. Leave of a relay that is not
-// a member (or is leaving) does nothing and returns nil; otherwise, on a standby, it
-// returns an error wrapping pgcoord.ErrReadOnly.
+// documentation): it waits for the batch under way (bounded by the relay's lease and by
+// ctx: if ctx ends first, it returns ctx's error, and its partitions move when its lease
+// expires), then leaves its partition group, whose plan gives its partitions to the other
+// relays of its topics, rather than when its lease expires; claims made meanwhile take
+// nothing. Run leaves when it returns; call Leave after the last RunBatch of a relay
+// driven by the caller's own loop. A relay that claims again joins again. Leave of a relay
+// that is not a member (or is leaving) does nothing and returns nil; otherwise, on a
+// standby, it returns an error wrapping pgcoord.ErrReadOnly.
 func (r *Relay) Leave(ctx context.Context) error {
 	r.gmu.Lock()
 	m := r.member

@@ -2,10 +2,12 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 )
@@ -27,18 +29,7 @@ func TestClaimsDuringLeaveDoNotJoinAgain(t *testing.T) {
 		}
 	}
 	enqueue("a")
-	entered, release := make(chan struct{}), make(chan struct{})
-	r, err := NewRelay(pool, &Config{Claimant: "leaver", Handler: HandlerFunc(func(context.Context, Message) error {
-		close(entered)
-		<-release
-		return nil
-	})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { _, err := r.RunBatch(ctx); done <- err }()
-	<-entered // a batch under way, which the Leave waits for
+	r, release, done := batchUnderWay(t, pool, &Config{Claimant: "leaver"}) // which the Leave waits for
 	left := make(chan error, 1)
 	go func() { left <- r.Leave(ctx) }()
 	leaving := func() bool {
@@ -80,4 +71,55 @@ func TestClaimsDuringLeaveDoNotJoinAgain(t *testing.T) {
 	if err := r.Leave(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestLeaveHonoursItsContext: a Leave whose ctx ends while the batch under way still runs
+// returns ctx's error then, instead of waiting out the relay's lease for the batch.
+func TestLeaveHonoursItsContext(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := Enqueue(ctx, tx, Message{Topic: "t", Key: "k", Payload: []byte("x")})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, release, done := batchUnderWay(t, pool, &Config{Claimant: "stuck", ClaimTTL: time.Minute})
+	lctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := r.Leave(lctx)
+	waited := time.Since(start)
+	close(release)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Leave during a batch that does not end: %v, want DeadlineExceeded", err)
+	}
+	if waited > 10*time.Second {
+		t.Errorf("Leave returned after %v; its ctx ended after 200ms (the relay's lease is 15s)", waited)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// batchUnderWay starts a RunBatch of a relay made with cfg (its Handler set here) and
+// returns once the batch's Handler is running: it blocks until release is closed, and the
+// batch's error comes on done.
+func batchUnderWay(t *testing.T, pool *pgxpool.Pool, cfg *Config) (r *Relay, release chan struct{}, done chan error) {
+	t.Helper()
+	entered := make(chan struct{})
+	release, done = make(chan struct{}), make(chan error, 1)
+	cfg.Handler = HandlerFunc(func(context.Context, Message) error {
+		close(entered)
+		<-release
+		return nil
+	})
+	r, err := NewRelay(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, err := r.RunBatch(t.Context()); done <- err }()
+	<-entered
+	return r, release, done
 }

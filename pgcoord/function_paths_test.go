@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgcoord/pgcoord/fenced"
 	"github.com/pgcoord/pgcoord/internal/listen"
+	"github.com/pgcoord/pgcoord/internal/pgconfig"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 	"github.com/pgcoord/pgcoord/pgcoord"
 )
@@ -272,4 +273,58 @@ func functionDefs(t *testing.T, pool *pgxpool.Pool) map[string]string {
 		t.Fatal(err)
 	}
 	return defs
+}
+
+// TestOutboxBucketIsInlined: pgcoord_outbox_bucket computes the generated bucket column of
+// every outbox message, so it must stay inlinable (no SET clause: migration 00025). The
+// planner then puts its body into the caller's query, resolved on the caller's
+// search_path; so its body names everything by schema, and a function of the caller's
+// named like pgcoord_lock_key, first on the search_path, changes no bucket.
+func TestOutboxBucketIsInlined(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	rows, err := pool.Query(ctx, `EXPLAIN (VERBOSE, COSTS OFF) SELECT pgcoord_outbox_bucket(topic, key) FROM pgcoord_outbox`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := strings.Join(lines, "\n")
+	if strings.Contains(plan, "pgcoord_outbox_bucket(") || !strings.Contains(plan, "hashtextextended") {
+		t.Errorf("pgcoord_outbox_bucket is not inlined; the plan:\n%s", plan)
+	}
+
+	var schema string
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	var want int
+	if err := pool.QueryRow(ctx, `SELECT pgcoord_outbox_bucket('orders', 'o-1')`).Scan(&want); err != nil || want == 0 {
+		t.Fatalf("bucket of (orders, o-1): %d, %v (the test needs one that is not 0, the impostor's)", want, err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	evil := pgconfig.QuoteIdent(schema + "_evil")
+	for _, sql := range []string{
+		`CREATE SCHEMA ` + evil,
+		`CREATE FUNCTION ` + evil + `.pgcoord_lock_key(name text) RETURNS bigint LANGUAGE sql IMMUTABLE AS $$ SELECT 0::bigint $$`,
+		`SET LOCAL search_path = ` + evil + `, ` + pgconfig.QuoteIdent(schema),
+	} {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got int
+	if err := tx.QueryRow(ctx, `SELECT `+pgconfig.QuoteIdent(schema)+`.pgcoord_outbox_bucket('orders', 'o-1')`).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("with the caller's own pgcoord_lock_key first on its search_path, the bucket of (orders, o-1) is %d, want %d", got, want)
+	}
 }

@@ -16,8 +16,9 @@ import (
 )
 
 // The outbox's scale scenarios: scale.relays.N, N relays sharing one standing backlog
-// (does adding relays add throughput?), and scale.outbox_drain.N, outbox.throughput's
-// drain beside N delivered messages that GC has not pruned yet.
+// (does adding relays add throughput?), and outbox.throughput's drain beside N delivered
+// messages that GC has not pruned yet (scale.outbox_drain.N) or beside N keys parked
+// behind a delayed message (scale.outbox_parked.N), which every claim walks past.
 
 // The shape of scale.relays: the backlog and its keys (divided by scaleDivisor in tests),
 // the relays' claims, and how many messages one op delivers (as many as eight full claims,
@@ -31,8 +32,9 @@ const (
 
 // The scale scenarios' topics.
 const (
-	scaleRelayTopic = "bench.scale.relays"
-	scaleDrainTopic = "bench.scale.drain"
+	scaleRelayTopic  = "bench.scale.relays"
+	scaleDrainTopic  = "bench.scale.drain"
+	scaleParkedTopic = "bench.scale.parked"
 )
 
 // loadOutbox runs one statement that writes messages, then vacuums and analyzes the outbox
@@ -63,6 +65,16 @@ func loadDeliveredMessages(ctx context.Context, pool *pgxpool.Pool, n int) error
 		INSERT INTO pgcoord_outbox (topic, key, payload, state, delivered_at)
 		SELECT $1, 'w' || (g % 8) || '-' || (g % $2::int), $3, 'delivered', pgcoord_now()
 		  FROM generate_series(1, $4::int) g`, scaleDrainTopic, OutboxKeys, outboxPayload, n)
+}
+
+// loadParkedKeys writes n keys of scale.outbox_parked's topic, each with one message due in
+// a day: a reminder per order, say. Its key's later messages would wait behind it; a claim
+// passes over the key.
+func loadParkedKeys(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	return loadOutbox(ctx, pool, `
+		INSERT INTO pgcoord_outbox (topic, key, payload, available_at)
+		SELECT $1, 'parked-' || g, $2, pgcoord_now() + interval '1 day'
+		  FROM generate_series(1, $3::int) g`, scaleParkedTopic, outboxPayload, n)
 }
 
 // noopRelay returns a relay of topic on pool whose handler delivers everything. It leaves
@@ -219,26 +231,30 @@ func newScaleRelaysOp(w Worker, n int) scaleOp {
 	}
 }
 
-func newScaleDrainOp(w Worker, _ int) scaleOp {
-	relay := onPool[*outbox.Relay]{drop: leaveRelay}
-	n := 0
-	return func(ctx context.Context, pool *pgxpool.Pool) error {
-		r, err := relay.get(pool, func(pool *pgxpool.Pool) (*outbox.Relay, error) {
-			return noopRelay(w, pool, scaleDrainTopic, "scale-drain-"+strconv.Itoa(w.ID), OutboxClaimBatch)
-		})
-		if err != nil {
-			return fmt.Errorf("bench: scale.outbox_drain: %w", err)
+// newEnqueueDeliverOp returns the op of scale.outbox_drain and scale.outbox_parked (named
+// name): outbox.throughput's loop on topic, whatever the size loaded beside it.
+func newEnqueueDeliverOp(name, topic string) func(w Worker, n int) scaleOp {
+	return func(w Worker, _ int) scaleOp {
+		relay := onPool[*outbox.Relay]{drop: leaveRelay}
+		n := 0
+		return func(ctx context.Context, pool *pgxpool.Pool) error {
+			r, err := relay.get(pool, func(pool *pgxpool.Pool) (*outbox.Relay, error) {
+				return noopRelay(w, pool, topic, name+"-"+strconv.Itoa(w.ID), OutboxClaimBatch)
+			})
+			if err != nil {
+				return fmt.Errorf("bench: %s: %w", name, err)
+			}
+			msgs := outboxBatch(w, topic, &n)
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := outbox.EnqueueBatch(ctx, tx, msgs)
+				return err
+			}); err != nil {
+				return fmt.Errorf("bench: %s: enqueue: %w", name, err)
+			}
+			if err := deliverOwn(ctx, r, OutboxBatchMessages); err != nil {
+				return fmt.Errorf("bench: %s: %w", name, err)
+			}
+			return nil
 		}
-		msgs := outboxBatch(w, scaleDrainTopic, &n)
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, err := outbox.EnqueueBatch(ctx, tx, msgs)
-			return err
-		}); err != nil {
-			return fmt.Errorf("bench: scale.outbox_drain: enqueue: %w", err)
-		}
-		if err := deliverOwn(ctx, r, OutboxBatchMessages); err != nil {
-			return fmt.Errorf("bench: scale.outbox_drain: %w", err)
-		}
-		return nil
 	}
 }

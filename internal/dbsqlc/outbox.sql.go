@@ -211,9 +211,10 @@ type OutboxEnqueueRow struct {
 // Outbox operations go through the SQL API functions of 00006_outbox.sql where a relay in
 // another language would need the same logic (enqueue, claim, settle); the operator's
 // reads and repairs are plain statements.
-// Enqueue's statement: the enqueue protocol (pgcoord_outbox_lock, which the planner
-// inlines) and the INSERT in one plain statement; pgcoord_outbox_insert would cost the
-// hottest path a PL/pgSQL call per message. The inserted row is projected from the
+// Enqueue's statement: the enqueue protocol (pgcoord_outbox_lock, a PL/pgSQL call since
+// migration 00010: the wake-up check and the key's row lock) and the INSERT in one plain
+// statement; pgcoord_outbox_insert would cost the hottest path a second PL/pgSQL call per
+// message. The inserted row is projected from the
 // subquery l's one row, so its id is drawn after the lock (the planner keeps a volatile
 // output of a subquery, used or not; unlike a function scan or a CTE, a subquery does not
 // materialize its row). NULL headers and delay stand for the columns' defaults.
