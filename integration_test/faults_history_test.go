@@ -17,11 +17,12 @@ type faultHistory struct {
 	grants    []faultGrant
 	permits   map[string]*faultPermit // by worker/token
 	ticks     int
-	rlAcked   []string     // ids of acknowledged rate-limited calls
-	partOK    []string     // ids of acknowledged partition writes
-	partStale int          // partition writes refused by the fence
-	errs      []faultError // failed grant attempts
-	end       int64        // after the last event
+	rlAcked   []string       // ids of acknowledged rate-limited calls
+	partOK    []string       // ids of acknowledged partition writes
+	partStale int            // partition writes refused by the fence
+	partErrs  map[string]int // the partition workload's other failures, by what failed and errorClass
+	errs      []faultError   // failed grant attempts
+	end       int64          // after the last event
 }
 
 // faultError is a grant attempt that failed: when, and what the client saw (errorClass).
@@ -37,7 +38,9 @@ type faultOp struct {
 	grant      bool // an attempt to take the register's lease
 	reg        string
 	token, val int64  // written, read, or granted
-	outcome    string // "ok", "stale", "read", "read-lost", "granted", "held", "lost", or "" (unknown)
+	outcome    string // "ok", "stale", "read", "read-lost", "read-deposed", "granted", "held", "lost", or "" (unknown)
+	server     string // the address of the server that answered a read
+	timeline   int64  // the timeline that server wrote on (0: a standby)
 }
 
 type faultGrant struct {
@@ -60,7 +63,8 @@ func (hi *faultHistory) count(outcome string) int {
 }
 
 func parseFaultHistory(t *testing.T, lines []workerLine) *faultHistory {
-	hi := &faultHistory{ops: map[string]*faultOp{}, clients: map[string]int{}, permits: map[string]*faultPermit{}}
+	hi := &faultHistory{ops: map[string]*faultOp{}, clients: map[string]int{}, permits: map[string]*faultPermit{},
+		partErrs: map[string]int{}}
 	num := func(s string) int64 {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
@@ -97,6 +101,9 @@ func parseFaultHistory(t *testing.T, lines []workerLine) *faultHistory {
 				op.outcome = f[4]
 			} else {
 				op.outcome, op.token, op.val = "read", num(f[4]), num(f[5])
+				if len(f) > 7 {
+					op.server, op.timeline = f[6], num(f[7])
+				}
 			}
 		case f[0] == "acq" && len(f) == 5 && f[2] == "call":
 			hi.ops[f[1]] = &faultOp{worker: name, call: num(f[3]), grant: true, reg: f[4]}
@@ -140,6 +147,8 @@ func parseFaultHistory(t *testing.T, lines []workerLine) *faultHistory {
 			hi.partOK = append(hi.partOK, f[1])
 		case f[0] == "pw" && len(f) == 3 && f[2] == "stale":
 			hi.partStale++
+		case f[0] == "perr" && len(f) == 3:
+			hi.partErrs[f[1]+" "+f[2]]++
 		case f[0] == "err" && len(f) == 3:
 			hi.errs = append(hi.errs, faultError{at: num(f[1]), class: f[2]})
 		}

@@ -3,7 +3,9 @@
 package integration_test
 
 import (
+	"fmt"
 	"math"
+	"testing"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -11,7 +13,8 @@ import (
 // porcupineOps returns the register writes and reads for porcupine. A write without a
 // reply stays open until the end of the history: accepted if it committed, left out if it
 // did not (resolveWrites), and either if unresolved. A read without a reply tells nothing
-// and is left out, as is one that saw a write a failover lost (resolveWrites).
+// and is left out, as are one that saw a write a failover lost and one that a deposed
+// primary answered (resolveWrites).
 //
 // The grants of the registers' leases matter too: the fence refuses a token lower than the
 // newest grant even before that grant's holder writes. Each write carries what the grants
@@ -30,7 +33,7 @@ func (hi *faultHistory) porcupineOps() []porcupine.Operation {
 	var ops []porcupine.Operation
 	for _, id := range hi.order {
 		op := hi.ops[id]
-		if op.grant || (op.ret == 0 && !op.write) || op.outcome == "lost" || op.outcome == "read-lost" {
+		if op.grant || (op.ret == 0 && !op.write) || op.outcome == "lost" || op.outcome == "read-lost" || op.outcome == "read-deposed" {
 			continue
 		}
 		in := regInput{write: op.write, reg: op.reg, token: op.token, value: op.val}
@@ -53,7 +56,7 @@ func (hi *faultHistory) porcupineOps() []porcupine.Operation {
 		case "":
 			o.Output = regOutput{}
 		case "read":
-			o.Output = regOutput{known: true, token: op.token, value: op.val}
+			o.Output = regOutput{known: true, token: op.token, value: op.val, server: fmt.Sprintf("%s, timeline %d", op.server, op.timeline)}
 		default:
 			o.Output = regOutput{known: true, accepted: op.outcome == "ok"}
 		}
@@ -79,6 +82,7 @@ type (
 		known        bool // false: the write's outcome is unknown (no reply)
 		accepted     bool // a write's outcome
 		token, value int64
+		server       string // a read's server and its timeline, for explanations only
 	}
 )
 
@@ -126,3 +130,40 @@ var registerModel = (&porcupine.NondeterministicModel{
 		}
 	},
 }).ToModel()
+
+// TestRegisterChecksLeaveOutOnlyDeposedReads: a stale read answered by a primary on an
+// older timeline than a token acknowledged before it is left out; the same read answered
+// on the newest timeline is a violation.
+func TestRegisterChecksLeaveOutOnlyDeposedReads(t *testing.T) {
+	tl2 := int64(1) << 44 // the first token of timeline 2
+	history := func(readTimeline int64) *faultHistory {
+		hi := &faultHistory{ops: map[string]*faultOp{}, clients: map[string]int{"w1": 0, "w2": 1, "w3": 2}}
+		add := func(id string, op *faultOp) {
+			op.reg = "reg-0"
+			hi.ops[id] = op
+			hi.order = append(hi.order, id)
+		}
+		add("w1-1", &faultOp{worker: "w1", call: 1, ret: 2, write: true, token: 5, val: 10, outcome: "ok"})
+		add("w2-1", &faultOp{worker: "w2", call: 3, ret: 4, grant: true, token: tl2 + 7, outcome: "granted"})
+		add("w2-2", &faultOp{worker: "w2", call: 5, ret: 6, write: true, token: tl2 + 7, val: 20, outcome: "ok"})
+		add("w3-1", &faultOp{worker: "w3", call: 7, ret: 8, token: 5, val: 10, outcome: "read", server: "old", timeline: readTimeline})
+		return hi
+	}
+	if hi := history(1); porcupine.CheckOperations(registerModel, hi.porcupineOps()) {
+		t.Fatal("a read of the value a newer write replaced passes the check")
+	}
+	old := history(1)
+	if n := old.dropDeposedReads(); n != 1 {
+		t.Fatalf("dropped %d reads answered on timeline 1 after a token of timeline 2 was acknowledged, want 1", n)
+	}
+	if !porcupine.CheckOperations(registerModel, old.porcupineOps()) {
+		t.Error("the history without the deposed primary's read is not linearizable")
+	}
+	current := history(2)
+	if n := current.dropDeposedReads(); n != 0 {
+		t.Fatalf("dropped %d reads answered on the newest timeline, want 0", n)
+	}
+	if porcupine.CheckOperations(registerModel, current.porcupineOps()) {
+		t.Error("a stale read on the newest timeline passes the check")
+	}
+}

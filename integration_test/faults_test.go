@@ -68,7 +68,8 @@ const faultTables = `
 CREATE TABLE fault_register (name text PRIMARY KEY, token bigint NOT NULL, value bigint NOT NULL);
 INSERT INTO fault_register SELECT 'reg-' || i, 0, 0 FROM generate_series(0, %d - 1) AS i;
 -- Every committed write of a register, in commit order (the row lock orders them).
-CREATE TABLE fault_register_log (id bigserial PRIMARY KEY, name text NOT NULL, token bigint NOT NULL, value bigint NOT NULL);
+CREATE TABLE fault_register_log (id bigserial PRIMARY KEY, name text NOT NULL, token bigint NOT NULL, value bigint NOT NULL,
+	at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE FUNCTION fault_register_logged() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	INSERT INTO fault_register_log (name, token, value) VALUES (NEW.name, NEW.token, NEW.value);

@@ -33,7 +33,7 @@ import (
 // line, with timestamps from the host's clock (shared by every process of the machine):
 //
 //	op <id> call <ns> write <register> <token> <value>   then   op <id> ret <ns> ok|stale
-//	op <id> call <ns> read <register>                    then   op <id> ret <ns> <token> <value>
+//	op <id> call <ns> read <register>                    then   op <id> ret <ns> <token> <value> <server> <timeline>
 //	acq <id> call <ns> <register>                        then   acq <id> ret <ns> <token>|held
 //	trust <register> <token> <from ns> <until ns>        a grant, trusted from its reply until its deadline
 //	untrust <register> <token> <ns>                      ... or until its release
@@ -110,6 +110,12 @@ func faultWorker(ctx context.Context, w *workerproc.Worker) error {
 	return nil
 }
 
+// faultReadQuery reads a register, with the address of the server that answered and the
+// timeline it writes on (0 on a standby), read from the token floor, as tokens carry theirs.
+const faultReadQuery = `SELECT token, value, coalesce(host(inet_server_addr()), 'socket'),
+       CASE WHEN pg_is_in_recovery() THEN 0 ELSE (pgcoord_token_floor() >> 44) + 1 END
+  FROM fault_register WHERE name = $1`
+
 // faultRegisterLoop takes the lease of a random register and writes the register under the
 // grant's fence token a few times, with pauses in between; or reads a register. It never
 // checks that it still holds the lease: stale writes are what the fence must refuse.
@@ -123,11 +129,15 @@ func faultRegisterLoop(ctx context.Context, w *workerproc.Worker, name string, r
 			id := opID()
 			w.Say("op %s call %d read %s", id, time.Now().UnixNano(), reg)
 			var token, value int64
+			// Which server answered, and its timeline: a primary that a failover deposed
+			// answers reads on its open connections until it steps down (faultReadQuery).
+			var server string
+			var timeline int64
 			err := withTimeout(ctx, func(ctx context.Context) error {
-				return w.Pool.QueryRow(ctx, `SELECT token, value FROM fault_register WHERE name = $1`, reg).Scan(&token, &value)
+				return w.Pool.QueryRow(ctx, faultReadQuery, reg).Scan(&token, &value, &server, &timeline)
 			})
 			if err == nil {
-				w.Say("op %s ret %d %d %d", id, time.Now().UnixNano(), token, value)
+				w.Say("op %s ret %d %d %d %s %d", id, time.Now().UnixNano(), token, value, server, timeline)
 			}
 			continue
 		}
