@@ -173,9 +173,10 @@ func allocating(name, floor string, size int) bench.Scenario {
 }
 
 // TestRunMeasuresAllocations checks that allocations are counted per operation of the
-// scenario and leave out its floor's.
+// scenario and leave out its floor's. Not parallel: Run counts the whole process's
+// allocations, and the package's parallel tests, which run only after the sequential ones,
+// would add theirs (CI's PG17 leg once measured 105,647 B/op of the 65,536 allocated).
 func TestRunMeasuresAllocations(t *testing.T) {
-	t.Parallel()
 	const size, floorSize = 64 << 10, 1 << 20
 	s := allocating("test.alloc", "test.alloc_floor", size)
 	results, err := bench.Run(t.Context(), poolConfig(t), []bench.Scenario{s, allocating("test.alloc_floor", "", floorSize)},

@@ -97,7 +97,14 @@ func init() {
 			name: "outbox_drain", unit: "delivered messages not yet pruned", sizes: []int{0, 1000000},
 			what: fmt.Sprintf("an EnqueueBatch of %d messages, then the worker's relay delivers them (as outbox.throughput), "+
 				"beside delivered messages of the same topic: ops/s x %d is messages/s", OutboxBatchMessages, OutboxBatchMessages),
-			load: loadDeliveredMessages, newOp: newScaleDrainOp,
+			load: loadDeliveredMessages, newOp: newEnqueueDeliverOp("scale.outbox_drain", scaleDrainTopic),
+		},
+		{
+			name: "outbox_parked", unit: "keys parked behind a delayed message", sizes: []int{0, 1000, 10000},
+			what: fmt.Sprintf("an EnqueueBatch of %d messages, then the worker's relay delivers them (as outbox.throughput), "+
+				"beside keys of the same topic whose one message is due in a day: ops/s x %d is messages/s",
+				OutboxBatchMessages, OutboxBatchMessages),
+			load: loadParkedKeys, newOp: newEnqueueDeliverOp("scale.outbox_parked", scaleParkedTopic),
 		},
 	} {
 		f.register()

@@ -38,7 +38,9 @@ func TestRunScale(t *testing.T) {
 		"scale.relays.1": {"floor.select1", 200}, "scale.relays.2": {"scale.relays.1", 200},
 		"scale.relays.4": {"scale.relays.1", 200}, "scale.relays.8": {"scale.relays.1", 200},
 		"scale.outbox_drain.0": {"floor.select1", 0}, "scale.outbox_drain.1m": {"scale.outbox_drain.0", 1000},
-		"scale.ratelimit.1k": {"floor.select1", 1}, "scale.ratelimit.1m": {"scale.ratelimit.1k", 1000},
+		"scale.outbox_parked.0": {"floor.select1", 0}, "scale.outbox_parked.1k": {"scale.outbox_parked.0", 1},
+		"scale.outbox_parked.10k": {"scale.outbox_parked.0", 10},
+		"scale.ratelimit.1k":      {"floor.select1", 1}, "scale.ratelimit.1m": {"scale.ratelimit.1k", 1000},
 		"scale.schedules_due_scan.100": {"floor.select1", 1}, "scale.schedules_due_scan.1k": {"scale.schedules_due_scan.100", 1},
 		"scale.schedules_due_scan.10k": {"scale.schedules_due_scan.100", 10},
 		"scale.schedules_pass.100":     {"floor.select1", 1}, "scale.schedules_pass.1k": {"scale.schedules_pass.100", 1},
@@ -77,6 +79,8 @@ func TestRunScale(t *testing.T) {
 					"relays":      `SELECT count(*) FROM %s.pgcoord_outbox WHERE state = 'pending'`,
 					// Loaded delivered, never claimed; what the ops wrote was claimed.
 					"outbox_drain": `SELECT count(*) FROM %s.pgcoord_outbox WHERE state = 'delivered' AND claim_token IS NULL`,
+					// Loaded parked, passed over since: still pending, never claimed.
+					"outbox_parked": `SELECT count(*) FROM %s.pgcoord_outbox WHERE state = 'pending' AND key LIKE 'parked-%%' AND claim_token IS NULL`,
 					// Loaded live (a day ahead), charged since: still live.
 					"ratelimit": `SELECT count(*) FROM %s.pgcoord_ratelimit_state WHERE policy = 'bench_scale' AND key LIKE 'k%%' AND tat > pgcoord_clock()`,
 					// Loaded armed, looked at since, never claimed.

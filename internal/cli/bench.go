@@ -50,6 +50,7 @@ func (a *app) benchCommand() *cobra.Command {
 		soak        time.Duration
 		interval    time.Duration
 		pinXmin     bool
+		soakFloors  bool
 		memory      bool
 		waiters     int
 		leaseCount  int
@@ -72,12 +73,13 @@ scenario is measured beside it but reported only when it is selected itself.
 --scale runs the scale scenarios instead (scale.*; --only then selects among them): one
 operation at several sizes of the data beside it — tenants with demand for Next and
 AddDemand, rows of the leases and idempotency tables, delivered outbox messages not yet
-pruned, relays sharing one backlog, live rate limit keys, stored schedules for a
-Scheduler's look for due ticks and its whole pass, the partitions and members of a
-partition group for a member's join and leave (counted per partition) — each size in a
-schema of its own, measured against the smallest size. They load up to a million rows per size (about a minute), and hold one
-more connection per worker and size (per relay for the relays, which run with one worker
-only; a partition group rebalances with one worker too): the default --concurrency is then 1,8.
+pruned, outbox keys parked behind a delayed message, relays sharing one backlog, live rate
+limit keys, stored schedules for a Scheduler's look for due ticks and its whole pass, the
+partitions and members of a partition group for a member's join and leave (counted per
+partition) — each size in a schema of its own, measured against the smallest size. They
+load up to a million rows per size (about a minute), and hold one more connection per
+worker and size (per relay for the relays, which run with one worker only; a partition
+group rebalances with one worker too): the default --concurrency is then 1,8.
 
 The bench never touches pgcoord's tables: it creates a schema named pgcoord_bench_<hex>,
 migrates pgcoord into it, and drops it at the end, also on error or Ctrl-C (--schema is
@@ -105,9 +107,11 @@ for DURATION, each with --concurrency workers (one number; default 2), and every
 prints each one's throughput, the bench schema's dead and live tuples, and the age of the
 oldest snapshot; at the end, each one's last interval against its first (goal: 0.8).
 --pin-xmin holds a transaction open beside them the whole time, as a forgotten session or
-a long report would: vacuum then removes nothing they leave behind. With --json, one object
-per interval (interval, end_s, ops_per_sec, dead_tuples, live_tuples, xmin_age), then one
-with steady.
+a long report would: vacuum then removes nothing they leave behind. --floors runs each
+one's raw-SQL floor beside it, with as many workers, and reports its steadiness too: a fall
+the floor shares is the database's, not pgcoord's. With --json, one object per interval
+(interval, end_s, ops_per_sec, dead_tuples, live_tuples, xmin_age), then one with steady
+(and with --floors, floors: each scenario's floor).
 
 --memory measures the client instead: the growth of this process's resident memory and
 live heap, per waiter, while --waiters (10,000) leases.Acquire calls wait at once for one
@@ -145,7 +149,7 @@ heap_per_waiter_bytes, leases, renewals_per_sec, cpu_per_renewal_us).`,
 			}
 			if memory {
 				workers, err := modeFlags("memory", cmd.Flags().Changed,
-					[]string{"only", "duration", "list", "scale", "soak", "interval", "pin-xmin"},
+					[]string{"only", "duration", "list", "scale", "soak", "interval", "pin-xmin", "floors"},
 					concurrency, 64, 1000, "the number of goroutines that renew")
 				if err != nil {
 					return err
@@ -172,9 +176,9 @@ heap_per_waiter_bytes, leases, renewals_per_sec, cpu_per_renewal_us).`,
 						return usagef("--interval: want 100ms to the soak's length %v", soak)
 					}
 				}
-				return a.runSoak(cmd.Context(), only, soak, interval, workers, pinXmin)
+				return a.runSoak(cmd.Context(), only, soak, interval, workers, pinXmin, soakFloors)
 			}
-			for _, name := range []string{"pin-xmin", "interval"} {
+			for _, name := range []string{"pin-xmin", "interval", "floors"} {
 				if cmd.Flags().Changed(name) {
 					return usagef("--%s applies to --soak only", name)
 				}
@@ -247,6 +251,7 @@ heap_per_waiter_bytes, leases, renewals_per_sec, cpu_per_renewal_us).`,
 	f.DurationVar(&soak, "soak", 0, "run the soak for this long instead: one scenario of each primitive side by side, reported every --interval")
 	f.DurationVar(&interval, "interval", bench.DefaultSoakInterval, "with --soak: how often to report throughput and dead tuples")
 	f.BoolVar(&pinXmin, "pin-xmin", false, "with --soak: hold a transaction open beside the scenarios, so vacuum removes nothing they leave behind")
+	f.BoolVar(&soakFloors, "floors", false, "with --soak: run each scenario's raw-SQL floor beside it and report its steadiness too")
 	f.BoolVar(&memory, "memory", false, "measure the client's memory per blocked waiter and CPU per lease renewal instead")
 	f.IntVar(&waiters, "waiters", bench.DefaultMemoryWaiters, "with --memory: how many leases.Acquire calls wait at once")
 	f.IntVar(&leaseCount, "leases", bench.DefaultMemoryLeases, "with --memory: how many held leases are renewed once each")

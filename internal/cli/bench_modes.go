@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ type soakJSON struct {
 	LiveTuples *int64             `json:"live_tuples,omitempty"`
 	XminAge    *int64             `json:"xmin_age,omitempty"`
 	Steady     map[string]float64 `json:"steady,omitempty"`
+	Floors     map[string]string  `json:"floors,omitempty"`
 }
 
 // soakGoal is what a soak's steady ratio should reach (issue 32): the last interval's
@@ -29,8 +31,8 @@ const soakGoal = 0.8
 // The modes of bench beside its measurement against floors: --soak and --memory.
 
 // runSoak runs `pgcoord bench --soak`: the soak scenarios that match only, each with
-// workers workers, for d, reporting every interval.
-func (a *app) runSoak(ctx context.Context, only string, d, interval time.Duration, workers int, pinXmin bool) error {
+// workers workers, for d, reporting every interval; with floors, each one's floor beside it.
+func (a *app) runSoak(ctx context.Context, only string, d, interval time.Duration, workers int, pinXmin, floors bool) error {
 	var names []string
 	for _, n := range bench.SoakScenarios {
 		if strings.HasPrefix(n, only) {
@@ -40,13 +42,31 @@ func (a *app) runSoak(ctx context.Context, only string, d, interval time.Duratio
 	if len(names) == 0 {
 		return usagef("--only %q matches none of the soak's scenarios (%s)", only, strings.Join(bench.SoakScenarios, ", "))
 	}
-	scenarios, err := bench.SoakNames(names)
+	all := names
+	floorOf := map[string]string{}
+	if floors {
+		all = slices.Clone(names)
+		for _, n := range names {
+			s, _ := bench.Lookup(n)
+			if s.Floor != "" && s.Floor != n {
+				floorOf[n] = s.Floor
+				if !slices.Contains(all, s.Floor) {
+					all = append(all, s.Floor)
+				}
+			}
+		}
+	}
+	scenarios, err := bench.SoakNames(all)
 	if err != nil {
 		return err
 	}
 	cfg, err := a.poolConfig(int32(len(scenarios)*workers + 2))
 	if err != nil {
 		return err
+	}
+	width := 0
+	for _, n := range all {
+		width = max(width, len(n))
 	}
 	enc := json.NewEncoder(a.out)
 	var encErr error
@@ -60,8 +80,8 @@ func (a *app) runSoak(ctx context.Context, only string, d, interval time.Duratio
 			return
 		}
 		end := iv.End.Round(time.Second)
-		for _, n := range names {
-			fmt.Fprintf(a.out, "%-8v %-26s %10.1f ops/s\n", end, n, iv.OpsPerSec[n])
+		for _, n := range all {
+			fmt.Fprintf(a.out, "%-8v %-*s %10.1f ops/s\n", end, width, n, iv.OpsPerSec[n])
 		}
 		fmt.Fprintf(a.out, "%-8v dead tuples %d, live %d; oldest snapshot %d transactions old\n",
 			end, iv.DeadTuples, iv.LiveTuples, iv.XminAge)
@@ -72,7 +92,11 @@ func (a *app) runSoak(ctx context.Context, only string, d, interval time.Duratio
 	}
 	if a.json {
 		if encErr == nil {
-			encErr = enc.Encode(soakJSON{Steady: roundMap(res.Steady)})
+			js := soakJSON{Steady: roundMap(res.Steady)}
+			if floors {
+				js.Floors = floorOf
+			}
+			encErr = enc.Encode(js)
 		}
 		return encErr
 	}
@@ -83,7 +107,11 @@ func (a *app) runSoak(ctx context.Context, only string, d, interval time.Duratio
 		if res.Steady[n] < soakGoal {
 			verdict = "below the goal"
 		}
-		fmt.Fprintf(tw, "%s\t%.3f\t%s\n", n, res.Steady[n], verdict)
+		fmt.Fprintf(tw, "%s\t%.3f\t%s", n, res.Steady[n], verdict)
+		if f, ok := floorOf[n]; ok {
+			fmt.Fprintf(tw, "\tits floor %s\t%.3f", f, res.Steady[f])
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgcoord/pgcoord/internal/bench"
 	"github.com/pgcoord/pgcoord/internal/cli"
 	"github.com/pgcoord/pgcoord/internal/pgtest"
 )
@@ -155,6 +156,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--soak", "1s", "--only", "floor"},
 		{"--pin-xmin"},
 		{"--interval", "1s"},
+		{"--floors"},
+		{"--memory", "--floors"},
 		{"--memory", "--waiters", "0"},
 		{"--memory", "--leases", "-1"},
 		{"--memory", "--only", "leases"},
@@ -176,15 +179,7 @@ func TestBenchUsageErrors(t *testing.T) {
 // one JSON object per interval, then the steady ratios.
 func TestBenchSoakJSON(t *testing.T) {
 	t.Parallel()
-	code, out, errOut := runBench(t, "--database-url-file", urlFile(t, pgtest.URL(t)),
-		"bench", "--json", "--soak", "2s", "--interval", "1s", "--only", "leases", "--pin-xmin", "--concurrency", "1")
-	if code != cli.ExitOK {
-		t.Fatalf("bench --soak = %d, stdout %q, stderr %q", code, out, errOut)
-	}
-	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("bench --soak printed %d lines, want two intervals and the steady ratios: %q", len(lines), out)
-	}
+	lines := soakJSONLines(t, "--only", "leases", "--pin-xmin")
 	for i, line := range lines[:2] {
 		var iv struct {
 			Interval   int                `json:"interval"`
@@ -206,6 +201,52 @@ func TestBenchSoakJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[2]), &steady); err != nil || steady.Steady["leases.acquire_release"] <= 0 {
 		t.Errorf("last line %q: want the steady ratio of leases.acquire_release (%v)", lines[2], err)
 	}
+}
+
+// --soak --floors runs each selected scenario's raw-SQL floor beside it, reports both
+// every interval and both steady ratios, and names each scenario's floor.
+func TestBenchSoakFloors(t *testing.T) {
+	t.Parallel()
+	lines := soakJSONLines(t, "--only", "fenced", "--floors")
+	both := []string{"fenced.check", bench.FloorFencedWrite}
+	for _, line := range lines[:2] {
+		var iv struct {
+			OpsPerSec map[string]float64 `json:"ops_per_sec"`
+		}
+		if err := json.Unmarshal([]byte(line), &iv); err != nil {
+			t.Fatal(err)
+		}
+		if len(iv.OpsPerSec) != 2 || iv.OpsPerSec[both[0]] <= 0 || iv.OpsPerSec[both[1]] <= 0 {
+			t.Errorf("interval line %q: want the ops/s of %v", line, both)
+		}
+	}
+	var last struct {
+		Steady map[string]float64 `json:"steady"`
+		Floors map[string]string  `json:"floors"`
+	}
+	if err := json.Unmarshal([]byte(lines[2]), &last); err != nil {
+		t.Fatal(err)
+	}
+	if last.Steady[both[0]] <= 0 || last.Steady[both[1]] <= 0 || len(last.Floors) != 1 || last.Floors[both[0]] != both[1] {
+		t.Errorf("last line %q: want the steady ratios of %v and fenced.check's floor named", lines[2], both)
+	}
+}
+
+// soakJSONLines runs a 2-second soak with one worker a scenario and args, reported every
+// second in JSON, and returns its three lines: two intervals, then the steady ratios.
+func soakJSONLines(t *testing.T, args ...string) []string {
+	t.Helper()
+	all := append([]string{"--database-url-file", urlFile(t, pgtest.URL(t)),
+		"bench", "--json", "--soak", "2s", "--interval", "1s", "--concurrency", "1"}, args...)
+	code, out, errOut := runBench(t, all...)
+	if code != cli.ExitOK {
+		t.Fatalf("bench --soak %v = %d, stdout %q, stderr %q", args, code, out, errOut)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("bench --soak %v printed %d lines, want two intervals and the steady ratios: %q", args, len(lines), out)
+	}
+	return lines
 }
 
 // --memory measures the waiters' memory and the renewals' CPU, as one JSON object. It runs
