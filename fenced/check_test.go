@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgcoord/pgcoord/fenced"
@@ -196,6 +197,46 @@ func TestCheckOrdersConcurrentWriters(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Under REPEATABLE READ or SERIALIZABLE, a check whose snapshot predates another writer's
+// committed check of the same resource fails with 40001 (docs/sql-api.md,
+// pgcoord_fence_check), whether that writer raised the register or wrote it with the token
+// it held: every accepted check writes the register.
+func TestCheckUnderSnapshotIsolationConflicts(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		iso   pgx.TxIsoLevel
+		other int64 // the other writer's token, the register at 7
+	}{{pgx.RepeatableRead, 9}, {pgx.RepeatableRead, 7}, {pgx.Serializable, 9}, {pgx.Serializable, 7}} {
+		iso, other := c.iso, c.other
+		t.Run(fmt.Sprintf("%s/%d", iso, other), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool := pgtest.Pool(t)
+			if err := check(ctx, pool, "r", 7); err != nil {
+				t.Fatal(err)
+			}
+			rr, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = rr.Rollback(ctx) }()
+			if _, err := rr.Exec(ctx, `SELECT 1 FROM pgcoord_fences`); err != nil { // takes the snapshot
+				t.Fatal(err)
+			}
+			if err := check(ctx, pool, "r", other); err != nil {
+				t.Fatal(err)
+			}
+			err = fenced.Check(ctx, rr, "r", other)
+			if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+				t.Errorf("a %s Check(%d) after another writer's committed Check(%d) = %v, want SQLSTATE 40001", iso, other, other, err)
+			}
+			if got := register(t, pool, "r"); got != other {
+				t.Errorf("register = %d, want %d", got, other)
+			}
+		})
 	}
 }
 
