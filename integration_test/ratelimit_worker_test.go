@@ -33,7 +33,7 @@ const rlRole = "ratelimit.worker"
 //
 // Errors of a call (its backend killed by the test) end the call's transaction and the
 // loop goes on. It says "ready", then after "quit" "done <admitted> <refused by per_key>
-// <refused by per_tenant> <refused by global> <failed calls>".
+// <refused by per_tenant> <refused by global> <failed calls> <refused by rl_exact>".
 //
 // MODE=line is different: see rlLine.
 func ratelimitWorker(ctx context.Context, w *workerproc.Worker) error {
@@ -78,7 +78,8 @@ func ratelimitWorker(ctx context.Context, w *workerproc.Worker) error {
 	}
 	quit.Store(true)
 	wg.Wait()
-	w.Say("done %d %d %d %d %d", admitted.Load(), refused["per_key"], refused["per_tenant"], refused["global"], failed.Load())
+	w.Say("done %d %d %d %d %d %d", admitted.Load(), refused["per_key"], refused["per_tenant"], refused["global"], failed.Load(),
+		refused["rl_exact"])
 	return nil
 }
 
