@@ -44,8 +44,10 @@ const (
 	// slot is long enough for the takeover of a killed runner, which must come within it,
 	// even on a loaded machine.
 	emailEvery = 10 * time.Second
-	// emailStartup is how long before that first tick the replicas start: each one must
-	// be up before it, or it would wait for the next tick.
+	// emailStartup is how long after every replica said it is ready the first tick falls:
+	// each one must watch it, or it would wait for the next tick. (Their timer was set at
+	// their start once, and a loaded machine started the last one after it: the tick then
+	// had one replica, and nobody took it over.)
 	emailStartup = 2 * time.Second
 	// emailTTL is the lease of a running tick: a runner silent for that long is taken over.
 	emailTTL = time.Second
@@ -104,12 +106,9 @@ func (d *demo) emailRound(ctx context.Context, mode string, res *EmailResult) (s
 		defer func() { stop(); <-done }()
 	}
 	var procs []*workerproc.Proc
-	fireAt := time.Now().Add(emailStartup) // every replica's own timer says: now
 	for i := 1; i <= emailReplicas; i++ {
 		name := "replica-" + strconv.Itoa(i)
-		p, err := d.start(name, emailRole, map[string]string{
-			"MODE": mode, "NAME": name, "FIRE_AT": strconv.FormatInt(fireAt.UnixMilli(), 10),
-		})
+		p, err := d.start(name, emailRole, map[string]string{"MODE": mode, "NAME": name})
 		if err != nil {
 			return "", err
 		}
@@ -117,6 +116,13 @@ func (d *demo) emailRound(ctx context.Context, mode string, res *EmailResult) (s
 		procs = append(procs, p)
 	}
 	g := workerproc.NewGroup(procs...)
+	for range procs {
+		if _, err := g.Next(stepTimeout, "ready"); err != nil {
+			return "", err
+		}
+	}
+	fireAt := time.Now().Add(emailStartup) // every replica's own timer says: now
+	g.Send("fire " + strconv.FormatInt(fireAt.UnixMilli(), 10))
 	if mode == mailNaive {
 		var campaign string
 		for range procs {
@@ -191,16 +197,22 @@ func (d *demo) sendEmail(ctx context.Context, m outbox.Message) error {
 	})
 }
 
-// emailWorker is one replica. Naive: at FIRE_AT its own timer sends the report to every
-// customer, and it says "sent <n> <campaign>". pgcoord: it runs the job with
-// singleton.Schedule, whose first tick falls on FIRE_AT; the first attempt of a tick stops
+// emailWorker is one replica. It says "ready", then waits for "fire <unix ms>": the moment
+// its timer goes off, the same for every replica. Naive: then its own timer sends the
+// report to every customer, and it says "sent <n> <campaign>". pgcoord: it runs the job
+// with singleton.Schedule, whose first tick falls on that moment; the first attempt of a tick stops
 // a third of the way through and says "stalled <campaign> <n>" (the demo kills it), a run
 // that completes says "ran <campaign> <attempt>". It stops on "stop".
 func emailWorker(ctx context.Context, w *workerproc.Worker) error {
 	mode, name := w.Param("MODE"), w.Param("NAME")
-	fireAt, err := strconv.ParseInt(w.Param("FIRE_AT"), 10, 64)
+	w.Say("ready")
+	fire, err := w.Next() // fire <unix ms>: when its timer goes off, as every replica's
 	if err != nil {
 		return err
+	}
+	fireAt, err := strconv.ParseInt(strings.TrimPrefix(fire, "fire "), 10, 64)
+	if err != nil {
+		return fmt.Errorf("want fire <unix ms>, got %q: %w", fire, err)
 	}
 	if mode == mailNaive {
 		time.Sleep(time.Until(time.UnixMilli(fireAt)))
