@@ -146,8 +146,8 @@
 // # Failure modes
 //
 //   - A producer in a REPEATABLE READ or SERIALIZABLE transaction gets a serialization
-//     failure (SQLSTATE 40001; retry the transaction) when another transaction created,
-//     or pgcoord gc deleted, its key's order row (pgcoord_outbox_keys) after its snapshot.
+//     failure (SQLSTATE 40001; retry the transaction) when another transaction created
+//     its key's order row (pgcoord_outbox_keys) after its snapshot.
 //     The rows of keys with no pending message are collected by pgcoord gc (kind
 //     outbox_keys); an Enqueue of such a key waits for that gc transaction's commit.
 //   - Duplicates: a relay that delivered a message but died (or was paused past ClaimTTL)

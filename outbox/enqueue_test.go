@@ -1,8 +1,12 @@
 package outbox_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,50 +166,159 @@ func TestEnqueueDelay(t *testing.T) {
 	}
 }
 
-// Two transactions writing one key are serialized by Enqueue: the second gets its id
-// after the first committed, so the key's ids are in commit order.
+// Two transactions writing one key are serialized, by Enqueue and by EnqueueBatch alike,
+// whether the key's order row is new (the first writer creates it) or was left by an
+// earlier message (the first writer locks it): the second gets its id after the first
+// committed, so the key's ids are in commit order.
 func TestEnqueueSerializesWritersOfOneKey(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	pool := pgtest.Pool(t)
-	first, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
+	one := func(ctx context.Context, tx pgx.Tx, m outbox.Message) (outbox.Message, error) {
+		return outbox.Enqueue(ctx, tx, m)
 	}
-	defer first.Rollback(ctx)
-	a, err := outbox.Enqueue(ctx, first, msg("k", "a"))
-	if err != nil {
-		t.Fatal(err)
+	batch := func(ctx context.Context, tx pgx.Tx, m outbox.Message) (outbox.Message, error) {
+		// Keys of this writer's own on both sides of it, so the batch locks more than the
+		// contended row, and only that row is both writers'.
+		p := string(m.Payload)
+		got, err := outbox.EnqueueBatch(ctx, tx, []outbox.Message{msg("a"+p, "-"), m, msg("z"+p, "-")})
+		if err != nil {
+			return outbox.Message{}, err
+		}
+		return got[1], nil
 	}
-	second, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name    string
+		enqueue func(context.Context, pgx.Tx, outbox.Message) (outbox.Message, error)
+		known   bool // the key's row is there before the first writer
+	}{{"Enqueue/new", one, false}, {"Enqueue/known", one, true}, {"EnqueueBatch/new", batch, false}, {"EnqueueBatch/known", batch, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool := pgtest.Pool(t)
+			if c.known {
+				enqueue(t, pool, msg("k", "earlier"))
+			}
+			first, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer first.Rollback(ctx)
+			a, err := c.enqueue(ctx, first, msg("k", "a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer second.Rollback(ctx)
+			// Another key is not held up.
+			if _, err := outbox.Enqueue(ctx, second, msg("other", "o")); err != nil {
+				t.Fatal(err)
+			}
+			waiter, blocker := pgtest.BackendPID(t, second), pgtest.BackendPID(t, first)
+			call := pgtest.Go(func() (outbox.Message, error) { return c.enqueue(ctx, second, msg("k", "b")) })
+			pgtest.WaitBlocked(t, pool, call, waiter, blocker)
+			if err := first.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b, err := call.Wait(t)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := second.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if b.ID <= a.ID {
+				t.Fatalf("second writer of the key got id %d, not above the first's %d", b.ID, a.ID)
+			}
+			rec := &recorder{}
+			runBatch(t, newRelay(t, pool, rec, outbox.Config{}))
+			var k []string
+			for _, p := range rec.payloads() {
+				if p == "earlier" || p == "a" || p == "b" {
+					k = append(k, p)
+				}
+			}
+			want := "a,b"
+			if c.known {
+				want = "earlier,a,b"
+			}
+			if got := strings.Join(k, ","); got != want {
+				t.Fatalf("delivered %s of key k; want %s", got, want)
+			}
+		})
 	}
-	defer second.Rollback(ctx)
-	// Another key is not held up.
-	if _, err := outbox.Enqueue(ctx, second, msg("other", "o")); err != nil {
-		t.Fatal(err)
-	}
-	waiter, blocker := pgtest.BackendPID(t, second), pgtest.BackendPID(t, first)
-	call := pgtest.Go(func() (outbox.Message, error) { return outbox.Enqueue(ctx, second, msg("k", "b")) })
-	pgtest.WaitBlocked(t, pool, call, waiter, blocker)
-	if err := first.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b, err := call.Wait(t)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := second.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if b.ID <= a.ID {
-		t.Fatalf("second writer of the key got id %d, not above the first's %d", b.ID, a.ID)
-	}
-	rec := &recorder{}
-	runBatch(t, newRelay(t, pool, rec, outbox.Config{}))
-	if got := strings.Join(rec.payloads(), ","); got != "o,a,b" && got != "a,b,o" {
-		t.Fatalf("delivered %s; want a before b", got)
+}
+
+// A producer in a REPEATABLE READ transaction gets a serialization failure (40001) when
+// another transaction created its key's order row after its snapshot (outbox/doc.go,
+// Failure modes), from Enqueue and EnqueueBatch alike. A key whose row was there before its
+// snapshot is written, and so is one whose row another transaction deletes (as pgcoord gc
+// does) while the producer waits for it: the row is created again.
+func TestEnqueueUnderRepeatableReadConflicts(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []bool{false, true} {
+		for _, deleted := range []bool{false, true} {
+			t.Run(fmt.Sprintf("batch=%v/deleted=%v", batch, deleted), func(t *testing.T) {
+				t.Parallel()
+				ctx := t.Context()
+				pool := pgtest.Pool(t)
+				enqueue(t, pool, msg("old", "x"))
+				rr, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer rr.Rollback(ctx)
+				if _, err := rr.Exec(ctx, `SELECT FROM pgcoord_outbox_keys LIMIT 1`); err != nil { // takes the snapshot
+					t.Fatal(err)
+				}
+				write := func(m outbox.Message) (outbox.Message, error) {
+					if batch {
+						got, err := outbox.EnqueueBatch(ctx, rr, []outbox.Message{m})
+						if err != nil {
+							return outbox.Message{}, err
+						}
+						return got[0], nil
+					}
+					return outbox.Enqueue(ctx, rr, m)
+				}
+				if deleted {
+					del, err := pool.Begin(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer del.Rollback(ctx)
+					if _, err := del.Exec(ctx, `DELETE FROM pgcoord_outbox_keys WHERE topic = 't' AND key = 'old'`); err != nil {
+						t.Fatal(err)
+					}
+					waiter, blocker := pgtest.BackendPID(t, rr), pgtest.BackendPID(t, del)
+					call := pgtest.Go(func() (outbox.Message, error) { return write(msg("old", "x2")) })
+					pgtest.WaitBlocked(t, pool, call, waiter, blocker)
+					if err := del.Commit(ctx); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := call.Wait(t); err != nil {
+						t.Fatalf("a key whose row was deleted while the producer waited: %v", err)
+					}
+					if err := rr.Commit(ctx); err != nil {
+						t.Fatal(err)
+					}
+					var n int
+					if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgcoord_outbox_keys WHERE topic = 't' AND key = 'old'`).Scan(&n); err != nil || n != 1 {
+						t.Fatalf("the key's order row: %d rows (%v), want 1", n, err)
+					}
+					return
+				}
+				enqueue(t, pool, msg("new", "y"))
+				if _, err := write(msg("old", "x2")); err != nil {
+					t.Fatalf("a key whose row predates the snapshot: %v", err)
+				}
+				_, err = write(msg("new", "y2"))
+				if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+					t.Fatalf("a key whose row another transaction created after the snapshot: %v, want SQLSTATE 40001", err)
+				}
+			})
+		}
 	}
 }
 
@@ -290,5 +403,41 @@ func TestEnqueueLockIsARowLock(t *testing.T) {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
 		t.Fatalf("the key's row while its producer is open: %v, want 55P03 (locked)", err)
+	}
+}
+
+// Concurrent EnqueueBatch calls never deadlock on each other (outbox.go): each takes its
+// keys' locks in one order, whatever order its messages come in. Eight writers each write
+// batches of five of eight keys, in a random order, and hold them until commit.
+func TestEnqueueBatchesNeverDeadlock(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(uint64(w), 1))
+			for range 25 {
+				perm := rnd.Perm(len(keys))
+				var batch []outbox.Message
+				for _, i := range perm[:5] {
+					batch = append(batch, msg(keys[i], "-"))
+				}
+				err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+					_, err := outbox.EnqueueBatch(t.Context(), tx, batch)
+					return err
+				})
+				if err != nil {
+					errs <- fmt.Errorf("writer %d: %w", w, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
