@@ -223,6 +223,21 @@ func TestOutboxWithRealProcessesKillsAndPauses(t *testing.T) {
 	for range obRelays {
 		startRelay()
 	}
+	// A failure explains itself: the relays' stderr first, the database's state last.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, p := range relays {
+			logStderrTail(t, p)
+		}
+		logRows(t, pool, "pending messages by key (key, bucket, pending, claimed now, due, first id, claimed by, most attempts)", `
+			SELECT key, min(bucket), count(*), count(*) FILTER (WHERE claim_expires_at > clock_timestamp()),
+			       count(*) FILTER (WHERE available_at <= clock_timestamp()), min(id), min(claimed_by), max(attempts)
+			  FROM pgcoord_outbox WHERE state = 'pending' GROUP BY key ORDER BY key LIMIT 40`)
+		logGroup(t, pool, outbox.GroupName(nil))
+		logSessions(t, pool)
+	})
 
 	// Collect the producers' rolled-back ids as they go.
 	rolledBack := map[int64]bool{}

@@ -3,7 +3,6 @@
 package integration_test
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"math"
@@ -555,36 +554,12 @@ func (h *partChaos) explainFailure() {
 	if !t.Failed() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	dump := func(title, query string, args ...any) {
-		rows, err := h.pool.Query(ctx, query, args...)
-		if err != nil {
-			t.Logf("%s: %v", title, err)
-			return
-		}
-		defer rows.Close()
-		var b strings.Builder
-		for rows.Next() {
-			vals, err := rows.Values()
-			if err != nil {
-				t.Logf("%s: %v", title, err)
-				return
-			}
-			fmt.Fprintln(&b, vals...)
-		}
-		t.Logf("%s:\n%s", title, b.String())
-	}
-	// CI shows the end of a failed test's output: the processes' stderr (their last lines)
-	// first, the database's state last.
 	for _, m := range h.slots {
 		if m != nil {
-			lines := strings.Split(strings.TrimSpace(m.proc.Stderr()), "\n")
-			t.Logf("%s's stderr (its last %d lines):\n%s", m.name, min(len(lines), explainStderrLines),
-				strings.Join(lines[max(0, len(lines)-explainStderrLines):], "\n"))
+			logStderrTail(t, m.proc)
 		}
 	}
-	dump("partitions not settled (partition, target, holder, token, expires in, last write's token, its age)", `
+	logRows(t, h.pool, "partitions not settled (partition, target, holder, token, expires in, last write's token, its age)", `
 		SELECT p.partition, p.target, p.holder, p.fence_token, (p.expires_at - clock_timestamp())::text,
 		       l.token, (clock_timestamp() - l.at)::text
 		  FROM pgcoord_partitions p
@@ -592,17 +567,9 @@ func (h *partChaos) explainFailure() {
 		 WHERE p.group_name = $1 AND NOT (p.holder IS NOT DISTINCT FROM p.target AND p.expires_at > clock_timestamp()
 		                                  AND l.token IS NOT DISTINCT FROM p.fence_token)
 		 ORDER BY p.partition`, partChaosGroup)
-	dump("members (member, weight, expires in, draining)", `
-		SELECT member, weight, (expires_at - clock_timestamp())::text, draining_at::text FROM pgcoord_partition_members
-		 WHERE group_name = $1 ORDER BY member`, partChaosGroup)
-	dump("sessions (pid, application, state, wait, in transaction for, blocked by, query)", `
-		SELECT pid, application_name, state, wait_event_type || ':' || wait_event, (clock_timestamp() - xact_start)::text,
-		       pg_blocking_pids(pid)::text, left(query, 120)
-		  FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`)
+	logMembers(t, h.pool, partChaosGroup)
+	logSessions(t, h.pool)
 }
-
-// explainStderrLines is how much of each member's stderr explainFailure shows.
-const explainStderrLines = 15
 
 // finish ends the schedule: every slot filled and the group settled, it checks the
 // balance and that each process's view agrees with the database, then kills every
