@@ -80,3 +80,25 @@ func logSessions(t testing.TB, pool *pgxpool.Pool) {
 		       pg_blocking_pids(pid)::text, left(query, 120)
 		  FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`)
 }
+
+// chaosTurn lets one chaos test at a time run its processes: TestFaults,
+// TestFaultChecksCatchUnfencedWrites, TestPartitionChaos and
+// TestOutboxWithRealProcessesKillsAndPauses each run a partition group of real processes
+// (TTL 1 to 2 s) under injected faults. Run together beside CI's
+// two CPU hogs on a 2-core machine, their members' heartbeats queued behind one another's
+// on each group's row for longer than the TTL, timed out and were retried, and the groups
+// stopped granting (every member's heartbeat failing for 40 s and more); each test alone
+// beside the hogs passes. See docs/partitions.md, Failure modes.
+var chaosTurn = make(chan struct{}, 1)
+
+// takeChaosTurn waits for the chaos tests before t to end, and gives the turn on when t
+// ends.
+func takeChaosTurn(t *testing.T) {
+	t.Helper()
+	select {
+	case chaosTurn <- struct{}{}:
+	case <-t.Context().Done():
+		t.Fatal("waiting for the other chaos tests to end:", t.Context().Err())
+	}
+	t.Cleanup(func() { <-chaosTurn })
+}

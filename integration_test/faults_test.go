@@ -94,6 +94,7 @@ CREATE TABLE fault_rl_calls (id text PRIMARY KEY, worker text NOT NULL, before_a
 
 func TestFaults(t *testing.T) {
 	t.Parallel()
+	takeChaosTurn(t)
 	seed := faultSeed(t)
 	duration := faultDuration(t, 20*time.Second)
 	h := newFaultHarness(t, seed)
@@ -111,6 +112,7 @@ func TestFaults(t *testing.T) {
 // registers' and the partitions'.
 func TestFaultChecksCatchUnfencedWrites(t *testing.T) {
 	t.Parallel()
+	takeChaosTurn(t)
 	// Pauses of a register's holder, past its lease, until a lower token commits: bounded
 	// by how many holders were paused, not by a time a loaded machine might spend on fewer.
 	// (Random faults hit a holder between its grant and its write too rarely: twice in

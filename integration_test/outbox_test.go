@@ -176,6 +176,7 @@ func outboxRelay(ctx context.Context, w *workerproc.Worker) error {
 
 func TestOutboxWithRealProcessesKillsAndPauses(t *testing.T) {
 	t.Parallel()
+	takeChaosTurn(t)
 	ctx := t.Context()
 	pool, schema := workerDB(t, obSchema)
 	url := pgtest.URL(t)

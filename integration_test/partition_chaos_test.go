@@ -65,6 +65,7 @@ import (
 // runs it for SOAK, with TestFaults).
 func TestPartitionChaos(t *testing.T) {
 	t.Parallel()
+	takeChaosTurn(t)
 	seed := faultSeed(t)
 	duration := faultDuration(t, 60*time.Second)
 	pool, schema := workerDB(t, partChaosSchema)
