@@ -68,12 +68,16 @@
 //     holds that one partition: it is granted to nobody until the transaction ends (its
 //     next owner tries again every thirtieth of its TTL). The group's other partitions,
 //     plans and renewals go on.
-//   - Each heartbeat is given the TTL to complete; a failed one is tried again soon after.
-//     A database too slow for that (heartbeats queued on the group's row under load, or a
-//     TTL close to a heartbeat's round trip) lets grants lapse before their renewals (the
-//     member gives them up by its own clock, OnRevoke runs), and the group churns while
-//     members hold little. Choose a TTL several
-//     times the heartbeat's latency at peak.
+//   - The grants lapse at their deadline by the member's clock (a TTL after the heartbeat
+//     that renewed them was sent), whatever heartbeat is under way. Each heartbeat is given
+//     three TTLs to answer, on its connection (a call its context ends closes the
+//     connection, and a new one is slower on a busy server: its backend compiles the
+//     functions again); a failed one is tried again soon after. A database too slow to
+//     answer within the TTL (heartbeats queued on the group's row under load, or a TTL
+//     close to a heartbeat's round trip) lets grants lapse before their renewals (the
+//     member gives them up, OnRevoke runs), and the group churns while members hold
+//     little, until the heartbeats are quick again. Choose a TTL several times the
+//     heartbeat's latency at peak.
 //   - After an asynchronous failover that lost a grant, use one check per partition:
 //     fenced.Check alone (the register keeps the highest token written) or Member.Check
 //     alone (the grant row as the new primary has it).

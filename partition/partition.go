@@ -93,7 +93,8 @@ type Partition struct {
 	// Token is the grant's fence token: higher than every earlier grant's of the partition.
 	Token int64
 	// Context is cancelled when the partition leaves the member (revoked, lost, or Leave),
-	// and, by the local clock, when the grant may have expired because heartbeats failed.
+	// and, by the local clock, when the grant may have expired because heartbeats failed
+	// or did not answer in time.
 	Context context.Context
 }
 
@@ -118,11 +119,21 @@ type Member struct {
 
 	mu         sync.Mutex
 	owned      map[int]*grant
-	release    []int32   // revoked partitions whose OnRevoke returned, to release
-	partitions int       // the group's size at the last heartbeat
-	deadline   time.Time // when the grants may expire, by the local clock
-	wakeAt     time.Time // when something may change without a notification
+	release    []int32     // revoked partitions whose OnRevoke returned, to release
+	partitions int         // the group's size at the last heartbeat
+	deadline   time.Time   // when the grants may expire, by the local clock
+	lapseAt    *time.Timer // gives the grants up at deadline, whatever heartbeat is under way
+	wakeAt     time.Time   // when something may change without a notification
 }
+
+// answerWithin is how long a heartbeat (or a read of the grants) may take, in TTLs, before
+// the member gives up on it and tries again on another connection. Not one TTL: a call ended
+// by its context closes its connection, and on a server short of CPU the next call, on a
+// new connection whose backend must compile the functions and plan their statements again
+// (ten times a warm call's work), took longer still: every heartbeat of every member then
+// timed out, for minutes, and the group granted nothing. A late answer still keeps its
+// connection warm and its work done; the grants lapse at their deadline meanwhile.
+const answerWithin = 3
 
 type grant struct {
 	p        Partition
@@ -386,13 +397,13 @@ func (m *Member) run(w *listen.Waiter) {
 			return
 		}
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
-			m.lapse()
+			m.lapse(deadline)
 		}
 		if synced == nil && time.Now().Before(next) && !m.releasing() && m.look() {
 			// Woken early by a notification: a read showed all that changed.
 			continue
 		}
-		bctx, cancel := context.WithTimeout(m.ctx, m.o.TTL)
+		bctx, cancel := context.WithTimeout(m.ctx, answerWithin*m.o.TTL)
 		err = m.beat(bctx, false)
 		cancel()
 		if synced != nil {
@@ -424,7 +435,7 @@ func (m *Member) releasing() bool {
 // to release) from a read. It says false, for a heartbeat, when the read failed, the
 // member is not live, or a partition planned for it is still free.
 func (m *Member) look() bool {
-	ctx, cancel := context.WithTimeout(m.ctx, m.o.TTL)
+	ctx, cancel := context.WithTimeout(m.ctx, answerWithin*m.o.TTL)
 	defer cancel()
 	sent := time.Now()
 	r, err := queries.PartitionOwned(ctx, m.pool, dbsqlc.PartitionOwnedParams{GroupName: m.group, Member: m.id})
@@ -511,9 +522,14 @@ func (m *Member) Sync(ctx context.Context) error {
 }
 
 // lapse gives up every grant whose heartbeat did not come back in time: by the local clock
-// they may have expired, and another member may hold them.
-func (m *Member) lapse() {
+// they may have expired, and another member may hold them. It does nothing if a heartbeat
+// answered since the deadline was set (the grants' deadline is not deadline any more).
+func (m *Member) lapse(deadline time.Time) {
 	m.mu.Lock()
+	if !m.deadline.Equal(deadline) {
+		m.mu.Unlock()
+		return
+	}
 	lost := m.owned
 	m.owned = map[int]*grant{}
 	m.release = nil
@@ -570,7 +586,18 @@ func (m *Member) apply(r dbsqlc.PartitionHeartbeatRow, sent time.Time, released 
 	m.partitions = int(r.Partitions)
 	m.deadline = sent.Add(r.ExpiresAt.Sub(r.DbNow))
 	// (sent is before the database's now: a few milliseconds later, the expiry has passed
-	// by the database clock too.)
+	// by the database clock too.) The grants lapse then, even while a heartbeat is under
+	// way; an answer that came too late lapses them at once, before any is assigned.
+	if m.lapseAt != nil {
+		m.lapseAt.Stop()
+	}
+	deadline := m.deadline
+	if !time.Now().Before(deadline) {
+		m.mu.Unlock()
+		m.lapse(deadline)
+		return 0, 0
+	}
+	m.lapseAt = time.AfterFunc(time.Until(deadline), func() { m.lapse(deadline) })
 	m.wakeAt = sent.Add(r.WakeAt.Sub(r.DbNow)).Add(10 * time.Millisecond)
 	m.release = slices.DeleteFunc(m.release, func(p int32) bool { return slices.Contains(released, p) })
 	var lost, added, revoke []*grant

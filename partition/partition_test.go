@@ -493,10 +493,10 @@ func (s beatSpan) End(err error) {
 }
 
 // TestHeartbeatsTheDatabaseCannotAnswerLapseTheGrants: while a transaction holds the
-// group's row, no heartbeat can complete. Each one ends at the TTL with an error and is
-// tried again (none waits for the lock for good); the member gives its grants up by its
-// own clock (OnRevoke runs for each), and takes them again, under new tokens, once a
-// heartbeat completes.
+// group's row, no heartbeat can complete. Each one ends with an error three TTLs after it
+// was sent and is tried again (none waits for the lock for good); the member gives its
+// grants up by its own clock (OnRevoke runs for each), and takes them again, under new
+// tokens, once a heartbeat completes.
 func TestHeartbeatsTheDatabaseCannotAnswerLapseTheGrants(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -535,6 +535,54 @@ func TestHeartbeatsTheDatabaseCannotAnswerLapseTheGrants(t *testing.T) {
 		if p.Token <= before[p.ID] {
 			t.Errorf("partition %d taken again under token %d, not above its lapsed grant's %d", p.ID, p.Token, before[p.ID])
 		}
+	}
+}
+
+// TestSlowHeartbeatIsAnsweredWhileItsGrantsLapse: a heartbeat that waits for the group's row
+// longer than the TTL is not given up at the TTL (which would close its connection, and on
+// a busy server the next heartbeat, on a new connection, is slower still): it is answered
+// once the row is free, without an error. Its grants lapse meanwhile, at their deadline by
+// the member's clock, not when the heartbeat ends.
+func TestSlowHeartbeatIsAnsweredWhileItsGrantsLapse(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(ctx, `SELECT pgcoord_partition_create('slow', 2)`); err != nil {
+		t.Fatal(err)
+	}
+	b := &beats{}
+	m, e := join(t, pool, "slow", "only", partition.Options{TTL: 2 * time.Second, Tracer: b})
+	pgtest.Until(t, "the member holds both partitions", func() bool { return len(m.Owned()) == 2 })
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_partition_groups WHERE name = 'slow' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	failed := b.failed.Load()
+	pgtest.Until(t, "a heartbeat waited for the group's row longer than the TTL", func() bool {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%pgcoord_partition_heartbeat%' AND query NOT LIKE '%pg_stat_activity%'
+			  AND clock_timestamp() - query_start > interval '2.4 seconds'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	})
+	pgtest.Until(t, "the member gave its grants up while the heartbeat waits", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return len(m.Owned()) == 0 && e.revoked[0] == 1 && e.revoked[1] == 1
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Until(t, "the member holds both partitions again", func() bool { return len(m.Owned()) == 2 })
+	if n := b.failed.Load() - failed; n != 0 {
+		t.Errorf("%d heartbeats failed while the group's row was held for less than three TTLs, want none", n)
 	}
 }
 
