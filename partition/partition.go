@@ -437,8 +437,12 @@ func (m *Member) releasing() bool {
 func (m *Member) look() bool {
 	ctx, cancel := context.WithTimeout(m.ctx, answerWithin*m.o.TTL)
 	defer cancel()
-	sent := time.Now()
-	r, err := queries.PartitionOwned(ctx, m.pool, dbsqlc.PartitionOwnedParams{GroupName: m.group, Member: m.id})
+	conn, sent, err := m.acquire(ctx)
+	if err != nil {
+		return false
+	}
+	defer conn.Release()
+	r, err := queries.PartitionOwned(ctx, conn, dbsqlc.PartitionOwnedParams{GroupName: m.group, Member: m.id})
 	if err != nil || !r.Live || r.Pending > 0 {
 		return false
 	}
@@ -543,6 +547,16 @@ func (m *Member) lapse(deadline time.Time) {
 	}
 }
 
+// acquire returns a connection of the member's pool and the instant it was handed over,
+// which a grant's deadline counts from: the database reads its clock after that (a
+// deadline from then is still early enough), and not counting the wait for a connection —
+// a new one on a busy server took longer than a one-second TTL — leaves the grants their
+// time.
+func (m *Member) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
+	conn, err := m.pool.Acquire(ctx)
+	return conn, time.Now(), err
+}
+
 // beat sends one heartbeat, releasing the revoked partitions whose OnRevoke returned, and
 // applies its answer.
 func (m *Member) beat(ctx context.Context, joining bool) (err error) {
@@ -558,8 +572,12 @@ func (m *Member) beat(ctx context.Context, joining bool) (err error) {
 			tracing.Str(tracing.AttrGroup, m.group), tracing.Str(tracing.AttrHolder, m.id))
 		defer func() { span.End(err) }()
 	}
-	sent := time.Now()
-	r, err := queries.PartitionHeartbeat(ctx, m.pool, dbsqlc.PartitionHeartbeatParams{
+	conn, sent, err := m.acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("partition: heartbeat of %q in %q: %w", m.id, m.group, translate(err))
+	}
+	defer conn.Release()
+	r, err := queries.PartitionHeartbeat(ctx, conn, dbsqlc.PartitionHeartbeatParams{
 		GroupName: m.group, Member: m.id, Weight: int32(m.o.Weight), Ttl: dbarg.Interval(m.o.TTL),
 		Release: release, Joining: joining,
 	})

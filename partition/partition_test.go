@@ -586,6 +586,46 @@ func TestSlowHeartbeatIsAnsweredWhileItsGrantsLapse(t *testing.T) {
 	}
 }
 
+// TestWaitForAConnectionLeavesTheGrantsTheirTime: a grant's deadline counts from when the
+// pool handed the heartbeat a connection, not from before. A member whose pool takes
+// longer than the TTL to hand one over (opening a connection on a busy server took longer
+// than a one-second TTL) still takes what its heartbeat was granted: OnAssign runs for both
+// partitions before Join returns, rather than the answer being judged too late.
+func TestWaitForAConnectionLeavesTheGrantsTheirTime(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	plain := pgtest.Pool(t)
+	if _, err := plain.Exec(ctx, `SELECT pgcoord_partition_create('handover', 2)`); err != nil {
+		t.Fatal(err)
+	}
+	const ttl, handOver = 2 * time.Second, 3 * time.Second
+	var slow atomic.Bool
+	cfg := plain.Config()
+	prepare := cfg.PrepareConn
+	cfg.PrepareConn = func(ctx context.Context, c *pgx.Conn) (bool, error) {
+		if slow.Load() {
+			time.Sleep(handOver)
+		}
+		if prepare != nil {
+			return prepare(ctx, c)
+		}
+		return true, nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	slow.Store(true)
+	_, e := join(t, pool, "handover", "only", partition.Options{TTL: ttl})
+	slow.Store(false)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.assigned) != 2 {
+		t.Fatalf("OnAssign ran for %v when Join returned, want both partitions", e.assigned)
+	}
+}
+
 // A partition whose expired grant a transaction still holds (a Check of its last holder,
 // left open) is granted to its next owner once the transaction ends; meanwhile the next
 // owner, which waits for that expiry, heartbeats a few times a second, not in a loop.
