@@ -288,11 +288,11 @@ func TestIdleRunBatchRelayLeavesItsGroup(t *testing.T) {
 		}
 		return n == 0 && holding(t, pool, "cron") == 0
 	})
-	// It joins again at its next batch.
+	// It joins again at its next batch. (The database shows the leave committed a moment
+	// before the relay has finished it; a batch made meanwhile claims nothing, by design,
+	// and CI saw one: the batch is made again until the relay claims.)
 	enqueue(t, pool, msg("a", "2"))
-	if n := runBatch(t, r); n != 1 {
-		t.Fatalf("claimed %d after leaving, want 1", n)
-	}
+	waitFor(t, "the relay joined again and claimed the new message", func() bool { return runBatch(t, r) == 1 })
 }
 
 // A revoked partition moves only after the batch under way is settled: while relay-a's
