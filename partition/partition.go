@@ -441,8 +441,8 @@ func (m *Member) look() bool {
 	if err != nil {
 		return false
 	}
-	defer conn.Release()
 	r, err := queries.PartitionOwned(ctx, conn, dbsqlc.PartitionOwnedParams{GroupName: m.group, Member: m.id})
+	conn.Release()
 	if err != nil || !r.Live || r.Pending > 0 {
 		return false
 	}
@@ -576,11 +576,11 @@ func (m *Member) beat(ctx context.Context, joining bool) (err error) {
 	if err != nil {
 		return fmt.Errorf("partition: heartbeat of %q in %q: %w", m.id, m.group, translate(err))
 	}
-	defer conn.Release()
 	r, err := queries.PartitionHeartbeat(ctx, conn, dbsqlc.PartitionHeartbeatParams{
 		GroupName: m.group, Member: m.id, Weight: int32(m.o.Weight), Ttl: dbarg.Interval(m.o.TTL),
 		Release: release, Joining: joining,
 	})
+	conn.Release() // before OnAssign runs, which may want a connection of the same pool
 	if err != nil {
 		return fmt.Errorf("partition: heartbeat of %q in %q: %w", m.id, m.group, translate(err))
 	}
