@@ -492,6 +492,21 @@ func (s beatSpan) End(err error) {
 	}
 }
 
+// holdGroupRow locks group's row in a transaction it returns, rolled back when t ends:
+// no heartbeat of the group completes until the transaction ends.
+func holdGroupRow(t *testing.T, pool *pgxpool.Pool, group string) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(t.Context(), `SELECT FROM pgcoord_partition_groups WHERE name = $1 FOR UPDATE`, group); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 // TestHeartbeatsTheDatabaseCannotAnswerLapseTheGrants: while a transaction holds the
 // group's row, no heartbeat can complete. Each one ends with an error three TTLs after it
 // was sent and is tried again (none waits for the lock for good); the member gives its
@@ -512,14 +527,7 @@ func TestHeartbeatsTheDatabaseCannotAnswerLapseTheGrants(t *testing.T) {
 		before[p.ID] = p.Token
 	}
 
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_partition_groups WHERE name = 'blocked' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	tx := holdGroupRow(t, pool, "blocked")
 	failedBefore := b.failed.Load()
 	pgtest.Until(t, "two heartbeats failed while the group's row is held", func() bool { return b.failed.Load() >= failedBefore+2 })
 	pgtest.Until(t, "the member gave its grants up", func() bool {
@@ -554,20 +562,15 @@ func TestSlowHeartbeatIsAnsweredWhileItsGrantsLapse(t *testing.T) {
 	m, e := join(t, pool, "slow", "only", partition.Options{TTL: 2 * time.Second, Tracer: b})
 	pgtest.Until(t, "the member holds both partitions", func() bool { return len(m.Owned()) == 2 })
 
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `SELECT FROM pgcoord_partition_groups WHERE name = 'slow' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	tx := holdGroupRow(t, pool, "slow")
+	holder := pgtest.BackendPID(t, tx)
 	failed := b.failed.Load()
 	pgtest.Until(t, "a heartbeat waited for the group's row longer than the TTL", func() bool {
 		var n int
+		// Only this test's heartbeat: the one the transaction blocks (other tests' wait too).
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%pgcoord_partition_heartbeat%' AND query NOT LIKE '%pg_stat_activity%'
-			  AND clock_timestamp() - query_start > interval '2.4 seconds'`).Scan(&n); err != nil {
+			WHERE $1 = ANY (pg_blocking_pids(pid)) AND query LIKE '%pgcoord_partition_heartbeat%'
+			  AND clock_timestamp() - query_start > interval '2.4 seconds'`, holder).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n == 1
